@@ -1,0 +1,34 @@
+//! The ictus wire format.
+//!
+//! Everything that crosses a port is described here, and nothing here makes a system
+//! call: the nucleus (`ictus-ipc`) moves bytes and descriptors, this crate says what
+//! they mean. Untrusted bytes go through [`Datagram::parse`], which checks every
+//! length, count and reserved bit before anything is read; the result is a validated
+//! form the nucleus can use without further checks.
+//!
+//! One message is one `SOCK_SEQPACKET` datagram, laid out little-endian as
+//!
+//! ```text
+//! +--------------------+---------------------------+------------------+
+//! | Header (32 bytes)  | Descriptor × ndesc (24 B) | in-line data     |
+//! +--------------------+---------------------------+------------------+
+//! ```
+//!
+//! with `nfds` file descriptors beside it in one `SCM_RIGHTS` control message, in this
+//! order: the reply right (if any), the big in-line memfd (if any), then each
+//! descriptor's descriptors in descriptor order.
+#![forbid(unsafe_code)]
+
+mod name;
+mod notify;
+mod ret;
+mod wire;
+
+pub use name::{Name, NameIndex};
+pub use notify::NotifyId;
+pub use ret::ReturnCode;
+pub use wire::{
+    DecodeError, Descriptor, DescriptorKind, Datagram, Header, ReplyKind, ReceiveRightInfo,
+    BIG_INLINE_MAX, DATAGRAM_MAX, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX, MAGIC, MAX_DESCRIPTORS,
+    MAX_FDS, OOL_MAX, VERSION,
+};

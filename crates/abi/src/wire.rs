@@ -1,0 +1,606 @@
+//! Header and descriptors: a checked view over untrusted bytes, and the validated form.
+
+use thiserror::Error;
+
+/// `"ICT1"` in little-endian: the first four bytes of every ictus message.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"ICT1");
+/// The wire version this crate speaks.
+pub const VERSION: u16 = 1;
+/// Bytes in the fixed header.
+pub const HEADER_LEN: usize = 32;
+/// Bytes in one descriptor.
+pub const DESCRIPTOR_LEN: usize = 24;
+/// Most descriptors one message may carry.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// Most file descriptors one message may carry (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_FDS: usize = 128;
+/// Most in-line bytes carried in the datagram itself; larger in-line data is copied
+/// through an anonymous memfd (the "big in-line" path).
+pub const INLINE_DATAGRAM_MAX: usize = 64 * 1024;
+/// Most in-line bytes one message may carry in all (1 GiB).
+pub const BIG_INLINE_MAX: u64 = 1 << 30;
+/// Most bytes of header and descriptors in one datagram.
+pub const HEAD_MAX: usize = HEADER_LEN + MAX_DESCRIPTORS * DESCRIPTOR_LEN;
+/// Most bytes in one datagram.
+pub const DATAGRAM_MAX: usize = HEAD_MAX + INLINE_DATAGRAM_MAX;
+/// Largest out-of-line region one descriptor may describe (64 GiB).
+pub const OOL_MAX: u64 = 64 << 30;
+
+const FLAG_BIG_INLINE: u16 = 1 << 0;
+const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE;
+
+const RECV_HAS_SEND_SOURCE: u16 = 1 << 0;
+const RECV_KNOWN_FLAGS: u16 = RECV_HAS_SEND_SOURCE;
+
+/// What the reply slot of a message carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ReplyKind {
+    /// No reply right.
+    None = 0,
+    /// A send right (made or copied or moved by the sender).
+    Send = 1,
+    /// A send-once right.
+    SendOnce = 2,
+}
+
+impl ReplyKind {
+    fn from_u8(v: u8) -> Option<ReplyKind> {
+        match v {
+            0 => Some(ReplyKind::None),
+            1 => Some(ReplyKind::Send),
+            2 => Some(ReplyKind::SendOnce),
+            _ => None,
+        }
+    }
+}
+
+/// The fixed message header.
+///
+/// ```text
+/// 0  magic u32 | 4 version u16 | 6 flags u16 | 8 id i32 | 12 reply u8 | 13 ndesc u8
+/// 14 nfds u8   | 15 zero u8    | 16 inline_len u32 | 20 zero u32 | 24 big_len u64
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The message id (Mach's `msgh_id`): what the receiver is asked to do.
+    pub id: i32,
+    /// What the reply slot carries.
+    pub reply: ReplyKind,
+    /// Number of descriptors after the header.
+    pub ndesc: u8,
+    /// Number of file descriptors that travel beside the datagram.
+    pub nfds: u8,
+    /// In-line bytes in this datagram, after the descriptors.
+    pub inline_len: u32,
+    /// In-line bytes carried in a memfd instead (0 if none). When non-zero, `inline_len`
+    /// is zero and the memfd is the descriptor after the reply right.
+    pub big_len: u64,
+}
+
+/// What a descriptor describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DescriptorKind {
+    /// A send right: one file descriptor.
+    Send = 1,
+    /// A send-once right: one file descriptor.
+    SendOnce = 2,
+    /// A receive right: its connections and its state.
+    Receive = 3,
+    /// An out-of-line memory region: one sealed memfd.
+    Ool = 4,
+}
+
+impl DescriptorKind {
+    fn from_u8(v: u8) -> Option<DescriptorKind> {
+        match v {
+            1 => Some(DescriptorKind::Send),
+            2 => Some(DescriptorKind::SendOnce),
+            3 => Some(DescriptorKind::Receive),
+            4 => Some(DescriptorKind::Ool),
+            _ => None,
+        }
+    }
+}
+
+/// The state that travels with a receive right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ReceiveRightInfo {
+    /// Whether the first file descriptor is the port's send source (its `S` end, from
+    /// which send rights are made).
+    pub has_send_source: bool,
+    /// Number of main connections (receive ends that send rights reach).
+    pub main_conns: u16,
+    /// Number of send-once connections (each reached by one outstanding send-once right).
+    pub once_conns: u16,
+    /// The port's next sequence number.
+    pub seqno: u64,
+    /// The port's make-send count.
+    pub mscount: u32,
+    /// The port's queue limit, in messages.
+    pub qlimit: u32,
+}
+
+impl ReceiveRightInfo {
+    /// File descriptors this receive right brings.
+    pub fn nfds(&self) -> usize {
+        usize::from(self.has_send_source) + usize::from(self.main_conns) + usize::from(self.once_conns)
+    }
+}
+
+/// One descriptor in a message body, in its validated form.
+///
+/// ```text
+/// 0 kind u8 | 1 nfds u8 | 2 flags u16 | 4 a u32 | 8 b u64 | 16 c u64
+/// Send, SendOnce: nfds 1, everything else zero.
+/// Ool:            nfds 1, b = length in bytes (1..=OOL_MAX).
+/// Receive:        flags bit 0 = has send source, a = mscount, b = seqno,
+///                 c = qlimit | main_conns << 32 | once_conns << 48.
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Descriptor {
+    /// A send right.
+    Send,
+    /// A send-once right.
+    SendOnce,
+    /// A receive right.
+    Receive(ReceiveRightInfo),
+    /// An out-of-line region of this many bytes.
+    Ool {
+        /// Length in bytes.
+        len: u64,
+    },
+}
+
+impl Descriptor {
+    /// The kind of this descriptor.
+    pub fn kind(&self) -> DescriptorKind {
+        match self {
+            Descriptor::Send => DescriptorKind::Send,
+            Descriptor::SendOnce => DescriptorKind::SendOnce,
+            Descriptor::Receive(_) => DescriptorKind::Receive,
+            Descriptor::Ool { .. } => DescriptorKind::Ool,
+        }
+    }
+
+    /// File descriptors this descriptor consumes.
+    pub fn nfds(&self) -> usize {
+        match self {
+            Descriptor::Send | Descriptor::SendOnce | Descriptor::Ool { .. } => 1,
+            Descriptor::Receive(info) => info.nfds(),
+        }
+    }
+
+    /// Encode into 24 bytes.
+    pub fn encode(&self, out: &mut [u8; DESCRIPTOR_LEN]) {
+        *out = [0; DESCRIPTOR_LEN];
+        out[0] = self.kind() as u8;
+        // A receive right's count is bounded by MAX_FDS when the message is built.
+        out[1] = u8::try_from(self.nfds()).unwrap_or(u8::MAX);
+        match *self {
+            Descriptor::Send | Descriptor::SendOnce => {}
+            Descriptor::Ool { len } => out[8..16].copy_from_slice(&len.to_le_bytes()),
+            Descriptor::Receive(info) => {
+                let flags = if info.has_send_source { RECV_HAS_SEND_SOURCE } else { 0 };
+                out[2..4].copy_from_slice(&flags.to_le_bytes());
+                out[4..8].copy_from_slice(&info.mscount.to_le_bytes());
+                out[8..16].copy_from_slice(&info.seqno.to_le_bytes());
+                let c = u64::from(info.qlimit)
+                    | (u64::from(info.main_conns) << 32)
+                    | (u64::from(info.once_conns) << 48);
+                out[16..24].copy_from_slice(&c.to_le_bytes());
+            }
+        }
+    }
+
+    /// Decode and validate 24 untrusted bytes.
+    pub fn decode(raw: &[u8; DESCRIPTOR_LEN]) -> Result<Descriptor, DecodeError> {
+        let kind = DescriptorKind::from_u8(raw[0]).ok_or(DecodeError::UnknownDescriptor(raw[0]))?;
+        let nfds = usize::from(raw[1]);
+        let flags = u16::from_le_bytes([raw[2], raw[3]]);
+        let a = u32::from_le_bytes(raw[4..8].try_into().expect("4 bytes"));
+        let b = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
+        let c = u64::from_le_bytes(raw[16..24].try_into().expect("8 bytes"));
+        let d = match kind {
+            DescriptorKind::Send | DescriptorKind::SendOnce => {
+                if flags != 0 || a != 0 || b != 0 || c != 0 {
+                    return Err(DecodeError::ReservedNonZero);
+                }
+                if kind == DescriptorKind::Send {
+                    Descriptor::Send
+                } else {
+                    Descriptor::SendOnce
+                }
+            }
+            DescriptorKind::Ool => {
+                if flags != 0 || a != 0 || c != 0 {
+                    return Err(DecodeError::ReservedNonZero);
+                }
+                if b == 0 || b > OOL_MAX {
+                    return Err(DecodeError::BadOolLength(b));
+                }
+                Descriptor::Ool { len: b }
+            }
+            DescriptorKind::Receive => {
+                if flags & !RECV_KNOWN_FLAGS != 0 {
+                    return Err(DecodeError::ReservedNonZero);
+                }
+                let info = ReceiveRightInfo {
+                    has_send_source: flags & RECV_HAS_SEND_SOURCE != 0,
+                    mscount: a,
+                    seqno: b,
+                    qlimit: (c & 0xffff_ffff) as u32,
+                    main_conns: ((c >> 32) & 0xffff) as u16,
+                    once_conns: (c >> 48) as u16,
+                };
+                if info.qlimit == 0 {
+                    return Err(DecodeError::BadReceiveRight("queue limit of zero"));
+                }
+                if info.has_send_source && info.main_conns == 0 {
+                    return Err(DecodeError::BadReceiveRight("send source without a main connection"));
+                }
+                Descriptor::Receive(info)
+            }
+        };
+        if d.nfds() != nfds {
+            return Err(DecodeError::DescriptorFdCount { expected: d.nfds(), stated: nfds });
+        }
+        Ok(d)
+    }
+}
+
+/// Why untrusted bytes are not a message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// Fewer bytes than a header.
+    #[error("message of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
+    Short(usize),
+    /// The magic number is wrong: not an ictus message.
+    #[error("bad magic {0:#010x}: not an ictus message")]
+    BadMagic(u32),
+    /// A wire version this build does not speak.
+    #[error("wire version {0} is not supported (this build speaks {VERSION})")]
+    BadVersion(u16),
+    /// A flag or reserved field that must be zero is not.
+    #[error("reserved bits are set")]
+    ReservedNonZero,
+    /// The reply slot holds an unknown kind.
+    #[error("unknown reply kind {0}")]
+    BadReplyKind(u8),
+    /// Too many descriptors.
+    #[error("{0} descriptors exceed the limit of {MAX_DESCRIPTORS}")]
+    TooManyDescriptors(usize),
+    /// Too many file descriptors.
+    #[error("{0} file descriptors exceed the limit of {MAX_FDS}")]
+    TooManyFds(usize),
+    /// The lengths in the header do not add up to the datagram's size.
+    #[error("header says {stated} bytes, datagram has {actual}")]
+    LengthMismatch {
+        /// What the header implies.
+        stated: usize,
+        /// What arrived.
+        actual: usize,
+    },
+    /// The file descriptor count in the header does not match what arrived.
+    #[error("header says {stated} file descriptors, {actual} arrived")]
+    FdCountMismatch {
+        /// What the header says.
+        stated: usize,
+        /// What arrived.
+        actual: usize,
+    },
+    /// The descriptors together need a different number of file descriptors.
+    #[error("descriptors need {needed} file descriptors, header says {stated}")]
+    FdsUnaccounted {
+        /// What the descriptors and reply need.
+        needed: usize,
+        /// What the header says.
+        stated: usize,
+    },
+    /// An unknown descriptor kind.
+    #[error("unknown descriptor kind {0}")]
+    UnknownDescriptor(u8),
+    /// A descriptor states the wrong number of file descriptors for its kind.
+    #[error("descriptor needs {expected} file descriptors but states {stated}")]
+    DescriptorFdCount {
+        /// What its kind needs.
+        expected: usize,
+        /// What it states.
+        stated: usize,
+    },
+    /// An out-of-line length of zero or beyond [`OOL_MAX`].
+    #[error("out-of-line length {0} is zero or too large")]
+    BadOolLength(u64),
+    /// A big in-line length beyond [`BIG_INLINE_MAX`], or big in-line alongside
+    /// in-line bytes in the datagram.
+    #[error("bad big in-line length {0}")]
+    BadBigInline(u64),
+    /// A receive right whose state is inconsistent.
+    #[error("bad receive right: {0}")]
+    BadReceiveRight(&'static str),
+    /// More in-line bytes than a datagram may carry.
+    #[error("{0} in-line bytes exceed the datagram limit of {INLINE_DATAGRAM_MAX}")]
+    InlineTooLarge(usize),
+}
+
+impl Header {
+    /// Encode into 32 bytes.
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        *out = [0; HEADER_LEN];
+        let flags = if self.big_len != 0 { FLAG_BIG_INLINE } else { 0 };
+        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        out[6..8].copy_from_slice(&flags.to_le_bytes());
+        out[8..12].copy_from_slice(&self.id.to_le_bytes());
+        out[12] = self.reply as u8;
+        out[13] = self.ndesc;
+        out[14] = self.nfds;
+        out[16..20].copy_from_slice(&self.inline_len.to_le_bytes());
+        out[24..32].copy_from_slice(&self.big_len.to_le_bytes());
+    }
+
+    /// Decode and validate the first 32 of some untrusted bytes. This checks the
+    /// header alone; [`Datagram::parse`] checks it against the rest.
+    pub fn decode(raw: &[u8]) -> Result<Header, DecodeError> {
+        if raw.len() < HEADER_LEN {
+            return Err(DecodeError::Short(raw.len()));
+        }
+        let magic = u32::from_le_bytes(raw[0..4].try_into().expect("4 bytes"));
+        if magic != MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        let version = u16::from_le_bytes([raw[4], raw[5]]);
+        if version != VERSION {
+            return Err(DecodeError::BadVersion(version));
+        }
+        let flags = u16::from_le_bytes([raw[6], raw[7]]);
+        if flags & !KNOWN_FLAGS != 0 || raw[15] != 0 || raw[20..24] != [0; 4] {
+            return Err(DecodeError::ReservedNonZero);
+        }
+        let id = i32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
+        let reply = ReplyKind::from_u8(raw[12]).ok_or(DecodeError::BadReplyKind(raw[12]))?;
+        let ndesc = raw[13];
+        let nfds = raw[14];
+        let inline_len = u32::from_le_bytes(raw[16..20].try_into().expect("4 bytes"));
+        let big_len = u64::from_le_bytes(raw[24..32].try_into().expect("8 bytes"));
+        if usize::from(ndesc) > MAX_DESCRIPTORS {
+            return Err(DecodeError::TooManyDescriptors(usize::from(ndesc)));
+        }
+        if usize::from(nfds) > MAX_FDS {
+            return Err(DecodeError::TooManyFds(usize::from(nfds)));
+        }
+        if inline_len as usize > INLINE_DATAGRAM_MAX {
+            return Err(DecodeError::InlineTooLarge(inline_len as usize));
+        }
+        let big = flags & FLAG_BIG_INLINE != 0;
+        if big != (big_len != 0)
+            || big_len > BIG_INLINE_MAX
+            || (big && inline_len != 0)
+        {
+            return Err(DecodeError::BadBigInline(big_len));
+        }
+        Ok(Header { id, reply, ndesc, nfds, inline_len, big_len })
+    }
+
+    /// File descriptors taken by the reply right and the big in-line memfd.
+    pub fn leading_fds(&self) -> usize {
+        usize::from(self.reply != ReplyKind::None) + usize::from(self.big_len != 0)
+    }
+}
+
+/// A datagram whose header, descriptors and lengths have all been checked against
+/// each other and against the number of file descriptors that arrived with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Datagram<'a> {
+    /// The header.
+    pub header: Header,
+    /// The descriptors, in order.
+    pub descriptors: Vec<Descriptor>,
+    /// The in-line bytes carried in the datagram.
+    pub inline: &'a [u8],
+}
+
+impl<'a> Datagram<'a> {
+    /// Validate an untrusted datagram that arrived with `nfds` file descriptors.
+    ///
+    /// On success every file descriptor is accounted for, in the order described in
+    /// the crate documentation; on failure the caller closes all of them.
+    pub fn parse(bytes: &'a [u8], nfds: usize) -> Result<Datagram<'a>, DecodeError> {
+        let header = Header::decode(bytes)?;
+        let ndesc = usize::from(header.ndesc);
+        let body = HEADER_LEN + ndesc * DESCRIPTOR_LEN;
+        let stated = body + header.inline_len as usize;
+        if stated != bytes.len() {
+            return Err(DecodeError::LengthMismatch { stated, actual: bytes.len() });
+        }
+        if usize::from(header.nfds) != nfds {
+            return Err(DecodeError::FdCountMismatch { stated: usize::from(header.nfds), actual: nfds });
+        }
+        let mut descriptors = Vec::with_capacity(ndesc);
+        let mut needed = header.leading_fds();
+        for i in 0..ndesc {
+            let off = HEADER_LEN + i * DESCRIPTOR_LEN;
+            let raw: &[u8; DESCRIPTOR_LEN] =
+                bytes[off..off + DESCRIPTOR_LEN].try_into().expect("24 bytes");
+            let d = Descriptor::decode(raw)?;
+            needed += d.nfds();
+            descriptors.push(d);
+        }
+        if needed != nfds {
+            return Err(DecodeError::FdsUnaccounted { needed, stated: nfds });
+        }
+        Ok(Datagram { header, descriptors, inline: &bytes[body..] })
+    }
+
+    /// Encode a message's header and descriptors into `out`, for `inline_len` in-line
+    /// bytes that the caller sends right after them (so in-line data is never copied
+    /// here). Returns the header and the number of bytes written. The caller supplies
+    /// the file descriptors in the documented order; `ndesc`, `nfds` and `inline_len`
+    /// are computed here.
+    pub fn encode_head(
+        id: i32,
+        reply: ReplyKind,
+        descriptors: &[Descriptor],
+        inline_len: usize,
+        big_len: u64,
+        out: &mut [u8; HEAD_MAX],
+    ) -> Result<(Header, usize), DecodeError> {
+        if descriptors.len() > MAX_DESCRIPTORS {
+            return Err(DecodeError::TooManyDescriptors(descriptors.len()));
+        }
+        if inline_len > INLINE_DATAGRAM_MAX {
+            return Err(DecodeError::InlineTooLarge(inline_len));
+        }
+        if big_len != 0 && (inline_len != 0 || big_len > BIG_INLINE_MAX) {
+            return Err(DecodeError::BadBigInline(big_len));
+        }
+        let nfds = usize::from(reply != ReplyKind::None)
+            + usize::from(big_len != 0)
+            + descriptors.iter().map(Descriptor::nfds).sum::<usize>();
+        if nfds > MAX_FDS {
+            return Err(DecodeError::TooManyFds(nfds));
+        }
+        let header = Header {
+            id,
+            reply,
+            ndesc: descriptors.len() as u8,
+            nfds: nfds as u8,
+            inline_len: inline_len as u32,
+            big_len,
+        };
+        let mut h = [0u8; HEADER_LEN];
+        header.encode(&mut h);
+        out[..HEADER_LEN].copy_from_slice(&h);
+        let mut off = HEADER_LEN;
+        for d in descriptors {
+            let mut raw = [0u8; DESCRIPTOR_LEN];
+            d.encode(&mut raw);
+            out[off..off + DESCRIPTOR_LEN].copy_from_slice(&raw);
+            off += DESCRIPTOR_LEN;
+        }
+        Ok((header, off))
+    }
+
+    /// Encode a whole message (head and in-line bytes) into `out`, cleared first.
+    pub fn encode(
+        id: i32,
+        reply: ReplyKind,
+        descriptors: &[Descriptor],
+        inline: &[u8],
+        big_len: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Header, DecodeError> {
+        let mut head = [0u8; HEAD_MAX];
+        let (header, n) = Self::encode_head(id, reply, descriptors, inline.len(), big_len, &mut head)?;
+        out.clear();
+        out.extend_from_slice(&head[..n]);
+        out.extend_from_slice(inline);
+        Ok(header)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(id: i32, reply: ReplyKind, d: &[Descriptor], inline: &[u8], big: u64) -> Vec<u8> {
+        let mut v = Vec::new();
+        Datagram::encode(id, reply, d, inline, big, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn simple_round_trip() {
+        let bytes = encode(42, ReplyKind::SendOnce, &[Descriptor::Send, Descriptor::Ool { len: 4096 }], b"hello", 0);
+        let d = Datagram::parse(&bytes, 3).unwrap();
+        assert_eq!(d.header.id, 42);
+        assert_eq!(d.header.reply, ReplyKind::SendOnce);
+        assert_eq!(d.descriptors, vec![Descriptor::Send, Descriptor::Ool { len: 4096 }]);
+        assert_eq!(d.inline, b"hello");
+    }
+
+    #[test]
+    fn fd_count_must_match() {
+        let bytes = encode(1, ReplyKind::None, &[Descriptor::Send], b"", 0);
+        assert!(matches!(Datagram::parse(&bytes, 0), Err(DecodeError::FdCountMismatch { .. })));
+        assert!(matches!(Datagram::parse(&bytes, 2), Err(DecodeError::FdCountMismatch { .. })));
+        assert!(Datagram::parse(&bytes, 1).is_ok());
+    }
+
+    #[test]
+    fn truncated_and_padded_are_refused() {
+        let bytes = encode(1, ReplyKind::None, &[], b"abcdef", 0);
+        assert!(matches!(Datagram::parse(&bytes[..bytes.len() - 1], 0), Err(DecodeError::LengthMismatch { .. })));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(Datagram::parse(&longer, 0), Err(DecodeError::LengthMismatch { .. })));
+        assert!(matches!(Datagram::parse(&bytes[..10], 0), Err(DecodeError::Short(10))));
+    }
+
+    #[test]
+    fn descriptor_claiming_wrong_fd_count_is_refused() {
+        let mut bytes = encode(1, ReplyKind::None, &[Descriptor::Send], b"", 0);
+        bytes[HEADER_LEN + 1] = 2; // a send right that claims two descriptors
+        bytes[14] = 2;
+        assert!(matches!(Datagram::parse(&bytes, 2), Err(DecodeError::DescriptorFdCount { .. })));
+    }
+
+    #[test]
+    fn big_inline_excludes_datagram_inline() {
+        let mut v = Vec::new();
+        assert!(Datagram::encode(1, ReplyKind::None, &[], b"x", 10, &mut v).is_err());
+        assert!(Datagram::encode(1, ReplyKind::None, &[], b"", BIG_INLINE_MAX + 1, &mut v).is_err());
+        assert!(Datagram::encode(1, ReplyKind::None, &[], b"", 1 << 20, &mut v).is_ok());
+        assert_eq!(Datagram::parse(&v, 1).unwrap().header.big_len, 1 << 20);
+    }
+
+    fn arb_descriptor() -> impl Strategy<Value = Descriptor> {
+        prop_oneof![
+            Just(Descriptor::Send),
+            Just(Descriptor::SendOnce),
+            (1..=OOL_MAX).prop_map(|len| Descriptor::Ool { len }),
+            (any::<bool>(), 1u16..4, 0u16..4, any::<u64>(), any::<u32>(), 1..=u32::MAX).prop_map(
+                |(src, main, once, seqno, mscount, qlimit)| Descriptor::Receive(ReceiveRightInfo {
+                    has_send_source: src,
+                    main_conns: main,
+                    once_conns: once,
+                    seqno,
+                    mscount,
+                    qlimit,
+                })
+            ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn encode_then_parse_is_identity(
+            id in any::<i32>(),
+            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce)],
+            descs in proptest::collection::vec(arb_descriptor(), 0..8),
+            inline in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let bytes = encode(id, reply, &descs, &inline, 0);
+            let nfds = usize::from(reply != ReplyKind::None) + descs.iter().map(Descriptor::nfds).sum::<usize>();
+            let d = Datagram::parse(&bytes, nfds).unwrap();
+            prop_assert_eq!(d.header.id, id);
+            prop_assert_eq!(d.descriptors, descs);
+            prop_assert_eq!(d.inline, &inline[..]);
+        }
+
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400), nfds in 0usize..200) {
+            let _ = Datagram::parse(&bytes, nfds);
+        }
+
+        #[test]
+        fn accepted_datagrams_account_for_every_fd(bytes in proptest::collection::vec(any::<u8>(), 0..400), nfds in 0usize..8) {
+            if let Ok(d) = Datagram::parse(&bytes, nfds) {
+                let needed = d.header.leading_fds() + d.descriptors.iter().map(Descriptor::nfds).sum::<usize>();
+                prop_assert_eq!(needed, nfds);
+            }
+        }
+    }
+}

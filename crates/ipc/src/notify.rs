@@ -1,0 +1,139 @@
+//! The notifier: one thread per space, started on the first request, that turns the
+//! kernel's hang-up reports into notification messages.
+//!
+//! A send right is a socket whose peer is the port's receive end; when the receive
+//! right is destroyed (or its task dies, even by `kill -9`) the kernel marks every
+//! send end hung up. A port's main receive end hangs up when the last send right to it
+//! is closed anywhere. The notifier waits for those hang-ups in one epoll.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use ictus_abi::Name;
+use rustix::event::{epoll, eventfd, EventfdFlags};
+
+use crate::port::{NotifyTarget, RecvPort};
+use crate::space::Inner;
+
+enum Watch {
+    DeadName { name: Name, fd: Arc<OwnedFd>, target: NotifyTarget },
+    NoSenders { port: Weak<RecvPort>, fd: Arc<OwnedFd> },
+}
+
+impl Watch {
+    fn fd(&self) -> &Arc<OwnedFd> {
+        match self {
+            Watch::DeadName { fd, .. } | Watch::NoSenders { fd, .. } => fd,
+        }
+    }
+}
+
+struct Shared {
+    ep: OwnedFd,
+    wake: OwnedFd,
+    watches: Mutex<HashMap<u64, Watch>>,
+    next: AtomicU64,
+}
+
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+}
+
+const WAKE: u64 = 0;
+
+impl Notifier {
+    pub(crate) fn start(space: Weak<Inner>) -> rustix::io::Result<Notifier> {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
+        let shared = Arc::new(Shared { ep, wake, watches: Mutex::new(HashMap::new()), next: AtomicU64::new(1) });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("ictus-notifier".into())
+            .spawn(move || run(s, space))
+            .map_err(|_| rustix::io::Errno::AGAIN)?;
+        Ok(Notifier { shared })
+    }
+
+    fn watch(&self, w: Watch) -> rustix::io::Result<u64> {
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let fd = w.fd().clone();
+        self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, w);
+        // Hang-up is always reported; ask for nothing else.
+        if let Err(e) = epoll::add(&self.shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT) {
+            self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn watch_dead_name(&self, name: Name, fd: Arc<OwnedFd>, target: NotifyTarget) -> rustix::io::Result<u64> {
+        self.watch(Watch::DeadName { name, fd, target })
+    }
+
+    pub(crate) fn watch_no_senders(&self, port: &Arc<RecvPort>, fd: Arc<OwnedFd>) -> rustix::io::Result<u64> {
+        self.watch(Watch::NoSenders { port: Arc::downgrade(port), fd })
+    }
+
+    pub(crate) fn cancel(&self, id: u64) {
+        let w = self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        if let Some(w) = w {
+            let _ = epoll::delete(&self.shared.ep, w.fd().as_fd());
+        }
+    }
+
+    /// Cancel any dead-name request on `name`. Its notify right is released, so a
+    /// send-once notify right's port learns of it by a send-once notification.
+    pub(crate) fn cancel_dead_name(&self, name: Name) {
+        let ids: Vec<u64> = self
+            .shared
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, w)| matches!(w, Watch::DeadName { name: n, .. } if *n == name))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.cancel(id);
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        let _ = rustix::io::write(&self.shared.wake, &1u64.to_ne_bytes());
+    }
+}
+
+fn run(shared: Arc<Shared>, space: Weak<Inner>) {
+    let mut events = Vec::with_capacity(16);
+    loop {
+        events.clear();
+        match epoll::wait(&shared.ep, rustix::buffer::spare_capacity(&mut events), None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return,
+        }
+        for ev in &events {
+            let id = ev.data.u64();
+            if id == WAKE {
+                return;
+            }
+            let w = shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            let Some(w) = w else { continue };
+            let _ = epoll::delete(&shared.ep, w.fd().as_fd());
+            let Some(inner) = space.upgrade() else { return };
+            match w {
+                Watch::DeadName { name, fd, target } => inner.dead_name_event(name, &fd, target),
+                Watch::NoSenders { port, .. } => {
+                    if let Some(p) = port.upgrade() {
+                        inner.check_no_senders(&p);
+                    }
+                }
+            }
+        }
+    }
+}

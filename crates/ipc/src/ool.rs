@@ -1,0 +1,193 @@
+//! Out-of-line memory: regions that travel by reference, never copied by ictus.
+//!
+//! A sender writes into an [`OolBuffer`], a `memfd` mapped into its address space.
+//! Sending it moves it: the sender's mapping is removed, the memfd is sealed against
+//! writing, shrinking and growing, and the descriptor travels with the message. The
+//! receiver checks the seals before it trusts the region and maps it read-only as an
+//! [`OolRegion`]. So the receiver knows that nobody — the sender included — can change
+//! what it got, which is the guarantee Mach's copy-on-write gave.
+
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use rustix::mm::{MapFlags, ProtFlags};
+
+use crate::sys;
+
+/// A writable out-of-line buffer, backed by an anonymous memfd.
+pub struct OolBuffer {
+    fd: OwnedFd,
+    map: Mapping,
+}
+
+/// A received out-of-line region: read-only, sealed, never changing.
+pub struct OolRegion {
+    // Field order matters: the mapping is released before the descriptor.
+    map: Mapping,
+    _fd: OwnedFd,
+}
+
+/// A memory mapping that is unmapped on drop.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `Mapping` is plain memory owned by its holder; the pointer is not shared
+// with anything that is not `Send`.
+unsafe impl Send for Mapping {}
+// SAFETY: shared access only reads (`&[u8]`); writes need `&mut`.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(fd: BorrowedFd<'_>, len: usize, prot: ProtFlags, populate: bool) -> rustix::io::Result<Mapping> {
+        if len == 0 {
+            return Ok(Mapping { ptr: NonNull::dangling(), len: 0 });
+        }
+        let mut flags = MapFlags::SHARED;
+        if populate {
+            flags |= MapFlags::POPULATE;
+        }
+        // SAFETY: a fresh mapping at an address the kernel chooses, of a file at
+        // least `len` bytes long (checked by callers); it aliases no Rust object.
+        // mmap(2).
+        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0)? };
+        Ok(Mapping { ptr: NonNull::new(ptr.cast()).expect("mmap never returns null on success"), len })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` maps `len` writable bytes (only `OolBuffer` maps writable), and
+        // `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: the mapping was created by `mmap` with this address and length and
+            // no slice borrowed from it outlives `self`. munmap(2).
+            let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+        }
+    }
+}
+
+/// Why an out-of-line buffer could not be made or sent.
+#[derive(Debug, thiserror::Error)]
+pub enum OolError {
+    /// Zero-length regions are not sent; send nothing instead.
+    #[error("out-of-line buffers must not be empty")]
+    Empty,
+    /// The region is larger than the wire allows.
+    #[error("out-of-line buffer of {0} bytes exceeds the limit")]
+    TooLarge(usize),
+    /// The kernel refused.
+    #[error("out-of-line memory: {0}")]
+    Os(#[from] rustix::io::Errno),
+}
+
+impl OolBuffer {
+    /// A zero-filled buffer of `len` bytes.
+    pub fn new(len: usize) -> Result<OolBuffer, OolError> {
+        if len == 0 {
+            return Err(OolError::Empty);
+        }
+        if len as u64 > ictus_abi::OOL_MAX {
+            return Err(OolError::TooLarge(len));
+        }
+        let fd = sys::memfd(len)?;
+        let map = Mapping::new(fd.as_fd(), len, ProtFlags::READ | ProtFlags::WRITE, false)?;
+        Ok(OolBuffer { fd, map })
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn from_slice(data: &[u8]) -> Result<OolBuffer, OolError> {
+        let mut b = OolBuffer::new(data.len())?;
+        b.copy_from_slice(data);
+        Ok(b)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Never true: empty buffers cannot be made.
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+
+    /// Give up the writable mapping and seal the memfd: from here on nobody can change
+    /// its contents. The sealed descriptor is what travels.
+    pub(crate) fn seal(self) -> Result<(OwnedFd, u64), OolError> {
+        let OolBuffer { fd, map } = self;
+        let len = map.len as u64;
+        drop(map);
+        sys::seal(fd.as_fd())?;
+        Ok((fd, len))
+    }
+}
+
+impl std::ops::Deref for OolBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+}
+
+impl std::ops::DerefMut for OolBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.map.as_mut_slice()
+    }
+}
+
+impl fmt::Debug for OolBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OolBuffer").field("len", &self.map.len).finish()
+    }
+}
+
+impl OolRegion {
+    /// Map a received, already validated sealed memfd of `len` bytes read-only.
+    /// `populate` maps every page up front (one system call instead of a fault per page).
+    pub(crate) fn map(fd: OwnedFd, len: u64, populate: bool) -> rustix::io::Result<OolRegion> {
+        let len = usize::try_from(len).map_err(|_| rustix::io::Errno::NOMEM)?;
+        let map = Mapping::new(fd.as_fd(), len, ProtFlags::READ, populate)?;
+        Ok(OolRegion { map, _fd: fd })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Never true: empty regions are refused on the wire.
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+}
+
+impl std::ops::Deref for OolRegion {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for OolRegion {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl fmt::Debug for OolRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OolRegion").field("len", &self.map.len).finish()
+    }
+}

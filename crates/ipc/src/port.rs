@@ -1,0 +1,264 @@
+//! A receive right: the connections that reach a port, and its state.
+//!
+//! A port is reached through *connections*, each an `AF_UNIX SOCK_SEQPACKET`
+//! socketpair whose receive end the port holds:
+//!
+//! - the **main** connection, whose send end is shared by every send right (copying a
+//!   send right passes the same socket, so every holder's descriptor has the same
+//!   inode: the kernel's own name for the port, used to merge names);
+//! - one **once** connection per outstanding send-once right, read at most once and
+//!   then closed, so the kernel itself enforces "once", and a send-once right dropped
+//!   unused shows as a hang-up: the send-once notification.
+//!
+//! The port keeps the main send end as its *send source* to make send rights from,
+//! unless a no-senders notification is armed: then it lets go of it, so the kernel
+//! reports a hang-up when the last send right anywhere is closed.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use ictus_abi::Name;
+use rustix::event::epoll;
+
+use crate::set::PortSet;
+use crate::sys;
+
+/// The kernel identity of a send end: (device, inode).
+pub(crate) type Ident = (u64, u64);
+
+/// The first byte of a one-byte datagram that only wakes a receiver blocked on the
+/// main connection so that it looks at the port's connections again.
+pub(crate) const DOORBELL: u8 = 0xdb;
+
+/// Mach's default queue limit is 5 messages; ictus ports buffer more by default,
+/// because the kernel's socket buffer is the queue and a small one costs throughput.
+pub const DEFAULT_QLIMIT: u32 = 128;
+/// The largest queue limit, in messages.
+pub const MAX_QLIMIT: u32 = 65_536;
+
+static NEXT_PORT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct Conn {
+    pub(crate) id: u64,
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) once: bool,
+}
+
+/// Where a notification goes: a send or send-once right held by the request.
+pub(crate) struct NotifyTarget {
+    pub(crate) fd: Arc<OwnedFd>,
+}
+
+pub(crate) struct RecvState {
+    pub(crate) conns: Vec<Conn>,
+    pub(crate) send_source: Option<Arc<OwnedFd>>,
+    pub(crate) ident: Option<Ident>,
+    pub(crate) mscount: u32,
+    pub(crate) qlimit: u32,
+    pub(crate) epoll: Option<Arc<OwnedFd>>,
+    next_conn: u64,
+    pub(crate) no_senders: Option<NotifyTarget>,
+    pub(crate) ns_watches: Vec<u64>,
+    pub(crate) port_destroyed: Option<NotifyTarget>,
+    pub(crate) set: Option<Weak<PortSet>>,
+    pub(crate) dead: bool,
+}
+
+pub(crate) struct RecvPort {
+    pub(crate) id: u64,
+    pub(crate) st: Mutex<RecvState>,
+    pub(crate) seqno: AtomicU64,
+    /// This port's name in the space that holds it.
+    pub(crate) name: AtomicU32,
+}
+
+/// The descriptors and state of a receive right on its way to another task.
+pub(crate) struct Packed {
+    pub(crate) info: ictus_abi::ReceiveRightInfo,
+    pub(crate) fds: Vec<Arc<OwnedFd>>,
+}
+
+impl RecvPort {
+    /// A new port with one main connection and its send source.
+    pub(crate) fn new() -> rustix::io::Result<Arc<RecvPort>> {
+        let (s, r) = sys::connection()?;
+        sys::set_queue_limit(s.as_fd(), DEFAULT_QLIMIT)?;
+        let ident = sys::identity(s.as_fd())?;
+        let port = RecvPort::from_parts(Some(Arc::new(s)), Some(ident), vec![(Arc::new(r), false)], 0, 0, DEFAULT_QLIMIT);
+        Ok(port)
+    }
+
+    pub(crate) fn from_parts(
+        send_source: Option<Arc<OwnedFd>>,
+        ident: Option<Ident>,
+        conns: Vec<(Arc<OwnedFd>, bool)>,
+        seqno: u64,
+        mscount: u32,
+        qlimit: u32,
+    ) -> Arc<RecvPort> {
+        let conns: Vec<Conn> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(i, (fd, once))| Conn { id: i as u64 + 1, fd, once })
+            .collect();
+        let next_conn = conns.len() as u64 + 1;
+        Arc::new(RecvPort {
+            id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
+            st: Mutex::new(RecvState {
+                conns,
+                send_source,
+                ident,
+                mscount,
+                qlimit,
+                epoll: None,
+                next_conn,
+                no_senders: None,
+                ns_watches: Vec::new(),
+                port_destroyed: None,
+                set: None,
+                dead: false,
+            }),
+            seqno: AtomicU64::new(seqno),
+            name: AtomicU32::new(0),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, RecvState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn name(&self) -> Name {
+        Name(self.name.load(Ordering::Relaxed))
+    }
+}
+
+impl RecvState {
+    /// Add a connection, registering it with the port's epoll and waking a receiver
+    /// blocked on the main connection alone.
+    pub(crate) fn add_conn(&mut self, fd: Arc<OwnedFd>, once: bool) -> rustix::io::Result<u64> {
+        let id = self.next_conn;
+        self.next_conn += 1;
+        if let Some(ep) = &self.epoll {
+            epoll::add(ep.as_fd(), fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::IN)?;
+        }
+        self.conns.push(Conn { id, fd, once });
+        if let Some(src) = &self.send_source {
+            // Best effort: if the queue is full, receivers are awake anyway.
+            let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn remove_conn(&mut self, id: u64) -> Option<Conn> {
+        let i = self.conns.iter().position(|c| c.id == id)?;
+        let c = self.conns.remove(i);
+        if let Some(ep) = &self.epoll {
+            // Explicitly: the file may live on elsewhere, and epoll forgets a file
+            // only when its last descriptor anywhere is closed.
+            let _ = epoll::delete(ep.as_fd(), c.fd.as_fd());
+        }
+        Some(c)
+    }
+
+    pub(crate) fn conn(&self, id: u64) -> Option<(Arc<OwnedFd>, bool)> {
+        self.conns.iter().find(|c| c.id == id).map(|c| (c.fd.clone(), c.once))
+    }
+
+    /// The port's epoll, made on first need, holding every connection.
+    pub(crate) fn ensure_epoll(&mut self) -> rustix::io::Result<Arc<OwnedFd>> {
+        if let Some(ep) = &self.epoll {
+            return Ok(ep.clone());
+        }
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        for c in &self.conns {
+            epoll::add(&ep, c.fd.as_fd(), epoll::EventData::new_u64(c.id), epoll::EventFlags::IN)?;
+        }
+        let ep = Arc::new(ep);
+        self.epoll = Some(ep.clone());
+        Ok(ep)
+    }
+
+    /// A send end for a new send right: the send source, or a fresh main connection
+    /// when the port let go of its source (a no-senders request is armed).
+    /// Returns the descriptor and whether a new connection was made.
+    pub(crate) fn send_end(&mut self) -> rustix::io::Result<(Arc<OwnedFd>, Ident, Option<u64>)> {
+        if let (Some(src), Some(ident)) = (&self.send_source, self.ident) {
+            return Ok((src.clone(), ident, None));
+        }
+        let (s, r) = sys::connection()?;
+        sys::set_queue_limit(s.as_fd(), self.qlimit)?;
+        let ident = sys::identity(s.as_fd())?;
+        let id = self.add_conn(Arc::new(r), false)?;
+        if self.no_senders.is_none() {
+            self.send_source = Some(Arc::new(s));
+            self.ident = Some(ident);
+            return Ok((self.send_source.clone().expect("just set"), ident, Some(id)));
+        }
+        Ok((Arc::new(s), ident, Some(id)))
+    }
+
+    /// A new send-once right: a fresh connection read at most once.
+    pub(crate) fn send_once_end(&mut self) -> rustix::io::Result<(OwnedFd, u64)> {
+        let (s, r) = sys::connection()?;
+        let id = self.add_conn(Arc::new(r), true)?;
+        Ok((s, id))
+    }
+
+    /// Whether no send right to this port exists anywhere: the port holds no send
+    /// source and every main connection has hung up.
+    pub(crate) fn no_senders_now(&self) -> bool {
+        self.send_source.is_none() && self.conns.iter().filter(|c| !c.once).all(|c| sys::hung_up(c.fd.as_fd()))
+    }
+
+    /// Take the port's descriptors and state to move the receive right elsewhere.
+    /// The port is dead here afterwards.
+    pub(crate) fn pack(&mut self, seqno: u64) -> Packed {
+        let mut fds = Vec::new();
+        let has_send_source = self.send_source.is_some();
+        if let Some(src) = self.send_source.take() {
+            fds.push(src);
+        }
+        let mut mains = 0u16;
+        let mut onces = 0u16;
+        let conns = std::mem::take(&mut self.conns);
+        for c in conns.iter().filter(|c| !c.once) {
+            fds.push(c.fd.clone());
+            mains += 1;
+        }
+        for c in conns.iter().filter(|c| c.once) {
+            fds.push(c.fd.clone());
+            onces += 1;
+        }
+        if let Some(ep) = &self.epoll {
+            for c in &conns {
+                let _ = epoll::delete(ep.as_fd(), c.fd.as_fd());
+            }
+        }
+        self.dead = true;
+        Packed {
+            info: ictus_abi::ReceiveRightInfo {
+                has_send_source,
+                main_conns: mains,
+                once_conns: onces,
+                seqno,
+                mscount: self.mscount,
+                qlimit: self.qlimit,
+            },
+            fds,
+        }
+    }
+
+    /// Put back what [`RecvState::pack`] took, when the move failed.
+    pub(crate) fn unpack(&mut self, p: Packed) {
+        let mut fds = p.fds.into_iter();
+        if p.info.has_send_source {
+            self.send_source = fds.next();
+        }
+        self.dead = false;
+        for (i, fd) in fds.enumerate() {
+            let once = i >= usize::from(p.info.main_conns);
+            let _ = self.add_conn(fd, once);
+        }
+    }
+}

@@ -1,0 +1,1479 @@
+//! A task's name space, and every operation done through it: rights, messages,
+//! notifications.
+
+use std::io::IoSlice;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use ictus_abi::{Datagram, Descriptor, Name, NotifyId, ReplyKind, HEAD_MAX, INLINE_DATAGRAM_MAX};
+use rustix::event::epoll;
+
+use crate::error::{CallError, ReceiveError, RightsError, SendError};
+use crate::message::{
+    Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind,
+    SendOptions,
+};
+use crate::notify::Notifier;
+use crate::ool::OolRegion;
+use crate::port::{Ident, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
+use crate::set::PortSet;
+use crate::sys::{self, RecvOutcome, SendOutcome};
+use crate::table::{Entry, PortEntry, SendRef, Table, UREFS_MAX};
+
+/// A task's port name space.
+///
+/// A `Space` is what Mach calls a task's IPC space: the table from port names to the
+/// rights this task holds. Cloning it gives another handle to the same space, for
+/// other threads. Most programs use the process's own, [`Space::task`]; tests and
+/// in-process servers may make more with [`Space::new`].
+///
+/// Rights are kernel objects (socket and memfd descriptors), so what a task may do is
+/// enforced by Linux, not by this table: a name a task has not been given a right for
+/// reaches nothing, whatever number it guesses.
+#[derive(Clone)]
+pub struct Space {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    table: Mutex<Table>,
+    notifier: OnceLock<Notifier>,
+    malformed: AtomicU64,
+    me: Credentials,
+}
+
+/// Which notification to request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotifyKind {
+    /// When the port named by a send or send-once right dies.
+    DeadName,
+    /// When no send rights remain for a port whose receive right is named.
+    NoSenders,
+    /// When the named receive right is destroyed: the notification carries it instead.
+    PortDestroyed,
+}
+
+/// Attributes of a receive right (Mach's `mach_port_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortStatus {
+    /// The sequence number the next message will get.
+    pub seqno: u64,
+    /// The make-send count.
+    pub mscount: u32,
+    /// The queue limit, in messages.
+    pub qlimit: u32,
+    /// Outstanding send-once rights.
+    pub sorights: u32,
+    /// Connections currently reaching the port.
+    pub connections: u32,
+    /// Whether the port keeps a send source (false while a no-senders request is armed).
+    pub has_send_source: bool,
+}
+
+/// Counters of a space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpaceStats {
+    /// Names in use.
+    pub names: usize,
+    /// Malformed messages received and destroyed.
+    pub malformed: u64,
+}
+
+/// What a send resolved, to carry out or undo.
+#[derive(Default)]
+struct Plan {
+    fds: Vec<Arc<OwnedFd>>,
+    owned: Vec<OwnedFd>,
+    /// Which list each descriptor's file descriptors come from, in wire order.
+    order: Vec<FdRef>,
+    descriptors: Vec<Descriptor>,
+    reply: Option<ReplyKind>,
+    undo: Vec<Undo>,
+    commit: Vec<Commit>,
+}
+
+#[derive(Clone, Copy)]
+enum FdRef {
+    Shared(usize),
+    Owned(usize),
+}
+
+enum Undo {
+    Restore(Name, Entry),
+    RemoveConn(Arc<RecvPort>, u64),
+    Unpack(Arc<RecvPort>, crate::port::Packed),
+}
+
+enum Commit {
+    Release(Name),
+    DropSendUref(Name),
+    MadeSend(Arc<RecvPort>),
+    Moved(Arc<RecvPort>),
+}
+
+impl Default for Space {
+    fn default() -> Self {
+        Space::new()
+    }
+}
+
+impl std::fmt::Debug for Space {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Space").field("stats", &self.stats()).finish()
+    }
+}
+
+fn malformed(reason: impl std::fmt::Display, sender: Option<Credentials>) -> ReceiveError {
+    ReceiveError::Malformed { reason: reason.to_string(), sender }
+}
+
+impl Space {
+    /// A new, empty name space.
+    pub fn new() -> Space {
+        Space {
+            inner: Arc::new(Inner {
+                table: Mutex::new(Table::new()),
+                notifier: OnceLock::new(),
+                malformed: AtomicU64::new(0),
+                me: Credentials {
+                    pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
+                    uid: rustix::process::geteuid().as_raw(),
+                    gid: rustix::process::getegid().as_raw(),
+                },
+            }),
+        }
+    }
+
+    /// The process's own space (Mach's `mach_task_self()`), made on first use.
+    pub fn task() -> Space {
+        static TASK: OnceLock<Space> = OnceLock::new();
+        TASK.get_or_init(Space::new).clone()
+    }
+
+    pub(crate) fn table(&self) -> MutexGuard<'_, Table> {
+        self.inner.table()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SpaceStats {
+        SpaceStats { names: self.table().len(), malformed: self.inner.malformed.load(Ordering::Relaxed) }
+    }
+
+    /// Every name in the space.
+    pub fn names(&self) -> Vec<Name> {
+        self.table().names()
+    }
+
+    // ----- allocation and rights ------------------------------------------------------
+
+    /// Allocate a new port and return the name of its receive right
+    /// (`mach_port_allocate(MACH_PORT_RIGHT_RECEIVE)`).
+    pub fn allocate_port(&self) -> Result<Name, RightsError> {
+        let port = RecvPort::new()?;
+        let ident = port.lock().ident;
+        self.table().insert_receive(port, ident)
+    }
+
+    /// Allocate an empty port set (`mach_port_allocate(MACH_PORT_RIGHT_PORT_SET)`).
+    pub fn allocate_port_set(&self) -> Result<Name, RightsError> {
+        let set = PortSet::new()?;
+        self.table().alloc(Entry::Set(set))
+    }
+
+    /// Allocate a port, and a send right under the same name.
+    pub fn allocate_port_with_send(&self) -> Result<Name, RightsError> {
+        let name = self.allocate_port()?;
+        self.insert_right(self, name, name, Disposition::MakeSend)?;
+        Ok(name)
+    }
+
+    /// What rights a name denotes (`mach_port_type`). A send or send-once right whose
+    /// port has died is reported, and from now on kept, as a dead name.
+    pub fn right_kinds(&self, name: Name) -> Result<Vec<RightKind>, RightsError> {
+        let mut t = self.table();
+        self.inner.reap_if_dead(&mut t, name);
+        Ok(match t.get(name)? {
+            Entry::Port(p) => {
+                let mut v = Vec::new();
+                if p.recv.is_some() {
+                    v.push(RightKind::Receive);
+                }
+                if p.send.is_some() {
+                    v.push(RightKind::Send);
+                }
+                v
+            }
+            Entry::SendOnce(_) => vec![RightKind::SendOnce],
+            Entry::Set(_) => vec![RightKind::PortSet],
+            Entry::Dead(_) => vec![RightKind::DeadName],
+        })
+    }
+
+    /// User references a name holds for a kind of right (`mach_port_get_refs`).
+    pub fn refs(&self, name: Name, right: RightKind) -> Result<u32, RightsError> {
+        let mut t = self.table();
+        self.inner.reap_if_dead(&mut t, name);
+        Ok(match (t.get(name)?, right) {
+            (Entry::Port(p), RightKind::Send) => p.send.as_ref().map_or(0, |s| s.urefs),
+            (Entry::Port(p), RightKind::Receive) => u32::from(p.recv.is_some()),
+            (Entry::SendOnce(_), RightKind::SendOnce) => 1,
+            (Entry::Set(_), RightKind::PortSet) => 1,
+            (Entry::Dead(n), RightKind::DeadName) => *n,
+            _ => 0,
+        })
+    }
+
+    /// Add `delta` user references to a right (`mach_port_mod_refs`). Dropping a
+    /// receive right's or port set's one reference destroys it.
+    pub fn mod_refs(&self, name: Name, right: RightKind, delta: i32) -> Result<(), RightsError> {
+        let mut dropped = Vec::new();
+        let mut t = self.table();
+        self.inner.reap_if_dead(&mut t, name);
+        let entry = t.get_mut(name)?;
+        let remove_name = match (entry, right) {
+            (Entry::Port(p), RightKind::Send) => {
+                let Some(s) = p.send.as_mut() else { return Err(RightsError::InvalidRight(name)) };
+                let n = i64::from(s.urefs) + i64::from(delta);
+                if n < 0 {
+                    return Err(RightsError::InvalidValue);
+                }
+                if n > i64::from(UREFS_MAX) {
+                    return Err(RightsError::UrefsOverflow(name));
+                }
+                s.urefs = n as u32;
+                if n == 0 {
+                    dropped.push(p.send.take());
+                    if p.recv.is_none() {
+                        true
+                    } else {
+                        false
+                    }
+                } else {
+                    false
+                }
+            }
+            (Entry::Port(p), RightKind::Receive) => {
+                if p.recv.is_none() || !(-1..=0).contains(&delta) {
+                    return Err(if p.recv.is_none() { RightsError::InvalidRight(name) } else { RightsError::InvalidValue });
+                }
+                if delta == 0 {
+                    return Ok(());
+                }
+                let port = p.recv.take().expect("checked");
+                let empty = p.send.is_none();
+                if empty {
+                    t.remove(name)?;
+                } else {
+                    // The name now holds a send right only; keep it findable.
+                }
+                drop(t);
+                self.inner.destroy_receive(port);
+                return Ok(());
+            }
+            (Entry::SendOnce(_), RightKind::SendOnce) => match delta {
+                0 => false,
+                -1 => true,
+                _ => return Err(RightsError::InvalidValue),
+            },
+            (Entry::Dead(n), RightKind::DeadName) => {
+                let v = i64::from(*n) + i64::from(delta);
+                if v < 0 {
+                    return Err(RightsError::InvalidValue);
+                }
+                if v > i64::from(UREFS_MAX) {
+                    return Err(RightsError::UrefsOverflow(name));
+                }
+                *n = v as u32;
+                v == 0
+            }
+            (Entry::Set(_), RightKind::PortSet) => match delta {
+                0 => false,
+                -1 => true,
+                _ => return Err(RightsError::InvalidValue),
+            },
+            _ => return Err(RightsError::InvalidRight(name)),
+        };
+        if remove_name {
+            let e = t.remove(name)?;
+            drop(t);
+            self.inner.drop_entry(e);
+        }
+        Ok(())
+    }
+
+    /// Release one user reference of a send right, a send-once right or a dead name
+    /// (`mach_port_deallocate`).
+    pub fn deallocate(&self, name: Name) -> Result<(), RightsError> {
+        let kind = {
+            let mut t = self.table();
+            self.inner.reap_if_dead(&mut t, name);
+            match t.get(name)? {
+                Entry::Port(p) if p.send.is_some() => RightKind::Send,
+                Entry::SendOnce(_) => RightKind::SendOnce,
+                Entry::Dead(_) => RightKind::DeadName,
+                _ => return Err(RightsError::InvalidRight(name)),
+            }
+        };
+        self.mod_refs(name, kind, -1)
+    }
+
+    /// Destroy every right a name denotes (`mach_port_destroy`).
+    pub fn destroy(&self, name: Name) -> Result<(), RightsError> {
+        let e = self.table().remove(name)?;
+        self.inner.drop_entry(e);
+        Ok(())
+    }
+
+    /// Insert a right taken from this space (named `right`, taken by `disposition`)
+    /// into `target` under the name `name` (`mach_port_insert_right`). With
+    /// `target` this space and `name == right`, `MakeSend` gives a receive right a send
+    /// right under its own name.
+    pub fn insert_right(&self, target: &Space, name: Name, right: Name, disposition: Disposition) -> Result<(), RightsError> {
+        let same = Arc::ptr_eq(&self.inner, &target.inner);
+        if same && name == right && disposition == Disposition::MakeSend {
+            let mut t = self.table();
+            let Entry::Port(p) = t.get_mut(name)? else { return Err(RightsError::InvalidRight(name)) };
+            let Some(port) = p.recv.clone() else { return Err(RightsError::InvalidRight(name)) };
+            let (fd, ident, _) = {
+                let mut st = port.lock();
+                let r = st.send_end()?;
+                st.mscount = st.mscount.wrapping_add(1);
+                r
+            };
+            match &mut p.send {
+                Some(s) => {
+                    if s.urefs >= UREFS_MAX {
+                        return Err(RightsError::UrefsOverflow(name));
+                    }
+                    s.urefs += 1;
+                }
+                None => {
+                    p.send = Some(SendRef { fd, urefs: 1 });
+                    if p.ident.is_none() {
+                        t.set_ident(name, ident);
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let (entry, kind) = self.extract(right, disposition)?;
+        let mut t = target.table();
+        if let Entry::Port(PortEntry { recv: Some(port), .. }) = &entry {
+            port.name.store(name.0, Ordering::Relaxed);
+        }
+        match t.alloc_at(name, entry) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                drop(t);
+                let _ = kind;
+                Err(e)
+            }
+        }
+    }
+
+    /// Take a right out of `source` by `disposition` and give it a new name in this
+    /// space (`mach_port_extract_right`). Returns the name and the kind received.
+    pub fn extract_right(&self, source: &Space, name: Name, disposition: Disposition) -> Result<(Name, RightKind), RightsError> {
+        let (entry, kind) = source.extract(name, disposition)?;
+        let mut t = self.table();
+        let new = match entry {
+            Entry::Port(PortEntry { send: Some(s), recv: None, ident: Some(ident) }) => {
+                let fd = Arc::try_unwrap(s.fd).or_else(|a| sys::dup(a.as_fd()))?;
+                t.insert_send(fd, ident)?
+            }
+            Entry::Port(PortEntry { recv: Some(port), ident, .. }) => t.insert_receive(port, ident)?,
+            other => t.alloc(other)?,
+        };
+        Ok((new, kind))
+    }
+
+    /// Take a right out of this space as an entry of its own (for insert/extract).
+    fn extract(&self, name: Name, disposition: Disposition) -> Result<(Entry, RightKind), RightsError> {
+        let mut t = self.table();
+        self.inner.reap_if_dead(&mut t, name);
+        let entry = t.get_mut(name)?;
+        match (disposition, entry) {
+            (Disposition::CopySend, Entry::Port(p)) => {
+                let s = p.send.as_ref().ok_or(RightsError::InvalidRight(name))?;
+                let e = Entry::Port(PortEntry { send: Some(SendRef { fd: s.fd.clone(), urefs: 1 }), recv: None, ident: p.ident });
+                Ok((e, RightKind::Send))
+            }
+            (Disposition::MoveSend, Entry::Port(p)) => {
+                let s = p.send.as_mut().ok_or(RightsError::InvalidRight(name))?;
+                let fd = s.fd.clone();
+                s.urefs -= 1;
+                let ident = p.ident;
+                if s.urefs == 0 {
+                    p.send = None;
+                    if p.recv.is_none() {
+                        t.remove(name)?;
+                    }
+                }
+                Ok((Entry::Port(PortEntry { send: Some(SendRef { fd, urefs: 1 }), recv: None, ident }), RightKind::Send))
+            }
+            (Disposition::MakeSend, Entry::Port(p)) => {
+                let port = p.recv.clone().ok_or(RightsError::InvalidRight(name))?;
+                let mut st = port.lock();
+                let (fd, ident, _) = st.send_end()?;
+                st.mscount = st.mscount.wrapping_add(1);
+                Ok((Entry::Port(PortEntry { send: Some(SendRef { fd, urefs: 1 }), recv: None, ident: Some(ident) }), RightKind::Send))
+            }
+            (Disposition::MakeSendOnce, Entry::Port(p)) => {
+                let port = p.recv.clone().ok_or(RightsError::InvalidRight(name))?;
+                let (fd, _) = port.lock().send_once_end()?;
+                Ok((Entry::SendOnce(Arc::new(fd)), RightKind::SendOnce))
+            }
+            (Disposition::MoveSendOnce, Entry::SendOnce(_)) => Ok((t.remove(name)?, RightKind::SendOnce)),
+            (Disposition::MoveReceive, Entry::Port(p)) => {
+                let port = p.recv.take().ok_or(RightsError::InvalidRight(name))?;
+                let ident = port.lock().ident;
+                if p.send.is_none() {
+                    t.remove(name)?;
+                }
+                if let Some(set) = port.lock().set.as_ref().and_then(std::sync::Weak::upgrade) {
+                    set.remove(&port);
+                }
+                Ok((Entry::Port(PortEntry { send: None, recv: Some(port), ident }), RightKind::Receive))
+            }
+            _ => Err(RightsError::InvalidRight(name)),
+        }
+    }
+
+    // ----- port sets, attributes, descriptors -----------------------------------------
+
+    /// Move a receive right into a port set, or out of any set with `Name::NULL`
+    /// (`mach_port_move_member`).
+    pub fn move_member(&self, member: Name, set: Name) -> Result<(), RightsError> {
+        let (port, new_set) = {
+            let t = self.table();
+            let port = match t.get(member)? {
+                Entry::Port(PortEntry { recv: Some(p), .. }) => p.clone(),
+                _ => return Err(RightsError::InvalidRight(member)),
+            };
+            let new_set = if set == Name::NULL {
+                None
+            } else {
+                match t.get(set)? {
+                    Entry::Set(s) => Some(s.clone()),
+                    _ => return Err(RightsError::InvalidRight(set)),
+                }
+            };
+            (port, new_set)
+        };
+        let old = port.lock().set.as_ref().and_then(std::sync::Weak::upgrade);
+        if let Some(old) = old {
+            old.remove(&port);
+        }
+        if let Some(s) = new_set {
+            s.add(&port)?;
+        }
+        Ok(())
+    }
+
+    /// The receive rights in a port set.
+    pub fn set_members(&self, set: Name) -> Result<Vec<Name>, RightsError> {
+        match self.table().get(set)? {
+            Entry::Set(s) => Ok(s.member_names()),
+            _ => Err(RightsError::InvalidRight(set)),
+        }
+    }
+
+    /// A receive right's attributes.
+    pub fn port_status(&self, name: Name) -> Result<PortStatus, RightsError> {
+        let port = self.receive_port(name)?;
+        let st = port.lock();
+        Ok(PortStatus {
+            seqno: port.seqno.load(Ordering::Relaxed),
+            mscount: st.mscount,
+            qlimit: st.qlimit,
+            sorights: st.conns.iter().filter(|c| c.once).count() as u32,
+            connections: st.conns.len() as u32,
+            has_send_source: st.send_source.is_some(),
+        })
+    }
+
+    /// Set a receive right's queue limit, in messages (1..=65536). Senders block, or
+    /// fail without waiting, when that many small messages are queued. The limit is
+    /// the kernel's socket buffer, so it counts bytes: large messages fill it sooner.
+    pub fn set_qlimit(&self, name: Name, qlimit: u32) -> Result<(), RightsError> {
+        if qlimit == 0 || qlimit > MAX_QLIMIT {
+            return Err(RightsError::InvalidValue);
+        }
+        let port = self.receive_port(name)?;
+        let mut st = port.lock();
+        if let Some(src) = &st.send_source {
+            sys::set_queue_limit(src.as_fd(), qlimit)?;
+        }
+        st.qlimit = qlimit;
+        Ok(())
+    }
+
+    /// Set the sequence number the next message will get (`mach_port_set_seqno`).
+    pub fn set_seqno(&self, name: Name, seqno: u64) -> Result<(), RightsError> {
+        self.receive_port(name)?.seqno.store(seqno, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A descriptor that is readable when a message is waiting on a receive right or
+    /// port set, for `poll`, `epoll` or an async runtime. Receive with a zero timeout
+    /// when it fires; another thread may have taken the message.
+    pub fn pollable_fd(&self, name: Name) -> Result<OwnedFd, RightsError> {
+        let fd = match self.table().get(name)? {
+            Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                let ep = p.lock().ensure_epoll()?;
+                sys::dup(ep.as_fd())?
+            }
+            Entry::Set(s) => sys::dup(s.ep.as_fd())?,
+            _ => return Err(RightsError::InvalidRight(name)),
+        };
+        Ok(fd)
+    }
+
+    fn receive_port(&self, name: Name) -> Result<Arc<RecvPort>, RightsError> {
+        match self.table().get(name)? {
+            Entry::Port(PortEntry { recv: Some(p), .. }) => Ok(p.clone()),
+            _ => Err(RightsError::InvalidRight(name)),
+        }
+    }
+
+    // ----- notifications --------------------------------------------------------------
+
+    /// Ask for a notification about `name`, to be sent through the right `notify`
+    /// (`mach_port_request_notification`). `notify` is usually a send-once right made
+    /// from a port of this task. `None` cancels the request.
+    ///
+    /// A notification is an ordinary message whose id is a [`NotifyId`] and whose
+    /// in-line data names the right it concerns; its sender is the task that asked for
+    /// it, which is how a receiver tells it from a forgery.
+    pub fn request_notification(&self, name: Name, kind: NotifyKind, notify: Option<PortArg>) -> Result<(), RightsError> {
+        let target = match notify {
+            None => None,
+            Some(arg) => Some(self.notify_target(arg)?),
+        };
+        match kind {
+            NotifyKind::DeadName => {
+                let mut t = self.table();
+                self.inner.reap_if_dead(&mut t, name);
+                let fd = match t.get(name)? {
+                    Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
+                    Entry::SendOnce(fd) => fd.clone(),
+                    Entry::Dead(_) => {
+                        // Already dead: notify at once, as Mach does.
+                        if let Entry::Dead(n) = t.get_mut(name)? {
+                            *n = n.saturating_add(1);
+                        }
+                        drop(t);
+                        if let Some(target) = target {
+                            self.inner.notify(&target, NotifyId::DeadName, name, 0);
+                        }
+                        return Ok(());
+                    }
+                    _ => return Err(RightsError::InvalidRight(name)),
+                };
+                drop(t);
+                let notifier = self.inner.notifier(&self.inner)?;
+                notifier.cancel_dead_name(name);
+                if let Some(target) = target {
+                    notifier.watch_dead_name(name, fd, target)?;
+                }
+                Ok(())
+            }
+            NotifyKind::NoSenders => {
+                let port = self.receive_port(name)?;
+                let notifier = self.inner.notifier(&self.inner)?;
+                {
+                    let mut st = port.lock();
+                    for w in st.ns_watches.drain(..) {
+                        notifier.cancel(w);
+                    }
+                    st.no_senders = None;
+                    let Some(target) = target else { return Ok(()) };
+                    // Let go of the send source: from now on the kernel tells us when
+                    // the last send right anywhere is gone.
+                    st.send_source = None;
+                    st.no_senders = Some(target);
+                    let mains: Vec<Arc<OwnedFd>> = st.conns.iter().filter(|c| !c.once).map(|c| c.fd.clone()).collect();
+                    for fd in mains {
+                        let w = notifier.watch_no_senders(&port, fd)?;
+                        st.ns_watches.push(w);
+                    }
+                }
+                self.inner.check_no_senders(&port);
+                Ok(())
+            }
+            NotifyKind::PortDestroyed => {
+                let port = self.receive_port(name)?;
+                port.lock().port_destroyed = target;
+                Ok(())
+            }
+        }
+    }
+
+    fn notify_target(&self, arg: PortArg) -> Result<NotifyTarget, RightsError> {
+        let (entry, _) = self.extract(arg.name, arg.disposition)?;
+        match entry {
+            Entry::Port(PortEntry { send: Some(s), .. }) => Ok(NotifyTarget { fd: s.fd }),
+            Entry::SendOnce(fd) => Ok(NotifyTarget { fd }),
+            _ => Err(RightsError::InvalidRight(arg.name)),
+        }
+    }
+
+    // ----- messages -------------------------------------------------------------------
+
+    /// Send a message to the port named by `dest` (a send or send-once right; a
+    /// receive right sends to its own port).
+    ///
+    /// Rights in the message are taken by their dispositions only if the send
+    /// succeeds. Out-of-line buffers are moved out of `msg` in every case.
+    pub fn send(&self, dest: Name, msg: &mut Message, opts: SendOptions) -> Result<(), SendError> {
+        self.send_inner(dest, msg, None, opts)
+    }
+
+    /// Send a request and wait for its reply, through a send-once right made for this
+    /// call alone (Mach RPC). `msg.reply` must be empty. If the server destroys the
+    /// reply right without answering (it died, even by `kill -9`), the call ends with
+    /// [`CallError::ServerDied`] instead of hanging.
+    pub fn call(&self, dest: Name, msg: &mut Message, reply: &mut Received, send: SendOptions, recv: ReceiveOptions) -> Result<(), CallError> {
+        if let Some(r) = msg.reply {
+            return Err(CallError::Send(SendError::InvalidRight(r.name)));
+        }
+        let (s, r) = sys::connection().map_err(SendError::Os)?;
+        self.send_inner(dest, msg, Some(s), send)?;
+        let deadline = recv.timeout.map(|t| Instant::now() + t);
+        let mut fds = Vec::new();
+        loop {
+            if deadline.is_some() && !sys::wait_until(r.as_fd(), rustix::event::PollFlags::IN, deadline).map_err(ReceiveError::Os)? {
+                return Err(ReceiveError::TimedOut.into());
+            }
+            fds.clear();
+            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, deadline.is_some()).map_err(ReceiveError::Os)? {
+                RecvOutcome::Empty => continue,
+                RecvOutcome::Zero => {
+                    if sys::hung_up(r.as_fd()) {
+                        return Err(CallError::ServerDied);
+                    }
+                    return Err(self.inner.count_malformed(malformed("empty datagram", None)).into());
+                }
+                RecvOutcome::Datagram { len, creds, truncated } => {
+                    if truncated {
+                        return Err(self.inner.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds))).into());
+                    }
+                    self.inner.decode(self, reply, len, creds, &mut fds, recv.populate_ool)?;
+                    reply.port = Name::NULL;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn send_inner(&self, dest: Name, msg: &mut Message, call_reply: Option<OwnedFd>, opts: SendOptions) -> Result<(), SendError> {
+        let deadline = opts.timeout.map(|t| Instant::now() + t);
+        let mut plan = Plan::default();
+        let dest_fd;
+        {
+            let mut t = self.table();
+            self.inner.reap_if_dead(&mut t, dest);
+            dest_fd = match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
+                Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
+                Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                    let p = p.clone();
+                    let mut st = p.lock();
+                    let (fd, _, _) = st.send_end().map_err(SendError::Os)?;
+                    fd
+                }
+                Entry::SendOnce(_) => {
+                    let e = t.reserve(dest).expect("checked");
+                    let Entry::SendOnce(fd) = &e else { unreachable!() };
+                    let fd = fd.clone();
+                    plan.undo.push(Undo::Restore(dest, e));
+                    plan.commit.push(Commit::Release(dest));
+                    fd
+                }
+                _ => return Err(SendError::InvalidDest(dest)),
+            };
+            let result = (|| {
+                if let Some(fd) = call_reply {
+                    plan.owned.push(fd);
+                    plan.order.push(FdRef::Owned(plan.owned.len() - 1));
+                    plan.reply = Some(ReplyKind::SendOnce);
+                } else if let Some(r) = msg.reply {
+                    let kind = self.resolve_arg(&mut t, r, &mut plan)?;
+                    plan.reply = Some(match kind {
+                        Descriptor::Send => ReplyKind::Send,
+                        Descriptor::SendOnce => ReplyKind::SendOnce,
+                        _ => return Err(SendError::InvalidRight(r.name)),
+                    });
+                }
+                for &p in &msg.ports {
+                    let d = self.resolve_arg(&mut t, p, &mut plan)?;
+                    plan.descriptors.push(d);
+                }
+                Ok(())
+            })();
+            if let Err(e) = result {
+                self.inner.undo(&mut t, std::mem::take(&mut plan.undo));
+                return Err(e);
+            }
+        }
+        let result = self.transmit(&dest_fd, msg, &mut plan, deadline);
+        let mut t = self.table();
+        match result {
+            Ok(()) => {
+                let commits = std::mem::take(&mut plan.commit);
+                drop(plan);
+                self.inner.commit(&mut t, commits);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, SendError::InvalidDest(_)) {
+                    self.inner.make_dead(&mut t, dest, &dest_fd);
+                }
+                self.inner.undo(&mut t, std::mem::take(&mut plan.undo));
+                Err(match e {
+                    SendError::InvalidDest(_) => SendError::InvalidDest(dest),
+                    e => e,
+                })
+            }
+        }
+    }
+
+    /// Build the datagram and hand it to the kernel.
+    fn transmit(&self, dest: &Arc<OwnedFd>, msg: &mut Message, plan: &mut Plan, deadline: Option<Instant>) -> Result<(), SendError> {
+        // Out-of-line regions: give up the mapping, seal, send the memfd.
+        for buf in msg.ool.drain(..) {
+            let (fd, len) = buf.seal()?;
+            plan.owned.push(fd);
+            plan.descriptors.push(Descriptor::Ool { len });
+        }
+        let ool_count = plan.descriptors.iter().filter(|d| matches!(d, Descriptor::Ool { .. })).count();
+        let first_ool_owned = plan.owned.len() - ool_count;
+        let mut big: Option<OwnedFd> = None;
+        let mut big_len = 0u64;
+        if msg.data.len() > INLINE_DATAGRAM_MAX {
+            let (fd, len) = big_inline(&msg.data)?;
+            big = Some(fd);
+            big_len = len;
+        }
+        loop {
+            let inline: &[u8] = if big.is_some() { &[] } else { &msg.data };
+            let mut head = [0u8; HEAD_MAX];
+            let reply_kind = plan.reply.unwrap_or(ReplyKind::None);
+            let (_, n) = Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, &mut head)?;
+            // File descriptors in wire order: reply, big memfd, then descriptors'.
+            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(plan.order.len() + ool_count + 1);
+            let mut order = plan.order.iter();
+            if plan.reply.is_some() {
+                fds.push(plan.fd(*order.next().expect("reply fd")));
+            }
+            if let Some(b) = &big {
+                fds.push(b.as_fd());
+            }
+            fds.extend(order.map(|r| plan.fd(*r)));
+            fds.extend(plan.owned[first_ool_owned..].iter().map(|f| f.as_fd()));
+            let bufs = [IoSlice::new(&head[..n]), IoSlice::new(inline)];
+            match sys::send(dest.as_fd(), &bufs, &fds, deadline)? {
+                SendOutcome::Sent => return Ok(()),
+                SendOutcome::WouldBlock => return Err(SendError::TimedOut),
+                SendOutcome::Dead => return Err(SendError::InvalidDest(Name::NULL)),
+                SendOutcome::TooLarge if big.is_none() && !msg.data.is_empty() => {
+                    // The port's buffer is smaller than this datagram: carry the
+                    // in-line data in a memfd instead.
+                    let (fd, len) = big_inline(&msg.data)?;
+                    big = Some(fd);
+                    big_len = len;
+                }
+                SendOutcome::TooLarge => return Err(SendError::Os(rustix::io::Errno::MSGSIZE)),
+            }
+        }
+    }
+
+    /// Resolve one right named in a message by its disposition.
+    fn resolve_arg(&self, t: &mut Table, arg: PortArg, plan: &mut Plan) -> Result<Descriptor, SendError> {
+        let name = arg.name;
+        let bad = || SendError::InvalidRight(name);
+        self.inner.reap_if_dead(t, name);
+        let entry = t.get_mut(name).map_err(|_| bad())?;
+        match (arg.disposition, entry) {
+            (Disposition::CopySend, Entry::Port(PortEntry { send: Some(s), .. })) => {
+                plan.push_shared(s.fd.clone());
+                Ok(Descriptor::Send)
+            }
+            (Disposition::MoveSend, Entry::Port(PortEntry { send: Some(s), .. })) => {
+                plan.push_shared(s.fd.clone());
+                plan.commit.push(Commit::DropSendUref(name));
+                Ok(Descriptor::Send)
+            }
+            (Disposition::MakeSend, Entry::Port(PortEntry { recv: Some(p), .. })) => {
+                let p = p.clone();
+                let (fd, _, new_conn) = p.lock().send_end().map_err(SendError::Os)?;
+                if let Some(c) = new_conn {
+                    plan.undo.push(Undo::RemoveConn(p.clone(), c));
+                }
+                plan.push_shared(fd);
+                plan.commit.push(Commit::MadeSend(p));
+                Ok(Descriptor::Send)
+            }
+            (Disposition::MakeSendOnce, Entry::Port(PortEntry { recv: Some(p), .. })) => {
+                let p = p.clone();
+                let (fd, conn) = p.lock().send_once_end().map_err(SendError::Os)?;
+                plan.undo.push(Undo::RemoveConn(p, conn));
+                plan.owned.push(fd);
+                plan.order.push(FdRef::Owned(plan.owned.len() - 1));
+                Ok(Descriptor::SendOnce)
+            }
+            (Disposition::MoveSendOnce, Entry::SendOnce(_)) => {
+                let e = t.reserve(name).map_err(|_| bad())?;
+                let Entry::SendOnce(fd) = &e else { unreachable!() };
+                plan.push_shared(fd.clone());
+                plan.undo.push(Undo::Restore(name, e));
+                plan.commit.push(Commit::Release(name));
+                Ok(Descriptor::SendOnce)
+            }
+            (Disposition::MoveReceive, Entry::Port(PortEntry { recv: Some(p), .. })) => {
+                let p = p.clone();
+                if let Some(set) = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade) {
+                    set.remove(&p);
+                }
+                let packed = p.lock().pack(p.seqno.load(Ordering::Relaxed));
+                let info = packed.info;
+                for fd in &packed.fds {
+                    plan.push_shared(fd.clone());
+                }
+                plan.undo.push(Undo::Unpack(p.clone(), packed));
+                plan.commit.push(Commit::Moved(p));
+                Ok(Descriptor::Receive(info))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// Receive a message from a receive right or port set.
+    ///
+    /// A malformed message is destroyed (its descriptors closed, nothing inserted),
+    /// counted, and reported as [`ReceiveError::Malformed`]; receiving again goes on
+    /// with the next message.
+    pub fn receive(&self, name: Name, into: &mut Received, opts: ReceiveOptions) -> Result<(), ReceiveError> {
+        let deadline = opts.timeout.map(|t| Instant::now() + t);
+        enum Source {
+            Port(Arc<RecvPort>),
+            Set(Arc<PortSet>),
+        }
+        let src = match self.table().get(name) {
+            Ok(Entry::Port(PortEntry { recv: Some(p), .. })) => Source::Port(p.clone()),
+            Ok(Entry::Set(s)) => Source::Set(s.clone()),
+            _ => return Err(ReceiveError::InvalidName(name)),
+        };
+        match src {
+            Source::Port(p) => self.inner.receive_port(self, &p, into, deadline, opts),
+            Source::Set(s) => loop {
+                let mut events = Vec::with_capacity(1);
+                let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
+                match epoll::wait(&s.ep, rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
+                    Ok(_) => {}
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(ReceiveError::Os(e)),
+                }
+                let Some(ev) = events.first() else {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(ReceiveError::TimedOut);
+                    }
+                    continue;
+                };
+                let id = ev.data.u64();
+                let Some(port) = s.member(id) else { continue };
+                match self.inner.receive_port(self, &port, into, Some(Instant::now()), opts) {
+                    Err(ReceiveError::TimedOut) | Err(ReceiveError::PortDied) => continue,
+                    other => return other,
+                }
+            },
+        }
+    }
+
+    // ----- bootstrap ------------------------------------------------------------------
+
+    /// Give a child process, about to be spawned by `cmd`, a send right to the port
+    /// named `name` as its bootstrap port (made from a receive right, or copied from a
+    /// send right). The child finds it with [`Space::take_bootstrap`].
+    pub fn give_bootstrap(&self, cmd: &mut std::process::Command, name: Name) -> Result<(), RightsError> {
+        use std::os::unix::process::CommandExt;
+        let fd = {
+            let mut t = self.table();
+            match t.get_mut(name)? {
+                Entry::Port(PortEntry { send: Some(s), .. }) => sys::dup(s.fd.as_fd())?,
+                Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                    let mut st = p.lock();
+                    let (fd, _, _) = st.send_end()?;
+                    st.mscount = st.mscount.wrapping_add(1);
+                    sys::dup(fd.as_fd())?
+                }
+                _ => return Err(RightsError::InvalidRight(name)),
+            }
+        };
+        cmd.env(crate::BOOTSTRAP_ENV, crate::BOOTSTRAP_FD.to_string());
+        // SAFETY: the closure runs in the child between fork and exec and calls only
+        // dup2 and fcntl, which are async-signal-safe (signal-safety(7)). `fd` is owned
+        // by the closure, so it is open in the parent (and thus in the child) until the
+        // Command is dropped.
+        unsafe {
+            cmd.pre_exec(move || {
+                let raw = fd.as_raw_fd();
+                if raw == crate::BOOTSTRAP_FD {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, crate::BOOTSTRAP_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+
+    /// In a child spawned with [`Space::give_bootstrap`]: take the inherited send
+    /// right into this space. `None` if this process was not given one. Call it early,
+    /// before other threads read the environment.
+    pub fn take_bootstrap(&self) -> Result<Option<Name>, RightsError> {
+        let Ok(v) = std::env::var(crate::BOOTSTRAP_ENV) else { return Ok(None) };
+        std::env::remove_var(crate::BOOTSTRAP_ENV);
+        let raw: i32 = v.parse().map_err(|_| RightsError::InvalidValue)?;
+        if raw < 0 {
+            return Err(RightsError::InvalidValue);
+        }
+        // SAFETY: the descriptor number was handed to us by our parent for us to own;
+        // we check below that it is open and is a port socket before using it.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(raw) };
+        if rustix::io::fcntl_getfd(borrowed).is_err() || !sys::is_port_socket(borrowed) {
+            return Err(RightsError::InvalidValue);
+        }
+        // Take ownership through a close-on-exec duplicate, and close the inherited number.
+        let fd = rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?;
+        // SAFETY: `raw` is ours (see above) and nothing else refers to it.
+        drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+        let ident = sys::identity(fd.as_fd())?;
+        Ok(Some(self.table().insert_send(fd, ident)?))
+    }
+
+    /// Insert a send right from a raw socket descriptor received outside ictus
+    /// (for example from the name server's well-known socket). The descriptor is
+    /// checked to be a port socket.
+    pub fn insert_send_fd(&self, fd: OwnedFd) -> Result<Name, RightsError> {
+        if !sys::is_port_socket(fd.as_fd()) {
+            return Err(RightsError::InvalidValue);
+        }
+        let ident = sys::identity(fd.as_fd())?;
+        self.table().insert_send(fd, ident)
+    }
+
+    /// A duplicate of the descriptor behind a send right (or a new send right made
+    /// from a receive right), to hand to a process outside ictus's messages.
+    pub fn send_right_fd(&self, name: Name) -> Result<OwnedFd, RightsError> {
+        let mut t = self.table();
+        match t.get_mut(name)? {
+            Entry::Port(PortEntry { send: Some(s), .. }) => Ok(sys::dup(s.fd.as_fd())?),
+            Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                let mut st = p.lock();
+                let (fd, _, _) = st.send_end()?;
+                st.mscount = st.mscount.wrapping_add(1);
+                Ok(sys::dup(fd.as_fd())?)
+            }
+            _ => Err(RightsError::InvalidRight(name)),
+        }
+    }
+}
+
+fn big_inline(data: &[u8]) -> Result<(OwnedFd, u64), SendError> {
+    if data.len() as u64 > ictus_abi::BIG_INLINE_MAX {
+        return Err(SendError::Invalid(ictus_abi::DecodeError::BadBigInline(data.len() as u64)));
+    }
+    let fd = sys::memfd(data.len())?;
+    let mut off = 0;
+    while off < data.len() {
+        match rustix::io::pwrite(&fd, &data[off..], off as u64) {
+            Ok(0) => return Err(SendError::Os(rustix::io::Errno::IO)),
+            Ok(n) => off += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(SendError::Os(e)),
+        }
+    }
+    sys::seal(fd.as_fd())?;
+    Ok((fd, data.len() as u64))
+}
+
+fn to_creds(c: rustix::net::UCred) -> Credentials {
+    Credentials {
+        pid: rustix::process::Pid::as_raw(Some(c.pid)) as u32,
+        uid: c.uid.as_raw(),
+        gid: c.gid.as_raw(),
+    }
+}
+
+impl Plan {
+    fn push_shared(&mut self, fd: Arc<OwnedFd>) {
+        self.fds.push(fd);
+        self.order.push(FdRef::Shared(self.fds.len() - 1));
+    }
+
+    fn fd(&self, r: FdRef) -> BorrowedFd<'_> {
+        match r {
+            FdRef::Shared(i) => self.fds[i].as_fd(),
+            FdRef::Owned(i) => self.owned[i].as_fd(),
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn notifier(&self, me: &Arc<Inner>) -> Result<&Notifier, RightsError> {
+        if let Some(n) = self.notifier.get() {
+            return Ok(n);
+        }
+        let n = Notifier::start(Arc::downgrade(me))?;
+        // If another thread won the race, ours is dropped and its thread ends.
+        let _ = self.notifier.set(n);
+        Ok(self.notifier.get().expect("set above"))
+    }
+
+    fn count_malformed(&self, e: ReceiveError) -> ReceiveError {
+        self.malformed.fetch_add(1, Ordering::Relaxed);
+        e
+    }
+
+    /// If the send or send-once right under `name` has lost its port, turn the name
+    /// into a dead name.
+    fn reap_if_dead(&self, t: &mut Table, name: Name) {
+        let fd = match t.get(name) {
+            Ok(Entry::Port(PortEntry { send: Some(s), recv: None, .. })) => s.fd.clone(),
+            Ok(Entry::SendOnce(fd)) => fd.clone(),
+            _ => return,
+        };
+        if sys::hung_up(fd.as_fd()) {
+            self.make_dead(t, name, &fd);
+        }
+    }
+
+    /// Turn the send or send-once right `name` (if it still holds `fd`) into a dead name.
+    pub(crate) fn make_dead(&self, t: &mut Table, name: Name, fd: &Arc<OwnedFd>) -> bool {
+        let urefs = match t.get(name) {
+            Ok(Entry::Port(PortEntry { send: Some(s), recv: None, .. })) if Arc::ptr_eq(&s.fd, fd) => s.urefs,
+            Ok(Entry::SendOnce(f)) if Arc::ptr_eq(f, fd) => 1,
+            Ok(Entry::Dead(_)) => return true,
+            _ => return false,
+        };
+        t.forget_ident(name);
+        if let Ok(e) = t.get_mut(name) {
+            *e = Entry::Dead(urefs);
+        }
+        true
+    }
+
+    fn undo(&self, t: &mut Table, undo: Vec<Undo>) {
+        for u in undo.into_iter().rev() {
+            match u {
+                Undo::Restore(name, e) => t.restore(name, e),
+                Undo::RemoveConn(p, id) => {
+                    p.lock().remove_conn(id);
+                }
+                Undo::Unpack(p, packed) => {
+                    p.lock().unpack(packed);
+                    // Put it back in its set, if it had one.
+                }
+            }
+        }
+    }
+
+    fn commit(&self, t: &mut Table, commits: Vec<Commit>) {
+        let mut dropped = Vec::new();
+        for c in commits {
+            match c {
+                Commit::Release(name) => t.release(name),
+                Commit::DropSendUref(name) => {
+                    if let Ok(Entry::Port(p)) = t.get_mut(name) {
+                        if let Some(s) = p.send.as_mut() {
+                            s.urefs = s.urefs.saturating_sub(1);
+                            if s.urefs == 0 {
+                                dropped.push(p.send.take());
+                                if p.recv.is_none() {
+                                    if let Ok(e) = t.remove(name) {
+                                        dropped.push(None);
+                                        drop(e);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Commit::MadeSend(p) => {
+                    let mut st = p.lock();
+                    st.mscount = st.mscount.wrapping_add(1);
+                }
+                Commit::Moved(p) => {
+                    let name = p.name();
+                    if let Ok(Entry::Port(e)) = t.get_mut(name) {
+                        if e.recv.as_ref().is_some_and(|r| Arc::ptr_eq(r, &p)) {
+                            e.recv = None;
+                            if e.send.is_none() {
+                                let _ = t.remove(name);
+                            }
+                        }
+                    }
+                    self.cancel_port_watches(&p);
+                }
+            }
+        }
+    }
+
+    fn cancel_port_watches(&self, p: &RecvPort) {
+        let watches: Vec<u64> = p.lock().ns_watches.drain(..).collect();
+        if let Some(n) = self.notifier.get() {
+            for w in watches {
+                n.cancel(w);
+            }
+        }
+    }
+
+    /// Release what an entry held.
+    fn drop_entry(&self, e: Entry) {
+        match e {
+            Entry::Port(PortEntry { recv: Some(p), .. }) => self.destroy_receive(p),
+            Entry::Set(s) => {
+                let members: Vec<Arc<RecvPort>> = s
+                    .members
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .filter_map(std::sync::Weak::upgrade)
+                    .collect();
+                for m in members {
+                    s.remove(&m);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Destroy a receive right: unless a port-destroyed request hands it on, close
+    /// every connection, so every sender's right becomes a dead name.
+    pub(crate) fn destroy_receive(&self, p: Arc<RecvPort>) {
+        if let Some(set) = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade) {
+            set.remove(&p);
+        }
+        self.cancel_port_watches(&p);
+        let (target, packed) = {
+            let mut st = p.lock();
+            let target = st.port_destroyed.take();
+            st.no_senders = None;
+            let packed = st.pack(p.seqno.load(Ordering::Relaxed));
+            (target, packed)
+        };
+        if let Some(target) = target {
+            let name = p.name();
+            let fds: Vec<BorrowedFd<'_>> = packed.fds.iter().map(|f| f.as_fd()).collect();
+            self.send_raw(&target.fd, NotifyId::PortDestroyed.id(), &NotifyId::body(name, 0), &[Descriptor::Receive(packed.info)], &fds);
+        }
+        drop(packed);
+    }
+
+    /// Send a small message built here (notifications), waiting at most a second.
+    fn send_raw(&self, dest: &OwnedFd, id: i32, body: &[u8], descs: &[Descriptor], fds: &[BorrowedFd<'_>]) -> bool {
+        let mut head = [0u8; HEAD_MAX];
+        let Ok((_, n)) = Datagram::encode_head(id, ReplyKind::None, descs, body.len(), 0, &mut head) else { return false };
+        let bufs = [IoSlice::new(&head[..n]), IoSlice::new(body)];
+        let deadline = Some(Instant::now() + std::time::Duration::from_secs(1));
+        matches!(sys::send(dest.as_fd(), &bufs, fds, deadline), Ok(SendOutcome::Sent))
+    }
+
+    pub(crate) fn notify(&self, target: &NotifyTarget, id: NotifyId, name: Name, count: u32) {
+        self.send_raw(&target.fd, id.id(), &NotifyId::body(name, count), &[], &[]);
+    }
+
+    /// Send the no-senders notification if it is armed and no send right remains.
+    pub(crate) fn check_no_senders(&self, p: &Arc<RecvPort>) {
+        let fire = {
+            let mut st = p.lock();
+            if st.no_senders.is_some() && !st.dead && st.no_senders_now() {
+                let watches: Vec<u64> = st.ns_watches.drain(..).collect();
+                Some((st.no_senders.take().expect("checked"), st.mscount, watches))
+            } else {
+                None
+            }
+        };
+        if let Some((target, mscount, watches)) = fire {
+            if let Some(n) = self.notifier.get() {
+                for w in watches {
+                    n.cancel(w);
+                }
+            }
+            self.notify(&target, NotifyId::NoSenders, p.name(), mscount);
+        }
+    }
+
+    /// Called by the notifier when a watched send right's port died.
+    pub(crate) fn dead_name_event(&self, name: Name, fd: &Arc<OwnedFd>, target: NotifyTarget) {
+        let notify = {
+            let mut t = self.table();
+            if self.make_dead(&mut t, name, fd) {
+                if let Ok(Entry::Dead(n)) = t.get_mut(name) {
+                    // The notification carries a dead-name reference, as in Mach.
+                    *n = n.saturating_add(1);
+                }
+                true
+            } else {
+                false
+            }
+        };
+        if notify {
+            self.notify(&target, NotifyId::DeadName, name, 0);
+        }
+    }
+
+    fn receive_port(&self, space: &Space, p: &Arc<RecvPort>, rcv: &mut Received, deadline: Option<Instant>, opts: ReceiveOptions) -> Result<(), ReceiveError> {
+        let mut fds = Vec::new();
+        let mut events = Vec::with_capacity(1);
+        loop {
+            // Choose how to wait: straight on the main connection when it is the only
+            // one and a doorbell can reach it; otherwise through the port's epoll.
+            let direct = {
+                let mut st = p.lock();
+                if st.dead {
+                    return Err(ReceiveError::PortDied);
+                }
+                if st.conns.len() == 1 && !st.conns[0].once && st.send_source.is_some() {
+                    Ok((st.conns[0].fd.clone(), st.conns[0].id, false))
+                } else {
+                    Err(st.ensure_epoll()?)
+                }
+            };
+            let (fd, cid, once, nonblocking) = match direct {
+                Ok((fd, cid, once)) => {
+                    if deadline.is_some() && !sys::wait_until(fd.as_fd(), rustix::event::PollFlags::IN, deadline)? {
+                        return Err(ReceiveError::TimedOut);
+                    }
+                    (fd, cid, once, deadline.is_some())
+                }
+                Err(ep) => {
+                    events.clear();
+                    let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
+                    match epoll::wait(ep.as_fd(), rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
+                        Ok(_) => {}
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(e) => return Err(ReceiveError::Os(e)),
+                    }
+                    let Some(ev) = events.first() else {
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            return Err(ReceiveError::TimedOut);
+                        }
+                        continue;
+                    };
+                    let cid = ev.data.u64();
+                    let Some((fd, once)) = p.lock().conn(cid) else { continue };
+                    (fd, cid, once, true)
+                }
+            };
+            fds.clear();
+            match sys::recv(fd.as_fd(), &mut rcv.buf, &mut fds, nonblocking)? {
+                RecvOutcome::Empty => continue,
+                RecvOutcome::Zero => {
+                    if !sys::hung_up(fd.as_fd()) {
+                        return Err(self.count_malformed(malformed("empty datagram", None)));
+                    }
+                    p.lock().remove_conn(cid);
+                    if once {
+                        // A send-once right died unused: the send-once notification.
+                        rcv.reset();
+                        rcv.id = NotifyId::SendOnce.id();
+                        rcv.seqno = p.seqno.fetch_add(1, Ordering::Relaxed);
+                        rcv.sender = self.me;
+                        rcv.port = p.name();
+                        let body = NotifyId::body(p.name(), 0);
+                        rcv.buf[..8].copy_from_slice(&body);
+                        rcv.data_start = 0;
+                        rcv.data_end = 8;
+                        return Ok(());
+                    }
+                    self.check_no_senders(p);
+                    continue;
+                }
+                RecvOutcome::Datagram { len, creds, truncated } => {
+                    if once {
+                        // Read at most once: closing the connection makes the kernel
+                        // refuse anything more sent on this send-once right.
+                        p.lock().remove_conn(cid);
+                    }
+                    if !once && len == 1 && rcv.buf[0] == DOORBELL && fds.is_empty() {
+                        continue;
+                    }
+                    if truncated {
+                        return Err(self.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds))));
+                    }
+                    let seqno = p.seqno.fetch_add(1, Ordering::Relaxed);
+                    self.decode(space, rcv, len, creds, &mut fds, opts.populate_ool)?;
+                    rcv.seqno = seqno;
+                    rcv.port = p.name();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Validate a received datagram and its descriptors, then insert its rights.
+    /// Nothing is inserted unless everything is valid.
+    fn decode(&self, space: &Space, rcv: &mut Received, len: usize, creds: Option<rustix::net::UCred>, fds: &mut Vec<OwnedFd>, populate: bool) -> Result<(), ReceiveError> {
+        let sender = creds.map(to_creds);
+        let fail = |why: String| self.count_malformed(malformed(why, sender));
+        let sender = sender.ok_or_else(|| fail("no sender credentials".into()))?;
+        let dg = Datagram::parse(&rcv.buf[..len], fds.len()).map_err(|e| fail(e.to_string()))?;
+        // Check every descriptor before using any.
+        let mut idents: Vec<Option<Ident>> = Vec::with_capacity(fds.len());
+        let mut i = 0;
+        let check_port = |fd: &OwnedFd, idents: &mut Vec<Option<Ident>>| -> Result<(), String> {
+            if !sys::is_port_socket(fd.as_fd()) {
+                return Err("a right is not a port socket".into());
+            }
+            idents.push(Some(sys::identity(fd.as_fd()).map_err(|e| e.to_string())?));
+            Ok(())
+        };
+        if dg.header.reply != ReplyKind::None {
+            check_port(&fds[i], &mut idents).map_err(&fail)?;
+            i += 1;
+        }
+        if dg.header.big_len != 0 {
+            sys::check_sealed_memfd(fds[i].as_fd(), dg.header.big_len).map_err(|e| fail(e.into()))?;
+            idents.push(None);
+            i += 1;
+        }
+        for d in &dg.descriptors {
+            match d {
+                Descriptor::Send | Descriptor::SendOnce => {
+                    check_port(&fds[i], &mut idents).map_err(&fail)?;
+                    i += 1;
+                }
+                Descriptor::Receive(info) => {
+                    for _ in 0..info.nfds() {
+                        check_port(&fds[i], &mut idents).map_err(&fail)?;
+                        i += 1;
+                    }
+                }
+                Descriptor::Ool { len } => {
+                    sys::check_sealed_memfd(fds[i].as_fd(), *len).map_err(|e| fail(e.into()))?;
+                    idents.push(None);
+                    i += 1;
+                }
+            }
+        }
+        let header = dg.header;
+        let descriptors = dg.descriptors.clone();
+        let inline_start = len - dg.inline.len();
+        // Work that can fail, before any right is inserted.
+        let mut taken: std::vec::IntoIter<OwnedFd> = std::mem::take(fds).into_iter();
+        let reply_fd = (header.reply != ReplyKind::None).then(|| taken.next().expect("counted"));
+        let mut ool = Vec::new();
+        let mut rights: Vec<(Descriptor, Vec<OwnedFd>)> = Vec::new();
+        rcv.reset();
+        if header.big_len != 0 {
+            let fd = taken.next().expect("counted");
+            read_all(&fd, header.big_len as usize, &mut rcv.big).map_err(|e| fail(format!("reading big in-line data: {e}")))?;
+            rcv.is_big = true;
+        } else {
+            rcv.data_start = inline_start;
+            rcv.data_end = len;
+        }
+        for d in &descriptors {
+            let mut v: Vec<OwnedFd> = Vec::with_capacity(d.nfds());
+            for _ in 0..d.nfds() {
+                v.push(taken.next().expect("counted"));
+            }
+            match d {
+                Descriptor::Ool { len } => {
+                    let region = OolRegion::map(v.pop().expect("one"), *len, populate).map_err(|e| fail(format!("mapping out-of-line memory: {e}")))?;
+                    ool.push(region);
+                }
+                _ => rights.push((*d, v)),
+            }
+        }
+        // Insert rights.
+        let mut ident_iter = idents.into_iter();
+        let mut t = space.table();
+        if let Some(fd) = reply_fd {
+            let ident = ident_iter.next().flatten().expect("checked");
+            let r = match header.reply {
+                ReplyKind::Send => t.insert_send(fd, ident).map(|n| ReceivedRight { name: n, kind: RightKind::Send }),
+                _ => t.alloc(Entry::SendOnce(Arc::new(fd))).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }),
+            };
+            rcv.reply = r.ok();
+        }
+        if header.big_len != 0 {
+            ident_iter.next();
+        }
+        let mut ports = Vec::new();
+        for d in &descriptors {
+            match d {
+                Descriptor::Ool { .. } => {
+                    ident_iter.next();
+                }
+                Descriptor::Send => {
+                    let ident = ident_iter.next().flatten().expect("checked");
+                    let fd = rights.remove(0).1.pop().expect("one");
+                    if let Ok(n) = t.insert_send(fd, ident) {
+                        ports.push(ReceivedRight { name: n, kind: RightKind::Send });
+                    }
+                }
+                Descriptor::SendOnce => {
+                    ident_iter.next();
+                    let fd = rights.remove(0).1.pop().expect("one");
+                    if let Ok(n) = t.alloc(Entry::SendOnce(Arc::new(fd))) {
+                        ports.push(ReceivedRight { name: n, kind: RightKind::SendOnce });
+                    }
+                }
+                Descriptor::Receive(info) => {
+                    let mut ids: Vec<Ident> = Vec::new();
+                    for _ in 0..info.nfds() {
+                        ids.push(ident_iter.next().flatten().expect("checked"));
+                    }
+                    let fds = rights.remove(0).1;
+                    let mut it = fds.into_iter().map(Arc::new);
+                    let (send_source, ident) = if info.has_send_source {
+                        (it.next(), ids.first().copied())
+                    } else {
+                        (None, None)
+                    };
+                    let mut conns = Vec::new();
+                    for (k, fd) in it.enumerate() {
+                        let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);
+                        conns.push((fd, k >= usize::from(info.main_conns)));
+                    }
+                    let port = RecvPort::from_parts(send_source, ident, conns, info.seqno, info.mscount, info.qlimit.min(MAX_QLIMIT));
+                    if let Ok(n) = t.insert_receive(port, ident) {
+                        ports.push(ReceivedRight { name: n, kind: RightKind::Receive });
+                    }
+                }
+            }
+        }
+        drop(t);
+        rcv.id = header.id;
+        rcv.sender = sender;
+        rcv.ports = ports;
+        rcv.ool = ool;
+        Ok(())
+    }
+}
+
+fn read_all(fd: &OwnedFd, len: usize, out: &mut Vec<u8>) -> rustix::io::Result<()> {
+    out.clear();
+    out.resize(len, 0);
+    let mut off = 0;
+    while off < len {
+        match rustix::io::pread(fd, &mut out[off..], off as u64) {
+            Ok(0) => return Err(rustix::io::Errno::IO),
+            Ok(n) => off += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! The thin shell over Linux: sockets, descriptor passing, memfds, polling.
+//!
+//! Everything the nucleus asks of the kernel goes through this module, so the rest of
+//! the crate is plain Rust over owned descriptors.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use ictus_abi::MAX_FDS;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType, UCred,
+};
+
+/// Kernel send-buffer bytes allowed per queued message when a queue limit is set.
+/// A small datagram costs about this much of `sk_sndbuf` (its `skb` truesize).
+pub(crate) const BYTES_PER_QUEUED_MESSAGE: usize = 2048;
+
+/// Create one connection: `(send end, receive end)` of a `SOCK_SEQPACKET` socketpair.
+/// The receive end asks for the sender's credentials on every message.
+///
+/// # References
+/// - [`socketpair(2)`](https://man7.org/linux/man-pages/man2/socketpair.2.html)
+/// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SO_PASSCRED`
+pub(crate) fn connection() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
+    let (s, r) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::sockopt::set_socket_passcred(&r, true)?;
+    Ok((s, r))
+}
+
+/// Set the byte budget of a connection's queue from a limit in messages.
+pub(crate) fn set_queue_limit(send_end: BorrowedFd<'_>, qlimit: u32) -> rustix::io::Result<()> {
+    // The kernel doubles what it is given (socket(7), SO_SNDBUF), so give half.
+    let bytes = (qlimit as usize).saturating_mul(BYTES_PER_QUEUED_MESSAGE) / 2;
+    rustix::net::sockopt::set_socket_send_buffer_size(send_end, bytes.max(1))
+}
+
+/// Check that an untrusted descriptor is an `AF_UNIX` `SOCK_SEQPACKET` socket, the only
+/// kind of object that can stand for a port.
+pub(crate) fn is_port_socket(fd: BorrowedFd<'_>) -> bool {
+    matches!(rustix::net::sockopt::socket_type(fd), Ok(SocketType::SEQPACKET))
+        && matches!(rustix::net::sockopt::socket_domain(fd), Ok(AddressFamily::UNIX))
+}
+
+/// The kernel's identity of a socket: the device and inode of its file. Every
+/// descriptor for the same send end, in any process, has the same identity.
+pub(crate) fn identity(fd: BorrowedFd<'_>) -> rustix::io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Outcome of a send attempt.
+pub(crate) enum SendOutcome {
+    Sent,
+    /// The queue is full and the caller asked not to wait, or the wait timed out.
+    WouldBlock,
+    /// The receive end is gone: the port is dead.
+    Dead,
+    /// The datagram is larger than the connection's buffer can ever hold.
+    TooLarge,
+}
+
+/// Send one datagram with descriptors, waiting while the queue is full until
+/// `deadline` (`None`: forever; a past deadline: do not wait).
+///
+/// The send end's file status flags are shared with every task holding the right, so
+/// blocking is never taken from `O_NONBLOCK`: each call passes `MSG_DONTWAIT` and waits
+/// in `poll` itself.
+pub(crate) fn send(
+    fd: BorrowedFd<'_>,
+    bufs: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+    deadline: Option<Instant>,
+) -> rustix::io::Result<SendOutcome> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    loop {
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(Errno::TOOMANYREFS);
+        }
+        match rustix::net::sendmsg(fd, bufs, &mut control, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            Ok(_) => return Ok(SendOutcome::Sent),
+            Err(Errno::AGAIN) => {
+                if !wait_until(fd, PollFlags::OUT, deadline)? {
+                    return Ok(SendOutcome::WouldBlock);
+                }
+            }
+            Err(Errno::INTR) => {}
+            Err(Errno::PIPE | Errno::CONNREFUSED | Errno::CONNRESET | Errno::NOTCONN) => {
+                return Ok(SendOutcome::Dead)
+            }
+            Err(Errno::MSGSIZE) => return Ok(SendOutcome::TooLarge),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Wait until `fd` is ready for `what` or has hung up. Returns false on time-out.
+pub(crate) fn wait_until(
+    fd: BorrowedFd<'_>,
+    what: PollFlags,
+    deadline: Option<Instant>,
+) -> rustix::io::Result<bool> {
+    loop {
+        let timeout = match deadline {
+            None => None,
+            Some(d) => Some(timespec(d.saturating_duration_since(Instant::now()))),
+        };
+        let mut pfd = [PollFd::new(&fd, what)];
+        match poll(&mut pfd, timeout.as_ref()) {
+            Ok(0) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(false);
+                }
+            }
+            Ok(_) => return Ok(true),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether a connection end has hung up (its peer end is closed everywhere).
+pub(crate) fn hung_up(fd: BorrowedFd<'_>) -> bool {
+    let mut pfd = [PollFd::new(&fd, PollFlags::empty())];
+    matches!(poll(&mut pfd, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+        && pfd[0].revents().contains(PollFlags::HUP)
+}
+
+pub(crate) fn timespec(d: Duration) -> Timespec {
+    Timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    }
+}
+
+/// What one receive call produced.
+pub(crate) enum RecvOutcome {
+    /// A datagram of this many bytes, with its descriptors and the sender's
+    /// credentials; `truncated` if it (or its descriptors) did not fit.
+    Datagram { len: usize, creds: Option<UCred>, truncated: bool },
+    /// Nothing queued (non-blocking call).
+    Empty,
+    /// A zero-length read: the connection hung up, or a peer sent an empty datagram.
+    Zero,
+}
+
+/// Receive one datagram into `buf`, appending its descriptors to `fds`.
+pub(crate) fn recv(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    nonblocking: bool,
+) -> rustix::io::Result<RecvOutcome> {
+    let mut space = [MaybeUninit::<u8>::uninit();
+        rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    let mut flags = RecvFlags::CMSG_CLOEXEC;
+    if nonblocking {
+        flags |= RecvFlags::DONTWAIT;
+    }
+    loop {
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [IoSliceMut::new(buf)];
+        match rustix::net::recvmsg(fd, &mut iov, &mut control, flags) {
+            Ok(m) => {
+                let mut creds = None;
+                for msg in control.drain() {
+                    match msg {
+                        RecvAncillaryMessage::ScmRights(received) => fds.extend(received),
+                        RecvAncillaryMessage::ScmCredentials(c) => creds = Some(c),
+                        _ => {}
+                    }
+                }
+                let truncated = m.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC);
+                if m.bytes == 0 && fds.is_empty() && !truncated {
+                    return Ok(RecvOutcome::Zero);
+                }
+                return Ok(RecvOutcome::Datagram { len: m.bytes, creds, truncated });
+            }
+            Err(Errno::AGAIN) => return Ok(RecvOutcome::Empty),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// An anonymous, sealable memfd of `len` bytes.
+///
+/// # References
+/// - [`memfd_create(2)`](https://man7.org/linux/man-pages/man2/memfd_create.2.html)
+pub(crate) fn memfd(len: usize) -> rustix::io::Result<OwnedFd> {
+    use rustix::fs::MemfdFlags;
+    let fd = rustix::fs::memfd_create("ictus-ool", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    Ok(fd)
+}
+
+/// The seals that make a memfd immutable for everyone who holds it.
+pub(crate) fn immutable_seals() -> rustix::fs::SealFlags {
+    use rustix::fs::SealFlags;
+    SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL
+}
+
+/// Seal a memfd so that nobody, its sender included, can change it again.
+/// Fails with `EBUSY` while a writable shared mapping of it exists.
+pub(crate) fn seal(fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
+    rustix::fs::fcntl_add_seals(fd, immutable_seals())
+}
+
+/// Check an untrusted descriptor: a regular file, at least `len` bytes, sealed against
+/// writing, shrinking and growing.
+pub(crate) fn check_sealed_memfd(fd: BorrowedFd<'_>, len: u64) -> Result<(), &'static str> {
+    use rustix::fs::{FileType, SealFlags};
+    let st = rustix::fs::fstat(fd).map_err(|_| "cannot stat out-of-line descriptor")?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err("out-of-line descriptor is not a memory file");
+    }
+    if (st.st_size as u64) < len {
+        return Err("out-of-line memory is shorter than its descriptor says");
+    }
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| "out-of-line memory is not sealable")?;
+    if !seals.contains(SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW) {
+        return Err("out-of-line memory is not sealed against writing");
+    }
+    Ok(())
+}
+
+/// Whether `fd` is the same open file as `other` (for tests and diagnostics).
+#[allow(dead_code)]
+pub(crate) fn same_file(a: impl AsFd, b: impl AsFd) -> bool {
+    matches!((identity(a.as_fd()), identity(b.as_fd())), (Ok(x), Ok(y)) if x == y)
+}
+
+/// A close-on-exec duplicate of a descriptor.
+pub(crate) fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}

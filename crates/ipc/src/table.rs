@@ -1,0 +1,260 @@
+//! The name table of one space: names to rights, with user-reference counts.
+//!
+//! Pure bookkeeping over already-open descriptors; no system calls.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use ictus_abi::Name;
+
+use crate::error::RightsError;
+use crate::port::{Ident, RecvPort};
+use crate::set::PortSet;
+
+/// Most user references one name may hold (Mach's `MACH_PORT_UREFS_MAX`).
+pub const UREFS_MAX: u32 = 65_534;
+/// Most names one space may hold.
+pub const MAX_NAMES: usize = 1 << 20;
+
+pub(crate) struct SendRef {
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) urefs: u32,
+}
+
+pub(crate) struct PortEntry {
+    pub(crate) send: Option<SendRef>,
+    pub(crate) recv: Option<Arc<RecvPort>>,
+    pub(crate) ident: Option<Ident>,
+}
+
+pub(crate) enum Entry {
+    Port(PortEntry),
+    SendOnce(Arc<OwnedFd>),
+    Set(Arc<PortSet>),
+    Dead(u32),
+}
+
+struct Slot {
+    gen: u8,
+    entry: Option<Entry>,
+    /// Held out of the table while a send that moves it is under way.
+    reserved: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct Table {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_ident: HashMap<Ident, u32>,
+}
+
+fn next_gen(g: u8) -> u8 {
+    if g == u8::MAX {
+        1
+    } else {
+        g + 1
+    }
+}
+
+impl Table {
+    pub(crate) fn new() -> Table {
+        // Index 0 is never used, so that no name is MACH_PORT_NULL.
+        Table { slots: vec![Slot { gen: 1, entry: None, reserved: true }], ..Table::default() }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() - 1 - self.free.len()
+    }
+
+    fn name_of(&self, index: u32) -> Name {
+        Name::new(index, self.slots[index as usize].gen)
+    }
+
+    pub(crate) fn alloc(&mut self, entry: Entry) -> Result<Name, RightsError> {
+        let index = if let Some(i) = self.free.pop() {
+            i
+        } else {
+            if self.slots.len() >= MAX_NAMES {
+                return Err(RightsError::NoSpace);
+            }
+            self.slots.push(Slot { gen: 1, entry: None, reserved: false });
+            (self.slots.len() - 1) as u32
+        };
+        self.index_entry(index, &entry);
+        self.slots[index as usize].entry = Some(entry);
+        Ok(self.name_of(index))
+    }
+
+    /// Put an entry under a name the caller chose (insert-right).
+    pub(crate) fn alloc_at(&mut self, name: Name, entry: Entry) -> Result<(), RightsError> {
+        if !name.is_valid() || name.generation() == 0 {
+            return Err(RightsError::InvalidValue);
+        }
+        let index = name.index();
+        if index as usize >= MAX_NAMES {
+            return Err(RightsError::InvalidValue);
+        }
+        while self.slots.len() <= index as usize {
+            let i = self.slots.len() as u32;
+            self.slots.push(Slot { gen: 1, entry: None, reserved: false });
+            self.free.push(i);
+        }
+        let slot = &self.slots[index as usize];
+        if slot.entry.is_some() || slot.reserved {
+            return Err(RightsError::NameExists(name));
+        }
+        self.free.retain(|&i| i != index);
+        self.slots[index as usize].gen = name.generation();
+        self.index_entry(index, &entry);
+        self.slots[index as usize].entry = Some(entry);
+        Ok(())
+    }
+
+    fn index_entry(&mut self, index: u32, entry: &Entry) {
+        if let Entry::Port(p) = entry {
+            if let Some(id) = p.ident {
+                self.by_ident.insert(id, index);
+            }
+        }
+    }
+
+    fn check(&self, name: Name) -> Result<usize, RightsError> {
+        let i = name.index() as usize;
+        match self.slots.get(i) {
+            Some(s) if i != 0 && s.gen == name.generation() && s.entry.is_some() => Ok(i),
+            _ => Err(RightsError::InvalidName(name)),
+        }
+    }
+
+    pub(crate) fn get(&self, name: Name) -> Result<&Entry, RightsError> {
+        let i = self.check(name)?;
+        Ok(self.slots[i].entry.as_ref().expect("checked"))
+    }
+
+    pub(crate) fn get_mut(&mut self, name: Name) -> Result<&mut Entry, RightsError> {
+        let i = self.check(name)?;
+        Ok(self.slots[i].entry.as_mut().expect("checked"))
+    }
+
+    /// Remove a name entirely; its slot may be reused under a new generation.
+    pub(crate) fn remove(&mut self, name: Name) -> Result<Entry, RightsError> {
+        let i = self.check(name)?;
+        let e = self.slots[i].entry.take().expect("checked");
+        self.unindex(i as u32, &e);
+        self.slots[i].gen = next_gen(self.slots[i].gen);
+        self.free.push(i as u32);
+        Ok(e)
+    }
+
+    /// Take an entry out, keeping its name reserved until [`Table::restore`] or
+    /// [`Table::release`].
+    pub(crate) fn reserve(&mut self, name: Name) -> Result<Entry, RightsError> {
+        let i = self.check(name)?;
+        let e = self.slots[i].entry.take().expect("checked");
+        self.unindex(i as u32, &e);
+        self.slots[i].reserved = true;
+        Ok(e)
+    }
+
+    pub(crate) fn restore(&mut self, name: Name, entry: Entry) {
+        let i = name.index() as usize;
+        self.index_entry(i as u32, &entry);
+        self.slots[i].entry = Some(entry);
+        self.slots[i].reserved = false;
+    }
+
+    pub(crate) fn release(&mut self, name: Name) {
+        let i = name.index() as usize;
+        self.slots[i].reserved = false;
+        self.slots[i].gen = next_gen(self.slots[i].gen);
+        self.free.push(i as u32);
+    }
+
+    fn unindex(&mut self, index: u32, e: &Entry) {
+        if let Entry::Port(p) = e {
+            if let Some(id) = p.ident {
+                if self.by_ident.get(&id) == Some(&index) {
+                    self.by_ident.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Drop the identity index of a name (its send right died or left).
+    pub(crate) fn forget_ident(&mut self, name: Name) {
+        let i = name.index();
+        if let Ok(Entry::Port(p)) = self.get_mut(name) {
+            if let Some(id) = p.ident.take() {
+                if self.by_ident.get(&id) == Some(&i) {
+                    self.by_ident.remove(&id);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn set_ident(&mut self, name: Name, ident: Ident) {
+        let i = name.index();
+        if let Ok(Entry::Port(p)) = self.get_mut(name) {
+            p.ident = Some(ident);
+            self.by_ident.insert(ident, i);
+        }
+    }
+
+    /// The name that already denotes the port with this send identity, if any.
+    pub(crate) fn lookup_ident(&self, ident: Ident) -> Option<Name> {
+        self.by_ident.get(&ident).map(|&i| self.name_of(i))
+    }
+
+    /// Insert a received send right, merging it with a name that already denotes the
+    /// same port. Returns the name, or `None` if the name's references are at their
+    /// limit (the right is then dropped).
+    pub(crate) fn insert_send(&mut self, fd: OwnedFd, ident: Ident) -> Result<Name, RightsError> {
+        if let Some(name) = self.lookup_ident(ident) {
+            if let Ok(Entry::Port(p)) = self.get_mut(name) {
+                match &mut p.send {
+                    Some(s) => {
+                        if s.urefs >= UREFS_MAX {
+                            return Err(RightsError::UrefsOverflow(name));
+                        }
+                        s.urefs += 1;
+                    }
+                    None => p.send = Some(SendRef { fd: Arc::new(fd), urefs: 1 }),
+                }
+                return Ok(name);
+            }
+        }
+        self.alloc(Entry::Port(PortEntry {
+            send: Some(SendRef { fd: Arc::new(fd), urefs: 1 }),
+            recv: None,
+            ident: Some(ident),
+        }))
+    }
+
+    /// Insert a received receive right, merging it with a send right this space holds
+    /// for the same port.
+    pub(crate) fn insert_receive(&mut self, port: Arc<RecvPort>, ident: Option<Ident>) -> Result<Name, RightsError> {
+        if let Some(ident) = ident {
+            if let Some(name) = self.lookup_ident(ident) {
+                if let Ok(Entry::Port(p)) = self.get_mut(name) {
+                    if p.recv.is_none() {
+                        port.name.store(name.0, std::sync::atomic::Ordering::Relaxed);
+                        p.recv = Some(port);
+                        return Ok(name);
+                    }
+                }
+            }
+        }
+        let name = self.alloc(Entry::Port(PortEntry { send: None, recv: Some(port.clone()), ident }))?;
+        port.name.store(name.0, std::sync::atomic::Ordering::Relaxed);
+        Ok(name)
+    }
+
+    /// All names, for listing and teardown.
+    pub(crate) fn names(&self) -> Vec<Name> {
+        (1..self.slots.len())
+            .filter(|&i| self.slots[i].entry.is_some())
+            .map(|i| self.name_of(i as u32))
+            .collect()
+    }
+}

@@ -1,0 +1,121 @@
+//! Single-process behaviour of ports, rights and messages, between threads.
+
+use std::time::Duration;
+
+use ictus_ipc::*;
+
+fn rcv(space: &Space, port: Name) -> Received {
+    let mut r = Received::new();
+    space
+        .receive(port, &mut r, ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() })
+        .expect("receive");
+    r
+}
+
+#[test]
+fn send_and_receive_inline_with_seqno_and_credentials() {
+    let s = Space::new();
+    let p = s.allocate_port_with_send().unwrap();
+    for i in 0..3 {
+        s.send(p, &mut Message::new(100 + i, vec![i as u8; 64]), SendOptions::default()).unwrap();
+    }
+    for i in 0..3 {
+        let m = rcv(&s, p);
+        assert_eq!(m.id, 100 + i);
+        assert_eq!(m.data(), &vec![i as u8; 64][..]);
+        assert_eq!(m.seqno, i as u64);
+        assert_eq!(m.sender.pid, std::process::id());
+        assert_eq!(m.port, p);
+    }
+}
+
+#[test]
+fn big_inline_and_ool_arrive_intact() {
+    let s = Space::new();
+    let p = s.allocate_port_with_send().unwrap();
+    let big: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+    let mut m = Message::new(1, big.clone());
+    let mut ool = OolBuffer::new(1 << 20).unwrap();
+    for (i, b) in ool.iter_mut().enumerate() {
+        *b = (i % 13) as u8;
+    }
+    m.ool.push(ool);
+    s.send(p, &mut m, SendOptions::default()).unwrap();
+    assert!(m.ool.is_empty(), "the buffer moved");
+    let r = rcv(&s, p);
+    assert_eq!(r.data(), &big[..]);
+    assert_eq!(r.ool.len(), 1);
+    assert!(r.ool[0].iter().enumerate().all(|(i, &b)| b == (i % 13) as u8));
+}
+
+#[test]
+fn send_rights_coalesce_and_count() {
+    let s = Space::new();
+    let p = s.allocate_port().unwrap();
+    let carrier = s.allocate_port_with_send().unwrap();
+    let mut m = Message::new(1, vec![]);
+    m.ports = vec![PortArg::new(p, Disposition::MakeSend), PortArg::new(p, Disposition::MakeSend)];
+    s.send(carrier, &mut m, SendOptions::default()).unwrap();
+    let r = rcv(&s, carrier);
+    // Both rights land on the receive right's own name, as in Mach.
+    assert_eq!(r.ports[0].name, p);
+    assert_eq!(r.ports[1].name, p);
+    assert_eq!(s.refs(p, RightKind::Send).unwrap(), 2);
+    assert_eq!(s.port_status(p).unwrap().mscount, 2);
+    s.mod_refs(p, RightKind::Send, -2).unwrap();
+    assert_eq!(s.right_kinds(p).unwrap(), vec![RightKind::Receive]);
+}
+
+#[test]
+fn destroying_receive_right_makes_dead_names() {
+    let a = Space::new();
+    let b = Space::new();
+    let p = a.allocate_port().unwrap();
+    let (n, kind) = b.extract_right(&a, p, Disposition::MakeSend).unwrap();
+    assert_eq!(kind, RightKind::Send);
+    a.destroy(p).unwrap();
+    let err = b.send(n, &mut Message::new(1, vec![]), SendOptions::default()).unwrap_err();
+    assert!(matches!(err, SendError::InvalidDest(_)), "{err}");
+    assert_eq!(b.right_kinds(n).unwrap(), vec![RightKind::DeadName]);
+    b.deallocate(n).unwrap();
+    assert!(b.right_kinds(n).is_err());
+}
+
+#[test]
+fn send_once_is_once_and_its_death_notifies() {
+    let s = Space::new();
+    let p = s.allocate_port().unwrap();
+    let (so, _) = s.extract_right(&s, p, Disposition::MakeSendOnce).unwrap();
+    s.send(so, &mut Message::new(5, vec![1]), SendOptions::default()).unwrap();
+    assert!(s.right_kinds(so).is_err(), "a send-once right is consumed");
+    assert_eq!(rcv(&s, p).id, 5);
+    // A second send-once right dropped unused gives a send-once notification.
+    let (so2, _) = s.extract_right(&s, p, Disposition::MakeSendOnce).unwrap();
+    s.deallocate(so2).unwrap();
+    let n = rcv(&s, p);
+    assert_eq!(n.id, NotifyId::SendOnce.id());
+}
+
+#[test]
+fn call_gets_reply_and_dead_server_is_an_error() {
+    let s = Space::new();
+    let p = s.allocate_port_with_send().unwrap();
+    let server = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let req = rcv(&s, p);
+            let reply = req.reply.unwrap();
+            assert_eq!(reply.kind, RightKind::SendOnce);
+            s.send(reply.name, &mut Message::new(req.id + 1, req.data().to_vec()), SendOptions::default()).unwrap();
+            // Second request: drop its reply right unanswered.
+            let req = rcv(&s, p);
+            s.deallocate(req.reply.unwrap().name).unwrap();
+        })
+    };
+    let mut reply = Received::new();
+    s.call(p, &mut Message::new(10, b"ping".to_vec()), &mut reply, SendOptions::default(), ReceiveOptions::default()).unwrap();
+    assert_eq!((reply.id, reply.data()), (11, &b"ping"[..]));
+    let err = s.call(p, &mut Message::new(10, vec![]), &mut reply, SendOptions::default(), ReceiveOptions::default()).unwrap_err();
+    assert!(matches!(err, CallError::ServerDied), "{err}");
+    server.join().unwrap();
+}
