@@ -190,7 +190,7 @@ impl Received {
         self.ool.clear();
         self.data_start = 0;
         self.data_end = 0;
-        self.big.clear();
+        // `big` keeps its bytes for the next big message; `is_big` says if they count.
         self.is_big = false;
     }
 }

@@ -245,11 +245,7 @@ impl Space {
                 s.urefs = n as u32;
                 if n == 0 {
                     dropped.push(p.send.take());
-                    if p.recv.is_none() {
-                        true
-                    } else {
-                        false
-                    }
+                    p.recv.is_none()
                 } else {
                     false
                 }
@@ -673,8 +669,8 @@ impl Space {
         let mut plan = Plan::default();
         let dest_fd;
         {
+            // No liveness check here: the send itself finds a dead port (EPIPE).
             let mut t = self.table();
-            self.inner.reap_if_dead(&mut t, dest);
             dest_fd = match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
                 Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
                 Entry::Port(PortEntry { recv: Some(p), .. }) => {
@@ -762,7 +758,8 @@ impl Space {
             let reply_kind = plan.reply.unwrap_or(ReplyKind::None);
             let (_, n) = Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, &mut head)?;
             // File descriptors in wire order: reply, big memfd, then descriptors'.
-            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(plan.order.len() + ool_count + 1);
+            let nfds = plan.order.len() + ool_count + usize::from(big.is_some());
+            let mut fds: Vec<BorrowedFd<'_>> = if nfds == 0 { Vec::new() } else { Vec::with_capacity(nfds) };
             let mut order = plan.order.iter();
             if plan.reply.is_some() {
                 fds.push(plan.fd(*order.next().expect("reply fd")));
@@ -793,7 +790,6 @@ impl Space {
     fn resolve_arg(&self, t: &mut Table, arg: PortArg, plan: &mut Plan) -> Result<Descriptor, SendError> {
         let name = arg.name;
         let bad = || SendError::InvalidRight(name);
-        self.inner.reap_if_dead(t, name);
         let entry = t.get_mut(name).map_err(|_| bad())?;
         match (arg.disposition, entry) {
             (Disposition::CopySend, Entry::Port(PortEntry { send: Some(s), .. })) => {
@@ -1331,15 +1327,16 @@ impl Inner {
         // Check every descriptor before using any.
         let mut idents: Vec<Option<Ident>> = Vec::with_capacity(fds.len());
         let mut i = 0;
-        let check_port = |fd: &OwnedFd, idents: &mut Vec<Option<Ident>>| -> Result<(), String> {
+        // Send-once rights are never merged with other names, so they need no identity.
+        let check_port = |fd: &OwnedFd, idents: &mut Vec<Option<Ident>>, merge: bool| -> Result<(), String> {
             if !sys::is_port_socket(fd.as_fd()) {
                 return Err("a right is not a port socket".into());
             }
-            idents.push(Some(sys::identity(fd.as_fd()).map_err(|e| e.to_string())?));
+            idents.push(if merge { Some(sys::identity(fd.as_fd()).map_err(|e| e.to_string())?) } else { None });
             Ok(())
         };
         if dg.header.reply != ReplyKind::None {
-            check_port(&fds[i], &mut idents).map_err(&fail)?;
+            check_port(&fds[i], &mut idents, dg.header.reply == ReplyKind::Send).map_err(&fail)?;
             i += 1;
         }
         if dg.header.big_len != 0 {
@@ -1350,12 +1347,12 @@ impl Inner {
         for d in &dg.descriptors {
             match d {
                 Descriptor::Send | Descriptor::SendOnce => {
-                    check_port(&fds[i], &mut idents).map_err(&fail)?;
+                    check_port(&fds[i], &mut idents, *d == Descriptor::Send).map_err(&fail)?;
                     i += 1;
                 }
                 Descriptor::Receive(info) => {
                     for _ in 0..info.nfds() {
-                        check_port(&fds[i], &mut idents).map_err(&fail)?;
+                        check_port(&fds[i], &mut idents, true).map_err(&fail)?;
                         i += 1;
                     }
                 }
@@ -1400,9 +1397,9 @@ impl Inner {
         let mut ident_iter = idents.into_iter();
         let mut t = space.table();
         if let Some(fd) = reply_fd {
-            let ident = ident_iter.next().flatten().expect("checked");
-            let r = match header.reply {
-                ReplyKind::Send => t.insert_send(fd, ident).map(|n| ReceivedRight { name: n, kind: RightKind::Send }),
+            let ident = ident_iter.next().flatten();
+            let r = match (header.reply, ident) {
+                (ReplyKind::Send, Some(ident)) => t.insert_send(fd, ident).map(|n| ReceivedRight { name: n, kind: RightKind::Send }),
                 _ => t.alloc(Entry::SendOnce(Arc::new(fd))).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }),
             };
             rcv.reply = r.ok();
@@ -1464,8 +1461,12 @@ impl Inner {
 }
 
 fn read_all(fd: &OwnedFd, len: usize, out: &mut Vec<u8>) -> rustix::io::Result<()> {
-    out.clear();
-    out.resize(len, 0);
+    // Keep the buffer between messages: only newly grown bytes are zeroed.
+    if out.len() < len {
+        out.resize(len, 0);
+    } else {
+        out.truncate(len);
+    }
     let mut off = 0;
     while off < len {
         match rustix::io::pread(fd, &mut out[off..], off as u64) {

@@ -111,10 +111,7 @@ pub(crate) fn wait_until(
     deadline: Option<Instant>,
 ) -> rustix::io::Result<bool> {
     loop {
-        let timeout = match deadline {
-            None => None,
-            Some(d) => Some(timespec(d.saturating_duration_since(Instant::now()))),
-        };
+        let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
         let mut pfd = [PollFd::new(&fd, what)];
         match poll(&mut pfd, timeout.as_ref()) {
             Ok(0) => {
