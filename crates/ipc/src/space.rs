@@ -1170,7 +1170,15 @@ impl Inner {
         if let Some(target) = target {
             let name = p.name();
             let fds: Vec<BorrowedFd<'_>> = packed.fds.iter().map(|f| f.as_fd()).collect();
-            self.send_raw(&target.fd, NotifyId::PortDestroyed.id(), &NotifyId::body(name, 0), &[Descriptor::Receive(packed.info)], &fds);
+            if self.send_raw(&target.fd, NotifyId::PortDestroyed.id(), &NotifyId::body(name, 0), &[Descriptor::Receive(packed.info)], &fds) {
+                return;
+            }
+        }
+        // Shut every connection down: threads blocked receiving on it wake (and find
+        // the port dead), and senders see the hang-up at once, even while another
+        // thread still holds a descriptor.
+        for fd in &packed.fds {
+            let _ = rustix::net::shutdown(fd.as_fd(), rustix::net::Shutdown::Both);
         }
         drop(packed);
     }
