@@ -42,6 +42,10 @@ pub enum ReplyKind {
     Send = 1,
     /// A send-once right.
     SendOnce = 2,
+    /// A *call channel*: one end of a connection the sender made for its calls to this
+    /// port. The receiver adds it to the port; this request's reply, and every later
+    /// request arriving on it, is answered back through it.
+    Channel = 3,
 }
 
 impl ReplyKind {
@@ -50,6 +54,7 @@ impl ReplyKind {
             0 => Some(ReplyKind::None),
             1 => Some(ReplyKind::Send),
             2 => Some(ReplyKind::SendOnce),
+            3 => Some(ReplyKind::Channel),
             _ => None,
         }
     }
@@ -113,7 +118,9 @@ pub struct ReceiveRightInfo {
     /// Number of main connections (receive ends that send rights reach).
     pub main_conns: u16,
     /// Number of send-once connections (each reached by one outstanding send-once right).
-    pub once_conns: u16,
+    pub once_conns: u8,
+    /// Number of call channels (private connections clients made for their calls).
+    pub channel_conns: u8,
     /// The port's next sequence number.
     pub seqno: u64,
     /// The port's make-send count.
@@ -125,7 +132,10 @@ pub struct ReceiveRightInfo {
 impl ReceiveRightInfo {
     /// File descriptors this receive right brings.
     pub fn nfds(&self) -> usize {
-        usize::from(self.has_send_source) + usize::from(self.main_conns) + usize::from(self.once_conns)
+        usize::from(self.has_send_source)
+            + usize::from(self.main_conns)
+            + usize::from(self.once_conns)
+            + usize::from(self.channel_conns)
     }
 }
 
@@ -136,7 +146,7 @@ impl ReceiveRightInfo {
 /// Send, SendOnce: nfds 1, everything else zero.
 /// Ool:            nfds 1, b = length in bytes (1..=OOL_MAX).
 /// Receive:        flags bit 0 = has send source, a = mscount, b = seqno,
-///                 c = qlimit | main_conns << 32 | once_conns << 48.
+///                 c = qlimit | main_conns << 32 | once_conns << 48 | channel_conns << 56.
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Descriptor {
@@ -188,7 +198,8 @@ impl Descriptor {
                 out[8..16].copy_from_slice(&info.seqno.to_le_bytes());
                 let c = u64::from(info.qlimit)
                     | (u64::from(info.main_conns) << 32)
-                    | (u64::from(info.once_conns) << 48);
+                    | (u64::from(info.once_conns) << 48)
+                    | (u64::from(info.channel_conns) << 56);
                 out[16..24].copy_from_slice(&c.to_le_bytes());
             }
         }
@@ -232,7 +243,8 @@ impl Descriptor {
                     seqno: b,
                     qlimit: (c & 0xffff_ffff) as u32,
                     main_conns: ((c >> 32) & 0xffff) as u16,
-                    once_conns: (c >> 48) as u16,
+                    once_conns: ((c >> 48) & 0xff) as u8,
+                    channel_conns: (c >> 56) as u8,
                 };
                 if info.qlimit == 0 {
                     return Err(DecodeError::BadReceiveRight("queue limit of zero"));
@@ -374,10 +386,7 @@ impl Header {
             return Err(DecodeError::InlineTooLarge(inline_len as usize));
         }
         let big = flags & FLAG_BIG_INLINE != 0;
-        if big != (big_len != 0)
-            || big_len > BIG_INLINE_MAX
-            || (big && inline_len != 0)
-        {
+        if big != (big_len != 0) || big_len > BIG_INLINE_MAX || (big && inline_len != 0) {
             return Err(DecodeError::BadBigInline(big_len));
         }
         Ok(Header { id, reply, ndesc, nfds, inline_len, big_len })
@@ -421,8 +430,7 @@ impl<'a> Datagram<'a> {
         let mut needed = header.leading_fds();
         for i in 0..ndesc {
             let off = HEADER_LEN + i * DESCRIPTOR_LEN;
-            let raw: &[u8; DESCRIPTOR_LEN] =
-                bytes[off..off + DESCRIPTOR_LEN].try_into().expect("24 bytes");
+            let raw: &[u8; DESCRIPTOR_LEN] = bytes[off..off + DESCRIPTOR_LEN].try_into().expect("24 bytes");
             let d = Descriptor::decode(raw)?;
             needed += d.nfds();
             descriptors.push(d);
@@ -561,11 +569,12 @@ mod tests {
             Just(Descriptor::Send),
             Just(Descriptor::SendOnce),
             (1..=OOL_MAX).prop_map(|len| Descriptor::Ool { len }),
-            (any::<bool>(), 1u16..4, 0u16..4, any::<u64>(), any::<u32>(), 1..=u32::MAX).prop_map(
-                |(src, main, once, seqno, mscount, qlimit)| Descriptor::Receive(ReceiveRightInfo {
+            (any::<bool>(), 1u16..4, 0u8..4, 0u8..4, any::<u64>(), any::<u32>(), 1..=u32::MAX).prop_map(
+                |(src, main, once, chan, seqno, mscount, qlimit)| Descriptor::Receive(ReceiveRightInfo {
                     has_send_source: src,
                     main_conns: main,
                     once_conns: once,
+                    channel_conns: chan,
                     seqno,
                     mscount,
                     qlimit,
@@ -578,7 +587,7 @@ mod tests {
         #[test]
         fn encode_then_parse_is_identity(
             id in any::<i32>(),
-            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce)],
+            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce), Just(ReplyKind::Channel)],
             descs in proptest::collection::vec(arb_descriptor(), 0..8),
             inline in proptest::collection::vec(any::<u8>(), 0..512),
         ) {

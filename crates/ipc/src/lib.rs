@@ -43,8 +43,7 @@ mod table;
 pub use error::{CallError, ReceiveError, RightsError, SendError};
 pub use ictus_abi::{Name, NotifyId, ReturnCode};
 pub use message::{
-    Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind,
-    SendOptions,
+    Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind, SendOptions,
 };
 pub use ool::{OolBuffer, OolError, OolRegion};
 pub use port::{DEFAULT_QLIMIT, MAX_QLIMIT};

@@ -62,14 +62,21 @@ impl Notifier {
         let fd = w.fd().clone();
         self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, w);
         // Hang-up is always reported; ask for nothing else.
-        if let Err(e) = epoll::add(&self.shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT) {
+        if let Err(e) =
+            epoll::add(&self.shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT)
+        {
             self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             return Err(e);
         }
         Ok(id)
     }
 
-    pub(crate) fn watch_dead_name(&self, name: Name, fd: Arc<OwnedFd>, target: NotifyTarget) -> rustix::io::Result<u64> {
+    pub(crate) fn watch_dead_name(
+        &self,
+        name: Name,
+        fd: Arc<OwnedFd>,
+        target: NotifyTarget,
+    ) -> rustix::io::Result<u64> {
         self.watch(Watch::DeadName { name, fd, target })
     }
 

@@ -8,7 +8,11 @@
 //!   inode: the kernel's own name for the port, used to merge names);
 //! - one **once** connection per outstanding send-once right, read at most once and
 //!   then closed, so the kernel itself enforces "once", and a send-once right dropped
-//!   unused shows as a hang-up: the send-once notification.
+//!   unused shows as a hang-up: the send-once notification;
+//! - one **channel** per client that has made calls to the port: a connection the
+//!   client made and offered with its first request, on which its later requests
+//!   arrive and their replies go back, so a call costs no descriptor passing and no new
+//!   socket. A channel counts as a send right for no-senders.
 //!
 //! The port keeps the main send end as its *send source* to make send rights from,
 //! unless a no-senders notification is armed: then it lets go of it, so the kernel
@@ -31,6 +35,9 @@ pub(crate) type Ident = (u64, u64);
 /// main connection so that it looks at the port's connections again.
 pub(crate) const DOORBELL: u8 = 0xdb;
 
+/// The epoll event datum of a port's wake eventfd (connection ids start at 1).
+pub(crate) const WAKE_EVENT: u64 = u64::MAX;
+
 /// Mach's default queue limit is 5 messages; ictus ports buffer more by default,
 /// because the kernel's socket buffer is the queue and a small one costs throughput.
 pub const DEFAULT_QLIMIT: u32 = 128;
@@ -39,10 +46,21 @@ pub const MAX_QLIMIT: u32 = 65_536;
 
 static NEXT_PORT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// What a connection of a port is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnKind {
+    /// Reached by send rights.
+    Main,
+    /// Reached by one send-once right; read at most once.
+    Once,
+    /// A client's call channel; replies go back on it.
+    Channel,
+}
+
 pub(crate) struct Conn {
     pub(crate) id: u64,
     pub(crate) fd: Arc<OwnedFd>,
-    pub(crate) once: bool,
+    pub(crate) kind: ConnKind,
 }
 
 /// Where a notification goes: a send or send-once right held by the request.
@@ -57,6 +75,8 @@ pub(crate) struct RecvState {
     pub(crate) mscount: u32,
     pub(crate) qlimit: u32,
     pub(crate) epoll: Option<Arc<OwnedFd>>,
+    /// An eventfd in the epoll that wakes every waiter when the port dies or moves.
+    wake: Option<OwnedFd>,
     next_conn: u64,
     pub(crate) no_senders: Option<NotifyTarget>,
     pub(crate) ns_watches: Vec<u64>,
@@ -85,23 +105,27 @@ impl RecvPort {
         let (s, r) = sys::connection()?;
         sys::set_queue_limit(s.as_fd(), DEFAULT_QLIMIT)?;
         let ident = sys::identity(s.as_fd())?;
-        let port = RecvPort::from_parts(Some(Arc::new(s)), Some(ident), vec![(Arc::new(r), false)], 0, 0, DEFAULT_QLIMIT);
+        let port = RecvPort::from_parts(
+            Some(Arc::new(s)),
+            Some(ident),
+            vec![(Arc::new(r), ConnKind::Main)],
+            0,
+            0,
+            DEFAULT_QLIMIT,
+        );
         Ok(port)
     }
 
     pub(crate) fn from_parts(
         send_source: Option<Arc<OwnedFd>>,
         ident: Option<Ident>,
-        conns: Vec<(Arc<OwnedFd>, bool)>,
+        conns: Vec<(Arc<OwnedFd>, ConnKind)>,
         seqno: u64,
         mscount: u32,
         qlimit: u32,
     ) -> Arc<RecvPort> {
-        let conns: Vec<Conn> = conns
-            .into_iter()
-            .enumerate()
-            .map(|(i, (fd, once))| Conn { id: i as u64 + 1, fd, once })
-            .collect();
+        let conns: Vec<Conn> =
+            conns.into_iter().enumerate().map(|(i, (fd, kind))| Conn { id: i as u64 + 1, fd, kind }).collect();
         let next_conn = conns.len() as u64 + 1;
         Arc::new(RecvPort {
             id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
@@ -112,6 +136,7 @@ impl RecvPort {
                 mscount,
                 qlimit,
                 epoll: None,
+                wake: None,
                 next_conn,
                 no_senders: None,
                 ns_watches: Vec::new(),
@@ -136,13 +161,13 @@ impl RecvPort {
 impl RecvState {
     /// Add a connection, registering it with the port's epoll and waking a receiver
     /// blocked on the main connection alone.
-    pub(crate) fn add_conn(&mut self, fd: Arc<OwnedFd>, once: bool) -> rustix::io::Result<u64> {
+    pub(crate) fn add_conn(&mut self, fd: Arc<OwnedFd>, kind: ConnKind) -> rustix::io::Result<u64> {
         let id = self.next_conn;
         self.next_conn += 1;
         if let Some(ep) = &self.epoll {
             epoll::add(ep.as_fd(), fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::IN)?;
         }
-        self.conns.push(Conn { id, fd, once });
+        self.conns.push(Conn { id, fd, kind });
         if let Some(src) = &self.send_source {
             // Best effort: if the queue is full, receivers are awake anyway.
             let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
@@ -161,8 +186,8 @@ impl RecvState {
         Some(c)
     }
 
-    pub(crate) fn conn(&self, id: u64) -> Option<(Arc<OwnedFd>, bool)> {
-        self.conns.iter().find(|c| c.id == id).map(|c| (c.fd.clone(), c.once))
+    pub(crate) fn conn(&self, id: u64) -> Option<(Arc<OwnedFd>, ConnKind)> {
+        self.conns.iter().find(|c| c.id == id).map(|c| (c.fd.clone(), c.kind))
     }
 
     /// The port's epoll, made on first need, holding every connection.
@@ -174,8 +199,12 @@ impl RecvState {
         for c in &self.conns {
             epoll::add(&ep, c.fd.as_fd(), epoll::EventData::new_u64(c.id), epoll::EventFlags::IN)?;
         }
+        let wake =
+            rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
+        epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE_EVENT), epoll::EventFlags::IN)?;
         let ep = Arc::new(ep);
         self.epoll = Some(ep.clone());
+        self.wake = Some(wake);
         Ok(ep)
     }
 
@@ -189,7 +218,7 @@ impl RecvState {
         let (s, r) = sys::connection()?;
         sys::set_queue_limit(s.as_fd(), self.qlimit)?;
         let ident = sys::identity(s.as_fd())?;
-        let id = self.add_conn(Arc::new(r), false)?;
+        let id = self.add_conn(Arc::new(r), ConnKind::Main)?;
         if self.no_senders.is_none() {
             self.send_source = Some(Arc::new(s));
             self.ident = Some(ident);
@@ -201,35 +230,46 @@ impl RecvState {
     /// A new send-once right: a fresh connection read at most once.
     pub(crate) fn send_once_end(&mut self) -> rustix::io::Result<(OwnedFd, u64)> {
         let (s, r) = sys::connection()?;
-        let id = self.add_conn(Arc::new(r), true)?;
+        let id = self.add_conn(Arc::new(r), ConnKind::Once)?;
         Ok((s, id))
     }
 
     /// Whether no send right to this port exists anywhere: the port holds no send
-    /// source and every main connection has hung up.
+    /// source and every main connection and call channel has hung up.
     pub(crate) fn no_senders_now(&self) -> bool {
-        self.send_source.is_none() && self.conns.iter().filter(|c| !c.once).all(|c| sys::hung_up(c.fd.as_fd()))
+        self.send_source.is_none()
+            && self.conns.iter().filter(|c| c.kind != ConnKind::Once).all(|c| sys::hung_up(c.fd.as_fd()))
     }
 
     /// Take the port's descriptors and state to move the receive right elsewhere.
     /// The port is dead here afterwards.
     pub(crate) fn pack(&mut self, seqno: u64) -> Packed {
+        // Wake every thread waiting on this port, so it finds the port gone: through
+        // the epoll, and with a doorbell for one blocked on the main connection alone
+        // (a doorbell that nobody reads here travels on and is ignored).
+        if let Some(w) = &self.wake {
+            let _ = rustix::io::write(w, &1u64.to_ne_bytes());
+        }
+        if let Some(src) = &self.send_source {
+            let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
+        }
         let mut fds = Vec::new();
         let has_send_source = self.send_source.is_some();
         if let Some(src) = self.send_source.take() {
             fds.push(src);
         }
-        let mut mains = 0u16;
-        let mut onces = 0u16;
         let conns = std::mem::take(&mut self.conns);
-        for c in conns.iter().filter(|c| !c.once) {
-            fds.push(c.fd.clone());
-            mains += 1;
-        }
-        for c in conns.iter().filter(|c| c.once) {
-            fds.push(c.fd.clone());
-            onces += 1;
-        }
+        let count = |kind: ConnKind, fds: &mut Vec<Arc<OwnedFd>>| {
+            let mut n = 0usize;
+            for c in conns.iter().filter(|c| c.kind == kind) {
+                fds.push(c.fd.clone());
+                n += 1;
+            }
+            n
+        };
+        let mains = count(ConnKind::Main, &mut fds) as u16;
+        let onces = count(ConnKind::Once, &mut fds) as u8;
+        let channels = count(ConnKind::Channel, &mut fds) as u8;
         if let Some(ep) = &self.epoll {
             for c in &conns {
                 let _ = epoll::delete(ep.as_fd(), c.fd.as_fd());
@@ -241,6 +281,7 @@ impl RecvState {
                 has_send_source,
                 main_conns: mains,
                 once_conns: onces,
+                channel_conns: channels,
                 seqno,
                 mscount: self.mscount,
                 qlimit: self.qlimit,
@@ -257,8 +298,21 @@ impl RecvState {
         }
         self.dead = false;
         for (i, fd) in fds.enumerate() {
-            let once = i >= usize::from(p.info.main_conns);
-            let _ = self.add_conn(fd, once);
+            let _ = self.add_conn(fd, conn_kind_at(&p.info, i));
         }
+    }
+}
+
+/// The kind of the `i`-th connection of a packed receive right (after its send source):
+/// main connections first, then once connections, then call channels.
+pub(crate) fn conn_kind_at(info: &ictus_abi::ReceiveRightInfo, i: usize) -> ConnKind {
+    let mains = usize::from(info.main_conns);
+    let onces = usize::from(info.once_conns);
+    if i < mains {
+        ConnKind::Main
+    } else if i < mains + onces {
+        ConnKind::Once
+    } else {
+        ConnKind::Channel
     }
 }

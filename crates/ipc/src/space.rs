@@ -12,15 +12,14 @@ use rustix::event::epoll;
 
 use crate::error::{CallError, ReceiveError, RightsError, SendError};
 use crate::message::{
-    Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind,
-    SendOptions,
+    Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind, SendOptions,
 };
 use crate::notify::Notifier;
 use crate::ool::OolRegion;
-use crate::port::{Ident, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
+use crate::port::{ConnKind, Ident, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
 use crate::set::PortSet;
 use crate::sys::{self, RecvOutcome, SendOutcome};
-use crate::table::{Entry, PortEntry, SendRef, Table, UREFS_MAX};
+use crate::table::{Entry, PortEntry, SendOnce, SendRef, Table, UREFS_MAX};
 
 /// A task's port name space.
 ///
@@ -39,6 +38,8 @@ pub struct Space {
 
 pub(crate) struct Inner {
     table: Mutex<Table>,
+    /// Call channels to other ports, by the port's identity, ready for the next call.
+    channels: Mutex<std::collections::HashMap<Ident, Vec<Arc<OwnedFd>>>>,
     notifier: OnceLock<Notifier>,
     malformed: AtomicU64,
     me: Credentials,
@@ -94,6 +95,21 @@ struct Plan {
     commit: Vec<Commit>,
 }
 
+/// Where a send goes: a name in the space, or straight to a call channel.
+enum Dest {
+    Name(Name),
+    Fd(Arc<OwnedFd>),
+}
+
+/// The reply right a call supplies itself.
+enum CallReply {
+    None,
+    /// A send-once right made for this call alone.
+    Once(OwnedFd),
+    /// A new call channel offered to the server.
+    Channel(OwnedFd),
+}
+
 #[derive(Clone, Copy)]
 enum FdRef {
     Shared(usize),
@@ -135,6 +151,7 @@ impl Space {
         Space {
             inner: Arc::new(Inner {
                 table: Mutex::new(Table::new()),
+                channels: Mutex::new(std::collections::HashMap::new()),
                 notifier: OnceLock::new(),
                 malformed: AtomicU64::new(0),
                 me: Credentials {
@@ -245,6 +262,7 @@ impl Space {
                 s.urefs = n as u32;
                 if n == 0 {
                     dropped.push(p.send.take());
+                    self.inner.forget_channels(p.ident);
                     p.recv.is_none()
                 } else {
                     false
@@ -252,7 +270,11 @@ impl Space {
             }
             (Entry::Port(p), RightKind::Receive) => {
                 if p.recv.is_none() || !(-1..=0).contains(&delta) {
-                    return Err(if p.recv.is_none() { RightsError::InvalidRight(name) } else { RightsError::InvalidValue });
+                    return Err(if p.recv.is_none() {
+                        RightsError::InvalidRight(name)
+                    } else {
+                        RightsError::InvalidValue
+                    });
                 }
                 if delta == 0 {
                     return Ok(());
@@ -291,10 +313,15 @@ impl Space {
             },
             _ => return Err(RightsError::InvalidRight(name)),
         };
+        let send_gone = dropped.iter().any(Option::is_some);
         if remove_name {
             let e = t.remove(name)?;
             drop(t);
+            self.inner.cancel_requests(name);
             self.inner.drop_entry(e);
+        } else if send_gone {
+            drop(t);
+            self.inner.cancel_requests(name);
         }
         Ok(())
     }
@@ -318,6 +345,7 @@ impl Space {
     /// Destroy every right a name denotes (`mach_port_destroy`).
     pub fn destroy(&self, name: Name) -> Result<(), RightsError> {
         let e = self.table().remove(name)?;
+        self.inner.cancel_requests(name);
         self.inner.drop_entry(e);
         Ok(())
     }
@@ -326,7 +354,13 @@ impl Space {
     /// into `target` under the name `name` (`mach_port_insert_right`). With
     /// `target` this space and `name == right`, `MakeSend` gives a receive right a send
     /// right under its own name.
-    pub fn insert_right(&self, target: &Space, name: Name, right: Name, disposition: Disposition) -> Result<(), RightsError> {
+    pub fn insert_right(
+        &self,
+        target: &Space,
+        name: Name,
+        right: Name,
+        disposition: Disposition,
+    ) -> Result<(), RightsError> {
         let same = Arc::ptr_eq(&self.inner, &target.inner);
         if same && name == right && disposition == Disposition::MakeSend {
             let mut t = self.table();
@@ -371,7 +405,12 @@ impl Space {
 
     /// Take a right out of `source` by `disposition` and give it a new name in this
     /// space (`mach_port_extract_right`). Returns the name and the kind received.
-    pub fn extract_right(&self, source: &Space, name: Name, disposition: Disposition) -> Result<(Name, RightKind), RightsError> {
+    pub fn extract_right(
+        &self,
+        source: &Space,
+        name: Name,
+        disposition: Disposition,
+    ) -> Result<(Name, RightKind), RightsError> {
         let (entry, kind) = source.extract(name, disposition)?;
         let mut t = self.table();
         let new = match entry {
@@ -393,7 +432,11 @@ impl Space {
         match (disposition, entry) {
             (Disposition::CopySend, Entry::Port(p)) => {
                 let s = p.send.as_ref().ok_or(RightsError::InvalidRight(name))?;
-                let e = Entry::Port(PortEntry { send: Some(SendRef { fd: s.fd.clone(), urefs: 1 }), recv: None, ident: p.ident });
+                let e = Entry::Port(PortEntry {
+                    send: Some(SendRef { fd: s.fd.clone(), urefs: 1 }),
+                    recv: None,
+                    ident: p.ident,
+                });
                 Ok((e, RightKind::Send))
             }
             (Disposition::MoveSend, Entry::Port(p)) => {
@@ -403,23 +446,31 @@ impl Space {
                 let ident = p.ident;
                 if s.urefs == 0 {
                     p.send = None;
+                    self.inner.forget_channels(ident);
+                    self.inner.cancel_requests(name);
                     if p.recv.is_none() {
                         t.remove(name)?;
                     }
                 }
-                Ok((Entry::Port(PortEntry { send: Some(SendRef { fd, urefs: 1 }), recv: None, ident }), RightKind::Send))
+                Ok((
+                    Entry::Port(PortEntry { send: Some(SendRef { fd, urefs: 1 }), recv: None, ident }),
+                    RightKind::Send,
+                ))
             }
             (Disposition::MakeSend, Entry::Port(p)) => {
                 let port = p.recv.clone().ok_or(RightsError::InvalidRight(name))?;
                 let mut st = port.lock();
                 let (fd, ident, _) = st.send_end()?;
                 st.mscount = st.mscount.wrapping_add(1);
-                Ok((Entry::Port(PortEntry { send: Some(SendRef { fd, urefs: 1 }), recv: None, ident: Some(ident) }), RightKind::Send))
+                Ok((
+                    Entry::Port(PortEntry { send: Some(SendRef { fd, urefs: 1 }), recv: None, ident: Some(ident) }),
+                    RightKind::Send,
+                ))
             }
             (Disposition::MakeSendOnce, Entry::Port(p)) => {
                 let port = p.recv.clone().ok_or(RightsError::InvalidRight(name))?;
                 let (fd, _) = port.lock().send_once_end()?;
-                Ok((Entry::SendOnce(Arc::new(fd)), RightKind::SendOnce))
+                Ok((Entry::SendOnce(SendOnce::plain(Arc::new(fd))), RightKind::SendOnce))
             }
             (Disposition::MoveSendOnce, Entry::SendOnce(_)) => Ok((t.remove(name)?, RightKind::SendOnce)),
             (Disposition::MoveReceive, Entry::Port(p)) => {
@@ -428,7 +479,8 @@ impl Space {
                 if p.send.is_none() {
                     t.remove(name)?;
                 }
-                if let Some(set) = port.lock().set.as_ref().and_then(std::sync::Weak::upgrade) {
+                let set = port.lock().set.as_ref().and_then(std::sync::Weak::upgrade);
+                if let Some(set) = set {
                     set.remove(&port);
                 }
                 Ok((Entry::Port(PortEntry { send: None, recv: Some(port), ident }), RightKind::Receive))
@@ -484,7 +536,7 @@ impl Space {
             seqno: port.seqno.load(Ordering::Relaxed),
             mscount: st.mscount,
             qlimit: st.qlimit,
-            sorights: st.conns.iter().filter(|c| c.once).count() as u32,
+            sorights: st.conns.iter().filter(|c| c.kind == ConnKind::Once).count() as u32,
             connections: st.conns.len() as u32,
             has_send_source: st.send_source.is_some(),
         })
@@ -543,7 +595,12 @@ impl Space {
     /// A notification is an ordinary message whose id is a [`NotifyId`] and whose
     /// in-line data names the right it concerns; its sender is the task that asked for
     /// it, which is how a receiver tells it from a forgery.
-    pub fn request_notification(&self, name: Name, kind: NotifyKind, notify: Option<PortArg>) -> Result<(), RightsError> {
+    pub fn request_notification(
+        &self,
+        name: Name,
+        kind: NotifyKind,
+        notify: Option<PortArg>,
+    ) -> Result<(), RightsError> {
         let target = match notify {
             None => None,
             Some(arg) => Some(self.notify_target(arg)?),
@@ -554,7 +611,14 @@ impl Space {
                 self.inner.reap_if_dead(&mut t, name);
                 let fd = match t.get(name)? {
                     Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
-                    Entry::SendOnce(fd) => fd.clone(),
+                    Entry::SendOnce(so) => so.fd.clone(),
+                    Entry::Dead(_) if target.is_none() => {
+                        drop(t);
+                        if let Some(n) = self.inner.notifier.get() {
+                            n.cancel_dead_name(name);
+                        }
+                        return Ok(());
+                    }
                     Entry::Dead(_) => {
                         // Already dead: notify at once, as Mach does.
                         if let Entry::Dead(n) = t.get_mut(name)? {
@@ -590,7 +654,8 @@ impl Space {
                     // the last send right anywhere is gone.
                     st.send_source = None;
                     st.no_senders = Some(target);
-                    let mains: Vec<Arc<OwnedFd>> = st.conns.iter().filter(|c| !c.once).map(|c| c.fd.clone()).collect();
+                    let mains: Vec<Arc<OwnedFd>> =
+                        st.conns.iter().filter(|c| c.kind != ConnKind::Once).map(|c| c.fd.clone()).collect();
                     for fd in mains {
                         let w = notifier.watch_no_senders(&port, fd)?;
                         st.ns_watches.push(w);
@@ -611,7 +676,7 @@ impl Space {
         let (entry, _) = self.extract(arg.name, arg.disposition)?;
         match entry {
             Entry::Port(PortEntry { send: Some(s), .. }) => Ok(NotifyTarget { fd: s.fd }),
-            Entry::SendOnce(fd) => Ok(NotifyTarget { fd }),
+            Entry::SendOnce(so) => Ok(NotifyTarget { fd: so.fd }),
             _ => Err(RightsError::InvalidRight(arg.name)),
         }
     }
@@ -624,76 +689,115 @@ impl Space {
     /// Rights in the message are taken by their dispositions only if the send
     /// succeeds. Out-of-line buffers are moved out of `msg` in every case.
     pub fn send(&self, dest: Name, msg: &mut Message, opts: SendOptions) -> Result<(), SendError> {
-        self.send_inner(dest, msg, None, opts)
+        self.send_inner(Dest::Name(dest), msg, CallReply::None, opts)
     }
 
-    /// Send a request and wait for its reply, through a send-once right made for this
-    /// call alone (Mach RPC). `msg.reply` must be empty. If the server destroys the
-    /// reply right without answering (it died, even by `kill -9`), the call ends with
+    /// Send a request and wait for its reply (Mach RPC). `msg.reply` must be empty.
+    ///
+    /// To a send right (or this task's own receive right) the call goes over a *call
+    /// channel*: a connection this space made for its calls to that port and offered
+    /// with its first request, then kept in a pool, so a call costs two messages on one
+    /// socket and no descriptor passing. To a send-once right it goes with a send-once
+    /// reply right made for that call alone. Either way, if the server destroys the
+    /// reply right without answering, or dies (even by `kill -9`), the call ends with
     /// [`CallError::ServerDied`] instead of hanging.
-    pub fn call(&self, dest: Name, msg: &mut Message, reply: &mut Received, send: SendOptions, recv: ReceiveOptions) -> Result<(), CallError> {
+    pub fn call(
+        &self,
+        dest: Name,
+        msg: &mut Message,
+        reply: &mut Received,
+        send: SendOptions,
+        recv: ReceiveOptions,
+    ) -> Result<(), CallError> {
         if let Some(r) = msg.reply {
             return Err(CallError::Send(SendError::InvalidRight(r.name)));
         }
-        let (s, r) = sys::connection().map_err(SendError::Os)?;
-        self.send_inner(dest, msg, Some(s), send)?;
-        let deadline = recv.timeout.map(|t| Instant::now() + t);
-        let mut fds = Vec::new();
-        loop {
-            if deadline.is_some() && !sys::wait_until(r.as_fd(), rustix::event::PollFlags::IN, deadline).map_err(ReceiveError::Os)? {
-                return Err(ReceiveError::TimedOut.into());
-            }
-            fds.clear();
-            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, deadline.is_some()).map_err(ReceiveError::Os)? {
-                RecvOutcome::Empty => continue,
-                RecvOutcome::Zero => {
-                    if sys::hung_up(r.as_fd()) {
-                        return Err(CallError::ServerDied);
-                    }
-                    return Err(self.inner.count_malformed(malformed("empty datagram", None)).into());
+        let ident = match self.table().get(dest) {
+            Ok(Entry::Port(PortEntry { ident: Some(i), .. })) => Some(*i),
+            _ => None,
+        };
+        let Some(ident) = ident else {
+            let (s, r) = sys::connection().map_err(SendError::Os)?;
+            self.send_inner(Dest::Name(dest), msg, CallReply::Once(s), send)?;
+            return self.inner.wait_reply(self, &r, reply, recv);
+        };
+        // A pooled channel; if the server let go of it, one retry on a fresh channel
+        // (nothing was delivered, so nothing runs twice).
+        for _ in 0..2 {
+            let chan = match self.inner.take_channel(ident) {
+                // Out-of-line buffers are sealed and spent by a failed send, so check
+                // that the channel is alive first when there are any.
+                Some(a) if !msg.ool.is_empty() && sys::hung_up(a.as_fd()) => continue,
+                Some(a) => match self.send_inner(Dest::Fd(a.clone()), msg, CallReply::None, send) {
+                    Ok(()) => a,
+                    Err(SendError::InvalidDest(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                },
+                None => {
+                    // Ours is the receive end (`SO_PASSCRED` on, for the replies'
+                    // credentials); the server sets it on the end it gets.
+                    let (b, a) = sys::connection().map_err(SendError::Os)?;
+                    self.send_inner(Dest::Name(dest), msg, CallReply::Channel(b), send)?;
+                    Arc::new(a)
                 }
-                RecvOutcome::Datagram { len, creds, truncated } => {
-                    if truncated {
-                        return Err(self.inner.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds))).into());
-                    }
-                    self.inner.decode(self, reply, len, creds, &mut fds, recv.populate_ool)?;
-                    reply.port = Name::NULL;
-                    return Ok(());
-                }
+            };
+            let result = self.inner.wait_reply(self, &chan, reply, recv);
+            if result.is_ok() {
+                self.inner.put_channel(ident, chan);
             }
+            return result;
         }
+        Err(CallError::ServerDied)
     }
 
-    fn send_inner(&self, dest: Name, msg: &mut Message, call_reply: Option<OwnedFd>, opts: SendOptions) -> Result<(), SendError> {
+    fn send_inner(
+        &self,
+        dest: Dest,
+        msg: &mut Message,
+        call_reply: CallReply,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
         let deadline = opts.timeout.map(|t| Instant::now() + t);
         let mut plan = Plan::default();
+        let dest_name = match &dest {
+            Dest::Name(n) => *n,
+            Dest::Fd(_) => Name::NULL,
+        };
         let dest_fd;
         {
             // No liveness check here: the send itself finds a dead port (EPIPE).
             let mut t = self.table();
-            dest_fd = match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
-                Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
-                Entry::Port(PortEntry { recv: Some(p), .. }) => {
-                    let p = p.clone();
-                    let mut st = p.lock();
-                    let (fd, _, _) = st.send_end().map_err(SendError::Os)?;
-                    fd
-                }
-                Entry::SendOnce(_) => {
-                    let e = t.reserve(dest).expect("checked");
-                    let Entry::SendOnce(fd) = &e else { unreachable!() };
-                    let fd = fd.clone();
-                    plan.undo.push(Undo::Restore(dest, e));
-                    plan.commit.push(Commit::Release(dest));
-                    fd
-                }
-                _ => return Err(SendError::InvalidDest(dest)),
+            dest_fd = match dest {
+                Dest::Fd(fd) => fd,
+                Dest::Name(dest) => match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
+                    Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
+                    Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                        let p = p.clone();
+                        let mut st = p.lock();
+                        let (fd, _, _) = st.send_end().map_err(SendError::Os)?;
+                        fd
+                    }
+                    Entry::SendOnce(_) => {
+                        let e = t.reserve(dest).expect("checked");
+                        let Entry::SendOnce(so) = &e else { unreachable!() };
+                        let fd = so.fd.clone();
+                        plan.undo.push(Undo::Restore(dest, e));
+                        plan.commit.push(Commit::Release(dest));
+                        fd
+                    }
+                    _ => return Err(SendError::InvalidDest(dest)),
+                },
             };
             let result = (|| {
-                if let Some(fd) = call_reply {
+                let own = match call_reply {
+                    CallReply::None => None,
+                    CallReply::Once(fd) => Some((fd, ReplyKind::SendOnce)),
+                    CallReply::Channel(fd) => Some((fd, ReplyKind::Channel)),
+                };
+                if let Some((fd, kind)) = own {
                     plan.owned.push(fd);
                     plan.order.push(FdRef::Owned(plan.owned.len() - 1));
-                    plan.reply = Some(ReplyKind::SendOnce);
+                    plan.reply = Some(kind);
                 } else if let Some(r) = msg.reply {
                     let kind = self.resolve_arg(&mut t, r, &mut plan)?;
                     plan.reply = Some(match kind {
@@ -723,12 +827,12 @@ impl Space {
                 Ok(())
             }
             Err(e) => {
-                if matches!(e, SendError::InvalidDest(_)) {
-                    self.inner.make_dead(&mut t, dest, &dest_fd);
+                if matches!(e, SendError::InvalidDest(_)) && dest_name != Name::NULL {
+                    self.inner.make_dead(&mut t, dest_name, &dest_fd);
                 }
                 self.inner.undo(&mut t, std::mem::take(&mut plan.undo));
                 Err(match e {
-                    SendError::InvalidDest(_) => SendError::InvalidDest(dest),
+                    SendError::InvalidDest(_) => SendError::InvalidDest(dest_name),
                     e => e,
                 })
             }
@@ -736,7 +840,13 @@ impl Space {
     }
 
     /// Build the datagram and hand it to the kernel.
-    fn transmit(&self, dest: &Arc<OwnedFd>, msg: &mut Message, plan: &mut Plan, deadline: Option<Instant>) -> Result<(), SendError> {
+    fn transmit(
+        &self,
+        dest: &Arc<OwnedFd>,
+        msg: &mut Message,
+        plan: &mut Plan,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendError> {
         // Out-of-line regions: give up the mapping, seal, send the memfd.
         for buf in msg.ool.drain(..) {
             let (fd, len) = buf.seal()?;
@@ -756,7 +866,8 @@ impl Space {
             let inline: &[u8] = if big.is_some() { &[] } else { &msg.data };
             let mut head = [0u8; HEAD_MAX];
             let reply_kind = plan.reply.unwrap_or(ReplyKind::None);
-            let (_, n) = Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, &mut head)?;
+            let (_, n) =
+                Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, &mut head)?;
             // File descriptors in wire order: reply, big memfd, then descriptors'.
             let nfds = plan.order.len() + ool_count + usize::from(big.is_some());
             let mut fds: Vec<BorrowedFd<'_>> = if nfds == 0 { Vec::new() } else { Vec::with_capacity(nfds) };
@@ -821,15 +932,26 @@ impl Space {
             }
             (Disposition::MoveSendOnce, Entry::SendOnce(_)) => {
                 let e = t.reserve(name).map_err(|_| bad())?;
-                let Entry::SendOnce(fd) = &e else { unreachable!() };
-                plan.push_shared(fd.clone());
+                let Entry::SendOnce(so) = &e else { unreachable!() };
+                if let Some((port, conn)) = &so.channel {
+                    // The right answers on a client's call channel. The task it goes to
+                    // may write the reply, but must not read the client's later
+                    // requests: stop reading the channel (the client's next call finds
+                    // it closed and makes a new one) and let the port forget it.
+                    let _ = rustix::net::shutdown(so.fd.as_fd(), rustix::net::Shutdown::Read);
+                    if let Some(p) = port.upgrade() {
+                        p.lock().remove_conn(*conn);
+                    }
+                }
+                plan.push_shared(so.fd.clone());
                 plan.undo.push(Undo::Restore(name, e));
                 plan.commit.push(Commit::Release(name));
                 Ok(Descriptor::SendOnce)
             }
             (Disposition::MoveReceive, Entry::Port(PortEntry { recv: Some(p), .. })) => {
                 let p = p.clone();
-                if let Some(set) = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade) {
+                let set = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade);
+                if let Some(set) = set {
                     set.remove(&p);
                 }
                 let packed = p.lock().pack(p.seqno.load(Ordering::Relaxed));
@@ -999,11 +1121,16 @@ fn big_inline(data: &[u8]) -> Result<(OwnedFd, u64), SendError> {
 }
 
 fn to_creds(c: rustix::net::UCred) -> Credentials {
-    Credentials {
-        pid: rustix::process::Pid::as_raw(Some(c.pid)) as u32,
-        uid: c.uid.as_raw(),
-        gid: c.gid.as_raw(),
-    }
+    Credentials { pid: rustix::process::Pid::as_raw(Some(c.pid)) as u32, uid: c.uid.as_raw(), gid: c.gid.as_raw() }
+}
+
+/// The port and connection a message arrived on.
+#[derive(Clone, Copy)]
+struct Origin<'a> {
+    port: &'a Arc<RecvPort>,
+    fd: &'a Arc<OwnedFd>,
+    conn: u64,
+    kind: ConnKind,
 }
 
 impl Plan {
@@ -1045,7 +1172,7 @@ impl Inner {
     fn reap_if_dead(&self, t: &mut Table, name: Name) {
         let fd = match t.get(name) {
             Ok(Entry::Port(PortEntry { send: Some(s), recv: None, .. })) => s.fd.clone(),
-            Ok(Entry::SendOnce(fd)) => fd.clone(),
+            Ok(Entry::SendOnce(so)) => so.fd.clone(),
             _ => return,
         };
         if sys::hung_up(fd.as_fd()) {
@@ -1057,10 +1184,13 @@ impl Inner {
     pub(crate) fn make_dead(&self, t: &mut Table, name: Name, fd: &Arc<OwnedFd>) -> bool {
         let urefs = match t.get(name) {
             Ok(Entry::Port(PortEntry { send: Some(s), recv: None, .. })) if Arc::ptr_eq(&s.fd, fd) => s.urefs,
-            Ok(Entry::SendOnce(f)) if Arc::ptr_eq(f, fd) => 1,
+            Ok(Entry::SendOnce(so)) if Arc::ptr_eq(&so.fd, fd) => 1,
             Ok(Entry::Dead(_)) => return true,
             _ => return false,
         };
+        if let Ok(Entry::Port(p)) = t.get(name) {
+            self.forget_channels(p.ident);
+        }
         t.forget_ident(name);
         if let Ok(e) = t.get_mut(name) {
             *e = Entry::Dead(urefs);
@@ -1087,13 +1217,18 @@ impl Inner {
         let mut dropped = Vec::new();
         for c in commits {
             match c {
-                Commit::Release(name) => t.release(name),
+                Commit::Release(name) => {
+                    t.release(name);
+                    self.cancel_requests(name);
+                }
                 Commit::DropSendUref(name) => {
                     if let Ok(Entry::Port(p)) = t.get_mut(name) {
                         if let Some(s) = p.send.as_mut() {
                             s.urefs = s.urefs.saturating_sub(1);
                             if s.urefs == 0 {
                                 dropped.push(p.send.take());
+                                self.forget_channels(p.ident);
+                                self.cancel_requests(name);
                                 if p.recv.is_none() {
                                     if let Ok(e) = t.remove(name) {
                                         dropped.push(None);
@@ -1136,7 +1271,26 @@ impl Inner {
     /// Release what an entry held.
     fn drop_entry(&self, e: Entry) {
         match e {
-            Entry::Port(PortEntry { recv: Some(p), .. }) => self.destroy_receive(p),
+            Entry::Port(PortEntry { recv, send, ident }) => {
+                if send.is_some() {
+                    self.forget_channels(ident);
+                }
+                if let Some(p) = recv {
+                    self.destroy_receive(p);
+                }
+            }
+            Entry::SendOnce(SendOnce { fd, channel: Some(_) }) => {
+                // A call channel's reply right destroyed unused: tell the caller, whose
+                // channel stays open for its next call.
+                let body = NotifyId::body(Name::NULL, 0);
+                let mut head = [0u8; HEAD_MAX];
+                if let Ok((_, n)) =
+                    Datagram::encode_head(NotifyId::SendOnce.id(), ReplyKind::None, &[], body.len(), 0, &mut head)
+                {
+                    let bufs = [IoSlice::new(&head[..n]), IoSlice::new(&body)];
+                    let _ = sys::send(fd.as_fd(), &bufs, &[], Some(Instant::now()));
+                }
+            }
             Entry::Set(s) => {
                 let members: Vec<Arc<RecvPort>> = s
                     .members
@@ -1156,7 +1310,8 @@ impl Inner {
     /// Destroy a receive right: unless a port-destroyed request hands it on, close
     /// every connection, so every sender's right becomes a dead name.
     pub(crate) fn destroy_receive(&self, p: Arc<RecvPort>) {
-        if let Some(set) = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade) {
+        let set = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade);
+        if let Some(set) = set {
             set.remove(&p);
         }
         self.cancel_port_watches(&p);
@@ -1164,13 +1319,27 @@ impl Inner {
             let mut st = p.lock();
             let target = st.port_destroyed.take();
             st.no_senders = None;
+            if target.is_none() {
+                // Shut the connections down while they are still in the port's epoll,
+                // so that every thread waiting on the port wakes and finds it dead.
+                st.dead = true;
+                for c in &st.conns {
+                    let _ = rustix::net::shutdown(c.fd.as_fd(), rustix::net::Shutdown::Both);
+                }
+            }
             let packed = st.pack(p.seqno.load(Ordering::Relaxed));
             (target, packed)
         };
         if let Some(target) = target {
             let name = p.name();
             let fds: Vec<BorrowedFd<'_>> = packed.fds.iter().map(|f| f.as_fd()).collect();
-            if self.send_raw(&target.fd, NotifyId::PortDestroyed.id(), &NotifyId::body(name, 0), &[Descriptor::Receive(packed.info)], &fds) {
+            if self.send_raw(
+                &target.fd,
+                NotifyId::PortDestroyed.id(),
+                &NotifyId::body(name, 0),
+                &[Descriptor::Receive(packed.info)],
+                &fds,
+            ) {
                 return;
             }
         }
@@ -1186,7 +1355,9 @@ impl Inner {
     /// Send a small message built here (notifications), waiting at most a second.
     fn send_raw(&self, dest: &OwnedFd, id: i32, body: &[u8], descs: &[Descriptor], fds: &[BorrowedFd<'_>]) -> bool {
         let mut head = [0u8; HEAD_MAX];
-        let Ok((_, n)) = Datagram::encode_head(id, ReplyKind::None, descs, body.len(), 0, &mut head) else { return false };
+        let Ok((_, n)) = Datagram::encode_head(id, ReplyKind::None, descs, body.len(), 0, &mut head) else {
+            return false;
+        };
         let bufs = [IoSlice::new(&head[..n]), IoSlice::new(body)];
         let deadline = Some(Instant::now() + std::time::Duration::from_secs(1));
         matches!(sys::send(dest.as_fd(), &bufs, fds, deadline), Ok(SendOutcome::Sent))
@@ -1236,7 +1407,107 @@ impl Inner {
         }
     }
 
-    fn receive_port(&self, space: &Space, p: &Arc<RecvPort>, rcv: &mut Received, deadline: Option<Instant>, opts: ReceiveOptions) -> Result<(), ReceiveError> {
+    /// The right under `name` is gone: cancel its dead-name request. The request's
+    /// notify right is released (Mach would send port-deleted; a send-once notify
+    /// right's port gets a send-once notification instead).
+    fn cancel_requests(&self, name: Name) {
+        if let Some(n) = self.notifier.get() {
+            n.cancel_dead_name(name);
+        }
+    }
+
+    /// Add a client's call channel to a port; watched for no-senders like a send right.
+    fn add_channel(&self, p: &Arc<RecvPort>, fd: Arc<OwnedFd>) -> Option<u64> {
+        let mut st = p.lock();
+        if st.dead {
+            return None;
+        }
+        let id = st.add_conn(fd.clone(), ConnKind::Channel).ok()?;
+        if st.no_senders.is_some() {
+            if let Some(n) = self.notifier.get() {
+                if let Ok(w) = n.watch_no_senders(p, fd) {
+                    st.ns_watches.push(w);
+                }
+            }
+        }
+        Some(id)
+    }
+
+    /// Most idle call channels kept per destination port.
+    const CHANNELS_PER_PORT: usize = 8;
+
+    fn take_channel(&self, ident: Ident) -> Option<Arc<OwnedFd>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&ident)?.pop()
+    }
+
+    fn put_channel(&self, ident: Ident, chan: Arc<OwnedFd>) {
+        let mut pool = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let v = pool.entry(ident).or_default();
+        if v.len() < Self::CHANNELS_PER_PORT {
+            v.push(chan);
+        }
+    }
+
+    /// This space no longer holds a send right to the port `ident`: close its call
+    /// channels too, since a channel reaches the port like a send right.
+    pub(crate) fn forget_channels(&self, ident: Option<Ident>) {
+        if let Some(ident) = ident {
+            let gone = self.channels.lock().unwrap_or_else(|e| e.into_inner()).remove(&ident);
+            drop(gone);
+        }
+    }
+
+    /// Wait for the reply to a call on its reply connection or channel.
+    fn wait_reply(
+        &self,
+        space: &Space,
+        r: &OwnedFd,
+        reply: &mut Received,
+        recv: ReceiveOptions,
+    ) -> Result<(), CallError> {
+        let deadline = recv.timeout.map(|t| Instant::now() + t);
+        let mut fds = Vec::new();
+        loop {
+            if deadline.is_some()
+                && !sys::wait_until(r.as_fd(), rustix::event::PollFlags::IN, deadline).map_err(ReceiveError::Os)?
+            {
+                return Err(ReceiveError::TimedOut.into());
+            }
+            fds.clear();
+            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, deadline.is_some()).map_err(ReceiveError::Os)? {
+                RecvOutcome::Empty => continue,
+                RecvOutcome::Zero => {
+                    if sys::hung_up(r.as_fd()) {
+                        return Err(CallError::ServerDied);
+                    }
+                    return Err(self.count_malformed(malformed("empty datagram", None)).into());
+                }
+                RecvOutcome::Datagram { len, creds, truncated } => {
+                    if truncated {
+                        return Err(self
+                            .count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds)))
+                            .into());
+                    }
+                    self.decode(space, reply, len, creds, &mut fds, recv.populate_ool, None)?;
+                    if reply.id == NotifyId::SendOnce.id() && reply.ports.is_empty() && reply.reply.is_none() {
+                        // The server destroyed the reply right of a channel call unused.
+                        return Err(CallError::ServerDied);
+                    }
+                    reply.port = Name::NULL;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn receive_port(
+        &self,
+        space: &Space,
+        p: &Arc<RecvPort>,
+        rcv: &mut Received,
+        deadline: Option<Instant>,
+        opts: ReceiveOptions,
+    ) -> Result<(), ReceiveError> {
         let mut fds = Vec::new();
         let mut events = Vec::with_capacity(1);
         loop {
@@ -1247,18 +1518,18 @@ impl Inner {
                 if st.dead {
                     return Err(ReceiveError::PortDied);
                 }
-                if st.conns.len() == 1 && !st.conns[0].once && st.send_source.is_some() {
-                    Ok((st.conns[0].fd.clone(), st.conns[0].id, false))
+                if st.conns.len() == 1 && st.conns[0].kind == ConnKind::Main && st.send_source.is_some() {
+                    Ok((st.conns[0].fd.clone(), st.conns[0].id))
                 } else {
                     Err(st.ensure_epoll()?)
                 }
             };
-            let (fd, cid, once, nonblocking) = match direct {
-                Ok((fd, cid, once)) => {
+            let (fd, cid, kind, nonblocking) = match direct {
+                Ok((fd, cid)) => {
                     if deadline.is_some() && !sys::wait_until(fd.as_fd(), rustix::event::PollFlags::IN, deadline)? {
                         return Err(ReceiveError::TimedOut);
                     }
-                    (fd, cid, once, deadline.is_some())
+                    (fd, cid, ConnKind::Main, deadline.is_some())
                 }
                 Err(ep) => {
                     events.clear();
@@ -1275,8 +1546,9 @@ impl Inner {
                         continue;
                     };
                     let cid = ev.data.u64();
-                    let Some((fd, once)) = p.lock().conn(cid) else { continue };
-                    (fd, cid, once, true)
+                    // The wake event (or a connection already gone): look again.
+                    let Some((fd, kind)) = p.lock().conn(cid) else { continue };
+                    (fd, cid, kind, true)
                 }
             };
             fds.clear();
@@ -1287,7 +1559,7 @@ impl Inner {
                         return Err(self.count_malformed(malformed("empty datagram", None)));
                     }
                     p.lock().remove_conn(cid);
-                    if once {
+                    if kind == ConnKind::Once {
                         // A send-once right died unused: the send-once notification.
                         rcv.reset();
                         rcv.id = NotifyId::SendOnce.id();
@@ -1304,19 +1576,29 @@ impl Inner {
                     continue;
                 }
                 RecvOutcome::Datagram { len, creds, truncated } => {
-                    if once {
+                    if kind == ConnKind::Once {
                         // Read at most once: closing the connection makes the kernel
                         // refuse anything more sent on this send-once right.
                         p.lock().remove_conn(cid);
                     }
-                    if !once && len == 1 && rcv.buf[0] == DOORBELL && fds.is_empty() {
+                    if kind == ConnKind::Main && len == 1 && rcv.buf[0] == DOORBELL && fds.is_empty() {
                         continue;
                     }
                     if truncated {
-                        return Err(self.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds))));
+                        return Err(
+                            self.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds)))
+                        );
                     }
                     let seqno = p.seqno.fetch_add(1, Ordering::Relaxed);
-                    self.decode(space, rcv, len, creds, &mut fds, opts.populate_ool)?;
+                    self.decode(
+                        space,
+                        rcv,
+                        len,
+                        creds,
+                        &mut fds,
+                        opts.populate_ool,
+                        Some(Origin { port: p, fd: &fd, conn: cid, kind }),
+                    )?;
                     rcv.seqno = seqno;
                     rcv.port = p.name();
                     return Ok(());
@@ -1327,11 +1609,30 @@ impl Inner {
 
     /// Validate a received datagram and its descriptors, then insert its rights.
     /// Nothing is inserted unless everything is valid.
-    fn decode(&self, space: &Space, rcv: &mut Received, len: usize, creds: Option<rustix::net::UCred>, fds: &mut Vec<OwnedFd>, populate: bool) -> Result<(), ReceiveError> {
+    #[allow(clippy::too_many_arguments)]
+    fn decode(
+        &self,
+        space: &Space,
+        rcv: &mut Received,
+        len: usize,
+        creds: Option<rustix::net::UCred>,
+        fds: &mut Vec<OwnedFd>,
+        populate: bool,
+        origin: Option<Origin<'_>>,
+    ) -> Result<(), ReceiveError> {
         let sender = creds.map(to_creds);
         let fail = |why: String| self.count_malformed(malformed(why, sender));
         let sender = sender.ok_or_else(|| fail("no sender credentials".into()))?;
         let dg = Datagram::parse(&rcv.buf[..len], fds.len()).map_err(|e| fail(e.to_string()))?;
+        // A call channel may be offered only on a port's main connection, and a
+        // request arriving on a channel brings no reply right of its own.
+        match (dg.header.reply, origin.map(|o| o.kind)) {
+            (ReplyKind::Channel, Some(ConnKind::Main)) => {}
+            (ReplyKind::Channel, _) => return Err(fail("a call channel offered where none may be".into())),
+            (ReplyKind::None, _) => {}
+            (_, Some(ConnKind::Channel)) => return Err(fail("a reply right sent on a call channel".into())),
+            _ => {}
+        }
         // Check every descriptor before using any.
         let mut idents: Vec<Option<Ident>> = Vec::with_capacity(fds.len());
         let mut i = 0;
@@ -1382,7 +1683,8 @@ impl Inner {
         rcv.reset();
         if header.big_len != 0 {
             let fd = taken.next().expect("counted");
-            read_all(&fd, header.big_len as usize, &mut rcv.big).map_err(|e| fail(format!("reading big in-line data: {e}")))?;
+            read_all(&fd, header.big_len as usize, &mut rcv.big)
+                .map_err(|e| fail(format!("reading big in-line data: {e}")))?;
             rcv.is_big = true;
         } else {
             rcv.data_start = inline_start;
@@ -1395,7 +1697,8 @@ impl Inner {
             }
             match d {
                 Descriptor::Ool { len } => {
-                    let region = OolRegion::map(v.pop().expect("one"), *len, populate).map_err(|e| fail(format!("mapping out-of-line memory: {e}")))?;
+                    let region = OolRegion::map(v.pop().expect("one"), *len, populate)
+                        .map_err(|e| fail(format!("mapping out-of-line memory: {e}")))?;
                     ool.push(region);
                 }
                 _ => rights.push((*d, v)),
@@ -1406,11 +1709,28 @@ impl Inner {
         let mut t = space.table();
         if let Some(fd) = reply_fd {
             let ident = ident_iter.next().flatten();
-            let r = match (header.reply, ident) {
-                (ReplyKind::Send, Some(ident)) => t.insert_send(fd, ident).map(|n| ReceivedRight { name: n, kind: RightKind::Send }),
-                _ => t.alloc(Entry::SendOnce(Arc::new(fd))).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }),
+            let r = match (header.reply, ident, origin) {
+                (ReplyKind::Send, Some(ident), _) => {
+                    t.insert_send(fd, ident).map(|n| ReceivedRight { name: n, kind: RightKind::Send })
+                }
+                (ReplyKind::Channel, _, Some(o)) => {
+                    // A client's new call channel: the port keeps it for the client's
+                    // later calls, and this request's reply goes back on it.
+                    let fd = Arc::new(fd);
+                    let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);
+                    let conn = self.add_channel(o.port, fd.clone());
+                    let so = SendOnce { fd, channel: conn.map(|c| (Arc::downgrade(o.port), c)) };
+                    t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce })
+                }
+                _ => t
+                    .alloc(Entry::SendOnce(SendOnce::plain(Arc::new(fd))))
+                    .map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }),
             };
             rcv.reply = r.ok();
+        } else if let Some(o) = origin.filter(|o| o.kind == ConnKind::Channel) {
+            // A later request on a call channel: answered back on the channel.
+            let so = SendOnce { fd: o.fd.clone(), channel: Some((Arc::downgrade(o.port), o.conn)) };
+            rcv.reply = t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }).ok();
         }
         if header.big_len != 0 {
             ident_iter.next();
@@ -1431,7 +1751,7 @@ impl Inner {
                 Descriptor::SendOnce => {
                     ident_iter.next();
                     let fd = rights.remove(0).1.pop().expect("one");
-                    if let Ok(n) = t.alloc(Entry::SendOnce(Arc::new(fd))) {
+                    if let Ok(n) = t.alloc(Entry::SendOnce(SendOnce::plain(Arc::new(fd)))) {
                         ports.push(ReceivedRight { name: n, kind: RightKind::SendOnce });
                     }
                 }
@@ -1442,17 +1762,21 @@ impl Inner {
                     }
                     let fds = rights.remove(0).1;
                     let mut it = fds.into_iter().map(Arc::new);
-                    let (send_source, ident) = if info.has_send_source {
-                        (it.next(), ids.first().copied())
-                    } else {
-                        (None, None)
-                    };
+                    let (send_source, ident) =
+                        if info.has_send_source { (it.next(), ids.first().copied()) } else { (None, None) };
                     let mut conns = Vec::new();
                     for (k, fd) in it.enumerate() {
                         let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);
-                        conns.push((fd, k >= usize::from(info.main_conns)));
+                        conns.push((fd, crate::port::conn_kind_at(info, k)));
                     }
-                    let port = RecvPort::from_parts(send_source, ident, conns, info.seqno, info.mscount, info.qlimit.min(MAX_QLIMIT));
+                    let port = RecvPort::from_parts(
+                        send_source,
+                        ident,
+                        conns,
+                        info.seqno,
+                        info.mscount,
+                        info.qlimit.min(MAX_QLIMIT),
+                    );
                     if let Ok(n) = t.insert_receive(port, ident) {
                         ports.push(ReceivedRight { name: n, kind: RightKind::Receive });
                     }

@@ -12,8 +12,8 @@ use ictus_abi::MAX_FDS;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType, UCred,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType, UCred,
 };
 
 /// Kernel send-buffer bytes allowed per queued message when a queue limit is set.
@@ -27,12 +27,7 @@ pub(crate) const BYTES_PER_QUEUED_MESSAGE: usize = 2048;
 /// - [`socketpair(2)`](https://man7.org/linux/man-pages/man2/socketpair.2.html)
 /// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SO_PASSCRED`
 pub(crate) fn connection() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
-    let (s, r) = rustix::net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
+    let (s, r) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
     rustix::net::sockopt::set_socket_passcred(&r, true)?;
     Ok((s, r))
 }
@@ -95,9 +90,7 @@ pub(crate) fn send(
                 }
             }
             Err(Errno::INTR) => {}
-            Err(Errno::PIPE | Errno::CONNREFUSED | Errno::CONNRESET | Errno::NOTCONN) => {
-                return Ok(SendOutcome::Dead)
-            }
+            Err(Errno::PIPE | Errno::CONNREFUSED | Errno::CONNRESET | Errno::NOTCONN) => return Ok(SendOutcome::Dead),
             Err(Errno::MSGSIZE) => return Ok(SendOutcome::TooLarge),
             Err(e) => return Err(e),
         }
@@ -105,11 +98,7 @@ pub(crate) fn send(
 }
 
 /// Wait until `fd` is ready for `what` or has hung up. Returns false on time-out.
-pub(crate) fn wait_until(
-    fd: BorrowedFd<'_>,
-    what: PollFlags,
-    deadline: Option<Instant>,
-) -> rustix::io::Result<bool> {
+pub(crate) fn wait_until(fd: BorrowedFd<'_>, what: PollFlags, deadline: Option<Instant>) -> rustix::io::Result<bool> {
     loop {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
         let mut pfd = [PollFd::new(&fd, what)];
@@ -134,10 +123,7 @@ pub(crate) fn hung_up(fd: BorrowedFd<'_>) -> bool {
 }
 
 pub(crate) fn timespec(d: Duration) -> Timespec {
-    Timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
-        tv_nsec: i64::from(d.subsec_nanos()),
-    }
+    Timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as i64, tv_nsec: i64::from(d.subsec_nanos()) }
 }
 
 /// What one receive call produced.
@@ -158,8 +144,7 @@ pub(crate) fn recv(
     fds: &mut Vec<OwnedFd>,
     nonblocking: bool,
 ) -> rustix::io::Result<RecvOutcome> {
-    let mut space = [MaybeUninit::<u8>::uninit();
-        rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut flags = RecvFlags::CMSG_CLOEXEC;
     if nonblocking {
         flags |= RecvFlags::DONTWAIT;

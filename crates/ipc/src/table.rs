@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use ictus_abi::Name;
 
@@ -28,9 +28,22 @@ pub(crate) struct PortEntry {
     pub(crate) ident: Option<Ident>,
 }
 
+/// A send-once right: its own connection, or the back direction of a client's call
+/// channel (then `channel` names the port and connection it answers on).
+pub(crate) struct SendOnce {
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) channel: Option<(Weak<RecvPort>, u64)>,
+}
+
+impl SendOnce {
+    pub(crate) fn plain(fd: Arc<OwnedFd>) -> SendOnce {
+        SendOnce { fd, channel: None }
+    }
+}
+
 pub(crate) enum Entry {
     Port(PortEntry),
-    SendOnce(Arc<OwnedFd>),
+    SendOnce(SendOnce),
     Set(Arc<PortSet>),
     Dead(u32),
 }
@@ -252,9 +265,6 @@ impl Table {
 
     /// All names, for listing and teardown.
     pub(crate) fn names(&self) -> Vec<Name> {
-        (1..self.slots.len())
-            .filter(|&i| self.slots[i].entry.is_some())
-            .map(|i| self.name_of(i as u32))
-            .collect()
+        (1..self.slots.len()).filter(|&i| self.slots[i].entry.is_some()).map(|i| self.name_of(i as u32)).collect()
     }
 }
