@@ -113,9 +113,12 @@ fn call_gets_reply_and_dead_server_is_an_error() {
         })
     };
     let mut reply = Received::new();
-    s.call(p, &mut Message::new(10, b"ping".to_vec()), &mut reply, SendOptions::default(), ReceiveOptions::default()).unwrap();
+    s.call(p, &mut Message::new(10, b"ping".to_vec()), &mut reply, SendOptions::default(), ReceiveOptions::default())
+        .unwrap();
     assert_eq!((reply.id, reply.data()), (11, &b"ping"[..]));
-    let err = s.call(p, &mut Message::new(10, vec![]), &mut reply, SendOptions::default(), ReceiveOptions::default()).unwrap_err();
+    let err = s
+        .call(p, &mut Message::new(10, vec![]), &mut reply, SendOptions::default(), ReceiveOptions::default())
+        .unwrap_err();
     assert!(matches!(err, CallError::ServerDied), "{err}");
     server.join().unwrap();
 }

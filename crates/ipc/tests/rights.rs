@@ -141,7 +141,8 @@ fn port_destroyed_notification_hands_the_receive_right_on() {
     let notify = s.allocate_port().unwrap();
     let p = s.allocate_port_with_send().unwrap();
     s.send(p, &mut Message::new(6, vec![]), SendOptions::default()).unwrap();
-    s.request_notification(p, NotifyKind::PortDestroyed, Some(PortArg::new(notify, Disposition::MakeSendOnce))).unwrap();
+    s.request_notification(p, NotifyKind::PortDestroyed, Some(PortArg::new(notify, Disposition::MakeSendOnce)))
+        .unwrap();
     s.mod_refs(p, RightKind::Receive, -1).unwrap();
     let m = rcv(&s, notify);
     assert_eq!(m.id, NotifyId::PortDestroyed.id());
@@ -186,7 +187,9 @@ fn receive_times_out_and_bad_names_are_refused() {
     let s = Space::new();
     let p = s.allocate_port_with_send().unwrap();
     let mut r = Received::new();
-    let e = s.receive(p, &mut r, ReceiveOptions { timeout: Some(Duration::from_millis(1)), ..Default::default() }).unwrap_err();
+    let e = s
+        .receive(p, &mut r, ReceiveOptions { timeout: Some(Duration::from_millis(1)), ..Default::default() })
+        .unwrap_err();
     assert!(matches!(e, ReceiveError::TimedOut));
     assert_eq!(e.code(), ReturnCode::RcvTimedOut);
     let e = s.receive(Name::new(999, 1), &mut r, ReceiveOptions::default()).unwrap_err();
