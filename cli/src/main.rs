@@ -84,12 +84,8 @@ impl BenchArgs {
 }
 
 fn bench_ipc(a: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let opts = ictus_bench::ipc::IpcOptions {
-        quick: a.quick,
-        json: a.json.clone(),
-        pin: a.pin()?,
-        progress: a.progress,
-    };
+    let opts =
+        ictus_bench::ipc::IpcOptions { quick: a.quick, json: a.json.clone(), pin: a.pin()?, progress: a.progress };
     let report = ictus_bench::ipc::run(&opts)?;
     report.print_table();
     Ok(())
@@ -101,22 +97,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
-        Command::Names { socket, json } => {
-            ictus_name_server::cli::list(socket, json).map_err(Into::into)
-        }
+        Command::Names { socket, json } => ictus_name_server::cli::list(socket, json).map_err(Into::into),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {
                 println!("{e}");
             }
             Ok(())
         }
-        Command::Bench {
-            experiment: None, ..
-        } => Err("name an experiment (see `ictus bench --list`)".into()),
-        Command::Bench {
-            experiment: Some(e),
-            ..
-        } => match e {
+        Command::Bench { experiment: None, .. } => Err("name an experiment (see `ictus bench --list`)".into()),
+        Command::Bench { experiment: Some(e), .. } => match e {
             Experiment::Ipc(a) => bench_ipc(a),
         },
     };

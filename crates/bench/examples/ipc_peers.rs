@@ -12,11 +12,7 @@ fn main() -> ExitCode {
     // Benchmark servers are this binary re-executed; they never return from here.
     ictus_bench::maybe_run_child();
 
-    let mut opts = IpcOptions {
-        quick: true,
-        progress: true,
-        ..IpcOptions::default()
-    };
+    let mut opts = IpcOptions { quick: true, progress: true, ..IpcOptions::default() };
     let usage = || {
         eprintln!("usage: ipc_peers [--full] [--json FILE] [--pin C,S]");
         ExitCode::from(2)

@@ -47,11 +47,7 @@ pub fn spawn_child(role: &str, args: &[String], inherit_fds: &[BorrowedFd]) -> i
     let raw_fds: Vec<RawFd> = inherit_fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let parent = getpid();
     let mut command = Command::new(exe);
-    command
-        .arg(CHILD_FLAG)
-        .arg(role)
-        .args(args)
-        .stdin(Stdio::null());
+    command.arg(CHILD_FLAG).arg(role).args(args).stdin(Stdio::null());
     let pre_exec = move || -> io::Result<()> {
         // Only async-signal-safe work happens here (raw system calls, no allocation):
         // this runs in the forked child of a possibly multi-threaded parent.
@@ -109,14 +105,9 @@ pub fn run_role(role: &str, args: &[String]) -> i32 {
 /// argument. Fails unless the argument names an open descriptor above the standard
 /// three. Call it at most once per descriptor.
 pub fn fd_arg(arg: &str) -> io::Result<OwnedFd> {
-    let fd: RawFd = arg
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("bad fd {arg:?}")))?;
+    let fd: RawFd = arg.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("bad fd {arg:?}")))?;
     if fd <= 2 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("fd {fd} is a standard stream"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("fd {fd} is a standard stream")));
     }
     // SAFETY: F_GETFD reads descriptor flags and touches no memory; on a closed
     // descriptor it fails with EBADF, which is what we test for.
@@ -131,12 +122,9 @@ pub fn fd_arg(arg: &str) -> io::Result<OwnedFd> {
 
 /// Parses a numeric argument of a child role.
 pub fn num_arg(args: &[String], index: usize, what: &str) -> io::Result<usize> {
-    args.get(index).and_then(|a| a.parse().ok()).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("missing or bad {what}"),
-        )
-    })
+    args.get(index)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("missing or bad {what}")))
 }
 
 /// Waits for a child that was told to exit (its channel closed), killing it if it has

@@ -34,10 +34,7 @@ impl Conditions {
         Conditions {
             cpus: online_cpus(),
             cpu_model: cpu_model(),
-            kernel: rustix::system::uname()
-                .release()
-                .to_string_lossy()
-                .into_owned(),
+            kernel: rustix::system::uname().release().to_string_lossy().into_owned(),
             loadavg_before: loadavg_1min(),
             loadavg_after: None,
             policy: current_policy(),
@@ -59,11 +56,7 @@ impl Conditions {
 /// count the standard library reports.
 fn online_cpus() -> usize {
     let from_cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|text| {
-            text.lines()
-                .filter(|line| line.split(':').next().map(str::trim) == Some("processor"))
-                .count()
-        })
+        .map(|text| text.lines().filter(|line| line.split(':').next().map(str::trim) == Some("processor")).count())
         .unwrap_or(0);
     if from_cpuinfo > 0 {
         from_cpuinfo
@@ -105,11 +98,7 @@ pub fn current_policy() -> String {
     let param_ok = unsafe { libc::sched_getparam(0, &mut param) } == 0;
     let nice = rustix::process::getpriority_process(None).ok();
     let nice_text = nice.map_or("nice ?".to_string(), |n| format!("nice {n}"));
-    let rt_text = if param_ok {
-        param.sched_priority.to_string()
-    } else {
-        "?".to_string()
-    };
+    let rt_text = if param_ok { param.sched_priority.to_string() } else { "?".to_string() };
     match policy {
         libc::SCHED_OTHER => format!("SCHED_OTHER {nice_text}"),
         libc::SCHED_BATCH => format!("SCHED_BATCH {nice_text}"),
@@ -147,16 +136,9 @@ mod tests {
         let c = Conditions::capture_before().finish();
         assert!(c.cpus >= 1);
         let value = serde_json::to_value(&c).expect("serializable");
-        for key in [
-            "cpus",
-            "cpu_model",
-            "kernel",
-            "loadavg_before",
-            "loadavg_after",
-            "policy",
-            "rt_privileges",
-            "pinned",
-        ] {
+        for key in
+            ["cpus", "cpu_model", "kernel", "loadavg_before", "loadavg_after", "policy", "rt_privileges", "pinned"]
+        {
             assert!(value.get(key).is_some(), "missing {key}");
         }
         assert!(c.policy.starts_with("SCHED_") || c.policy.starts_with("policy"));

@@ -50,11 +50,7 @@ pub fn fit_cost(points: &[(f64, f64)]) -> Option<CostFit> {
         return None;
     }
     let slope = sxy / sxx; // ns per byte
-    Some(CostFit {
-        a_ns: mean_t - slope * mean_n,
-        b_bytes_per_ns: 1.0 / slope,
-        points: points.len(),
-    })
+    Some(CostFit { a_ns: mean_t - slope * mean_n, b_bytes_per_ns: 1.0 / slope, points: points.len() })
 }
 
 #[cfg(test)]
@@ -64,10 +60,8 @@ mod tests {
     #[test]
     fn recovers_the_papers_inline_ipc_line() {
         // 0.160 ms + N/4000 ms, in ns: a = 160_000 ns, slope = 250 ns/byte.
-        let points: Vec<(f64, f64)> = [1.0, 1024.0, 4096.0, 16384.0, 32768.0]
-            .iter()
-            .map(|&n| (n, 160_000.0 + n * 250.0))
-            .collect();
+        let points: Vec<(f64, f64)> =
+            [1.0, 1024.0, 4096.0, 16384.0, 32768.0].iter().map(|&n| (n, 160_000.0 + n * 250.0)).collect();
         let fit = fit_cost(&points).expect("fit");
         assert!((fit.a_ns - 160_000.0).abs() < 1e-6);
         assert!((fit.b_mb_per_s() - 4.0).abs() < 1e-9);
@@ -78,12 +72,7 @@ mod tests {
     #[test]
     fn least_squares_on_noisy_points() {
         // t = 1000 + 0.5 N with symmetric noise that cancels in the fit.
-        let points = [
-            (0.0, 1010.0),
-            (0.0, 990.0),
-            (1000.0, 1510.0),
-            (1000.0, 1490.0),
-        ];
+        let points = [(0.0, 1010.0), (0.0, 990.0), (1000.0, 1510.0), (1000.0, 1490.0)];
         let fit = fit_cost(&points).expect("fit");
         assert!((fit.a_ns - 1000.0).abs() < 1e-9);
         assert!((fit.b_bytes_per_ns - 2.0).abs() < 1e-9);

@@ -59,19 +59,7 @@ pub trait Transport {
 pub const REPLY_LEN: usize = 8;
 
 /// Message sizes measured, 1 B to 16 MiB.
-pub const SIZES: &[usize] = &[
-    1,
-    64,
-    256,
-    1 << 10,
-    4 << 10,
-    16 << 10,
-    64 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-    16 << 20,
-];
+pub const SIZES: &[usize] = &[1, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
 
 /// The largest size in [`SIZES`]; shared-memory transports size their areas by it.
 pub const MAX_SIZE: usize = 16 << 20;
@@ -116,35 +104,19 @@ fn plan(size: usize, quick: bool) -> Plan {
     // scheduler's placement of client and server (same CPU or not) changes the round
     // trip several-fold and shifts now and then, so each transport must sample many
     // placements.
-    let (budget, min, max, rounds) = if quick {
-        (256usize << 20, 16, 2_000, 20)
-    } else {
-        (8usize << 30, 100, 50_000, 50)
-    };
+    let (budget, min, max, rounds) =
+        if quick { (256usize << 20, 16, 2_000, 20) } else { (8usize << 30, 100, 50_000, 50) };
     let total = (budget / size).clamp(min, max);
-    Plan {
-        warmup: (total / 10).max(2),
-        rounds,
-        per_round: total.div_ceil(rounds),
-    }
+    Plan { warmup: (total / 10).max(2), rounds, per_round: total.div_ceil(rounds) }
 }
 
 /// The raw peers: seqpacket, pipe and futex over shared memory.
 fn peer_transports(notes: &mut Vec<String>) -> Vec<Box<dyn Transport>> {
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     let spawned: [(&str, io::Result<Box<dyn Transport>>); 3] = [
-        (
-            SEQPACKET,
-            SeqpacketPeer::spawn_seqpacket(REPLY_LEN).map(|p| Box::new(p) as Box<dyn Transport>),
-        ),
-        (
-            "pipe",
-            PipePeer::spawn_pipe(REPLY_LEN).map(|p| Box::new(p) as Box<dyn Transport>),
-        ),
-        (
-            FUTEX_SHM,
-            FutexPeer::spawn(REPLY_LEN, MAX_SIZE).map(|p| Box::new(p) as Box<dyn Transport>),
-        ),
+        (SEQPACKET, SeqpacketPeer::spawn_seqpacket(REPLY_LEN).map(|p| Box::new(p) as Box<dyn Transport>)),
+        ("pipe", PipePeer::spawn_pipe(REPLY_LEN).map(|p| Box::new(p) as Box<dyn Transport>)),
+        (FUTEX_SHM, FutexPeer::spawn(REPLY_LEN, MAX_SIZE).map(|p| Box::new(p) as Box<dyn Transport>)),
     ];
     for (name, result) in spawned {
         match result {
@@ -159,11 +131,7 @@ fn peer_transports(notes: &mut Vec<String>) -> Vec<Box<dyn Transport>> {
 fn ours_transports(quick: bool, notes: &mut Vec<String>) -> Vec<Box<dyn Transport>> {
     let _ = quick;
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
-    for mode in [
-        PortMode::CallInline,
-        PortMode::CallOol,
-        PortMode::SendReceive,
-    ] {
+    for mode in [PortMode::CallInline, PortMode::CallOol, PortMode::SendReceive] {
         match PortTransport::spawn(mode) {
             Ok(t) => transports.push(Box::new(t)),
             Err(e) => notes.push(format!("our transport {mode:?} could not run: {e}")),
@@ -195,20 +163,14 @@ impl Measured {
     fn same_cpu(&self, size_index: Option<usize>) -> Option<f64> {
         let (same, seen) = match size_index {
             Some(i) => self.placement[i],
-            None => self
-                .placement
-                .iter()
-                .fold((0, 0), |(a, b), &(s, n)| (a + s, b + n)),
+            None => self.placement.iter().fold((0, 0), |(a, b), &(s, n)| (a + s, b + n)),
         };
         (seen > 0).then(|| f64::from(same) / f64::from(seen))
     }
 
     fn fit(&self) -> Option<CostFit> {
-        let points: Vec<(f64, f64)> = SIZES
-            .iter()
-            .filter(|&&s| s >= FIT_FROM)
-            .filter_map(|&s| Some((s as f64, self.p50_at(s)?)))
-            .collect();
+        let points: Vec<(f64, f64)> =
+            SIZES.iter().filter(|&&s| s >= FIT_FROM).filter_map(|&s| Some((s as f64, self.p50_at(s)?))).collect();
         fit_cost(&points)
     }
 }
@@ -255,10 +217,8 @@ pub fn run(opts: &IpcOptions) -> Result<Report, BenchError> {
     }
 
     let mut report = Report::new("ipc", "000 §8, Figure 3", opts.quick, conditions.finish());
-    report.hidden_in_table = ["transport", "size_bytes", "reply_bytes", "mean_ns"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    report.hidden_in_table =
+        ["transport", "size_bytes", "reply_bytes", "mean_ns"].iter().map(|s| s.to_string()).collect();
     add_rows(&mut report, &measured, &memcpy);
     add_headlines(&mut report, &measured);
     match stubs {
@@ -276,10 +236,7 @@ pub fn run(opts: &IpcOptions) -> Result<Report, BenchError> {
         "round trips: request of N bytes, {REPLY_LEN}-byte reply (the paper's server \
          replied KERN_SUCCESS); the receiver touches one byte per 4 KiB page"
     ));
-    notes.push(format!(
-        "fit t = a + N/b over p50 at sizes >= {}; a_small_ns is p50 at 1 B",
-        format_size(FIT_FROM)
-    ));
+    notes.push(format!("fit t = a + N/b over p50 at sizes >= {}; a_small_ns is p50 at 1 B", format_size(FIT_FROM)));
     notes.push(
         "seqpacket sends messages as records of at most 64 KiB (the socket buffer \
          limits a record to ~208 KiB); pipes are written and read in 64 KiB pieces"
@@ -294,16 +251,11 @@ pub fn run(opts: &IpcOptions) -> Result<Report, BenchError> {
     if let Some(warning) = placement_warning(&measured) {
         notes.push(warning);
     }
-    notes.push(format!(
-        "measured in {:.1} s",
-        started.elapsed().as_secs_f64()
-    ));
+    notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
     report.notes.extend(notes);
 
     if let Some(path) = &opts.json {
-        report
-            .write_json(path)
-            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
+        report.write_json(path).map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
         let svg_path = svg_path_for(path);
         std::fs::write(&svg_path, plot_svg(&report))
             .map_err(|e| BenchError::io(format!("writing {}", svg_path.display()), e))?;
@@ -339,11 +291,7 @@ fn measure(transports: &mut [Box<dyn Transport>], opts: &IpcOptions) -> Vec<Meas
     for (size_index, &size) in SIZES.iter().enumerate() {
         let plan = plan(size, opts.quick);
         if opts.progress {
-            eprintln!(
-                "ipc: {} x {} round trips per transport",
-                format_size(size),
-                plan.rounds * plan.per_round
-            );
+            eprintln!("ipc: {} x {} round trips per transport", format_size(size), plan.rounds * plan.per_round);
         }
         for (t, m) in transports.iter_mut().zip(measured.iter_mut()) {
             if m.failed.is_none() {
@@ -381,10 +329,7 @@ fn measure(transports: &mut [Box<dyn Transport>], opts: &IpcOptions) -> Vec<Meas
 /// run on one CPU and another across two for the whole run, and their ratio then
 /// measures placement rather than transport.
 fn placement_warning(measured: &[Measured]) -> Option<String> {
-    let placed: Vec<(&str, f64)> = measured
-        .iter()
-        .filter_map(|m| Some((m.name.as_str(), m.same_cpu(None)?)))
-        .collect();
+    let placed: Vec<(&str, f64)> = measured.iter().filter_map(|m| Some((m.name.as_str(), m.same_cpu(None)?))).collect();
     let low = placed.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
     let high = placed.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
     (high.1 - low.1 > 0.25).then(|| {
@@ -402,15 +347,8 @@ fn placement_warning(measured: &[Measured]) -> Option<String> {
 
 /// `memcpy` bandwidth per size, in MB/s.
 fn measure_memcpy(quick: bool) -> Vec<(usize, Throughput)> {
-    let (repeats, bytes_per_run) = if quick {
-        (5, 32 << 20)
-    } else {
-        (15, 256 << 20)
-    };
-    SIZES
-        .iter()
-        .filter_map(|&size| Some((size, memcpy_bandwidth(size, repeats, bytes_per_run)?)))
-        .collect()
+    let (repeats, bytes_per_run) = if quick { (5, 32 << 20) } else { (15, 256 << 20) };
+    SIZES.iter().filter_map(|&size| Some((size, memcpy_bandwidth(size, repeats, bytes_per_run)?))).collect()
 }
 
 fn add_rows(report: &mut Report, measured: &[Measured], memcpy: &[(usize, Throughput)]) {
@@ -461,13 +399,7 @@ fn find<'a>(measured: &'a [Measured], name: &str) -> Option<&'a Measured> {
 fn add_headlines(report: &mut Report, measured: &[Measured]) {
     let specs = [
         ("port_rtt_64B_vs_uds", PORT_INLINE, SEQPACKET, 64, 1.15),
-        (
-            "ool_16MiB_vs_inline_16MiB",
-            PORT_OOL,
-            PORT_INLINE,
-            16 << 20,
-            0.3,
-        ),
+        ("ool_16MiB_vs_inline_16MiB", PORT_OOL, PORT_INLINE, 16 << 20, 0.3),
     ];
     for (name, ours_name, peer_name, size, target) in specs {
         let ours = find(measured, ours_name).and_then(|m| m.p50_at(size));
@@ -475,10 +407,9 @@ fn add_headlines(report: &mut Report, measured: &[Measured]) {
         match (ours, peer.and_then(|p| p.p50_at(size))) {
             (Some(ours), Some(peer_value)) => {
                 let description = peer.map_or(peer_name, |p| p.description.as_str());
-                report.headline.push(
-                    Headline::new(name, ours, peer_value, description, "ns", Better::Lower)
-                        .with_target(target),
-                );
+                report
+                    .headline
+                    .push(Headline::new(name, ours, peer_value, description, "ns", Better::Lower).with_target(target));
             }
             _ => report.notes.push(format!(
                 "headline {name} omitted: needs p50 of {ours_name:?} and {peer_name:?} at {}",
@@ -492,26 +423,13 @@ fn paper_figures(measured: &[Measured], memcpy: &[(usize, Throughput)]) -> Vec<P
     let mut figures = Vec::new();
 
     // bcopy: the paper used blocks of 656..65536 bytes.
-    let rates: Vec<f64> = memcpy
-        .iter()
-        .filter(|(s, _)| (1 << 10..=64 << 10).contains(s))
-        .map(|(_, t)| t.median)
-        .collect();
-    let bcopy = PaperFigure::new(
-        "bcopy rate",
-        "10-14 MB/s",
-        Some(12.0),
-        "MB/s",
-        Better::Higher,
-    );
+    let rates: Vec<f64> =
+        memcpy.iter().filter(|(s, _)| (1 << 10..=64 << 10).contains(s)).map(|(_, t)| t.median).collect();
+    let bcopy = PaperFigure::new("bcopy rate", "10-14 MB/s", Some(12.0), "MB/s", Better::Higher);
     figures.push(match Throughput::from_runs(&rates) {
-        Some(t) => bcopy.ours(
-            Some(t.median),
-            format!(
-                "memcpy 1-64 KiB: {:.0} MB/s ({:.0}-{:.0})",
-                t.median, t.min, t.max
-            ),
-        ),
+        Some(t) => {
+            bcopy.ours(Some(t.median), format!("memcpy 1-64 KiB: {:.0} MB/s ({:.0}-{:.0})", t.median, t.min, t.max))
+        }
         None => bcopy,
     });
 
@@ -520,11 +438,7 @@ fn paper_figures(measured: &[Measured], memcpy: &[(usize, Throughput)]) -> Vec<P
         match find(measured, name).and_then(|m| m.p50_at(SIZES[0])) {
             Some(p50) => {
                 let ours = if halve { p50 / 2.0 } else { p50 };
-                let how = if halve {
-                    "p50 RTT/2 at 1 B"
-                } else {
-                    "p50 RTT at 1 B"
-                };
+                let how = if halve { "p50 RTT/2 at 1 B" } else { "p50 RTT at 1 B" };
                 figure.ours(Some(ours), format!("{name}: {} ({how})", format_ns(ours)))
             }
             None => figure.ours(None, format!("{name} not measured")),
@@ -535,55 +449,17 @@ fn paper_figures(measured: &[Measured], memcpy: &[(usize, Throughput)]) -> Vec<P
         match find(measured, name).and_then(Measured::fit) {
             Some(fit) => figure.ours(
                 Some(fit.b_mb_per_s()),
-                format!(
-                    "{name}: {:.0} MB/s (fit >= {})",
-                    fit.b_mb_per_s(),
-                    format_size(FIT_FROM)
-                ),
+                format!("{name}: {:.0} MB/s (fit >= {})", fit.b_mb_per_s(), format_size(FIT_FROM)),
             ),
             None => figure.ours(None, format!("{name} not measured")),
         }
     };
-    figures.push(fixed(
-        PORT_INLINE,
-        "in-line IPC fixed cost a",
-        "0.160 ms",
-        160_000.0,
-        false,
-    ));
-    figures.push(rate(
-        PORT_INLINE,
-        "in-line IPC rate b",
-        "N/4000 ms = 4 MB/s",
-        4.0,
-    ));
-    figures.push(fixed(
-        PORT_OOL,
-        "out-of-line IPC fixed cost a",
-        "0.6 ms (one way, pages touched)",
-        600_000.0,
-        false,
-    ));
-    figures.push(rate(
-        PORT_OOL,
-        "out-of-line IPC rate b",
-        "N/6300 ms = 6.3 MB/s",
-        6.3,
-    ));
-    figures.push(fixed(
-        SEQPACKET,
-        "Unix socket, one way",
-        "2.9 ms",
-        2_900_000.0,
-        true,
-    ));
-    figures.push(fixed(
-        FUTEX_SHM,
-        "shared memory signalling",
-        "0.16 ms",
-        160_000.0,
-        false,
-    ));
+    figures.push(fixed(PORT_INLINE, "in-line IPC fixed cost a", "0.160 ms", 160_000.0, false));
+    figures.push(rate(PORT_INLINE, "in-line IPC rate b", "N/4000 ms = 4 MB/s", 4.0));
+    figures.push(fixed(PORT_OOL, "out-of-line IPC fixed cost a", "0.6 ms (one way, pages touched)", 600_000.0, false));
+    figures.push(rate(PORT_OOL, "out-of-line IPC rate b", "N/6300 ms = 6.3 MB/s", 6.3));
+    figures.push(fixed(SEQPACKET, "Unix socket, one way", "2.9 ms", 2_900_000.0, true));
+    figures.push(fixed(FUTEX_SHM, "shared memory signalling", "0.16 ms", 160_000.0, false));
     figures
 }
 
@@ -591,27 +467,17 @@ fn paper_figures(measured: &[Measured], memcpy: &[(usize, Throughput)]) -> Vec<P
 /// the time of one `memcpy` of the same size for reference, from a report's rows.
 pub fn plot_svg(report: &Report) -> String {
     let mut series: Vec<Series> = Vec::new();
-    let mut memcpy = Series {
-        name: "memcpy (one copy)".to_string(),
-        points: Vec::new(),
-    };
+    let mut memcpy = Series { name: "memcpy (one copy)".to_string(), points: Vec::new() };
     for row in &report.rows {
         let size = row.get("size_bytes").and_then(|v| v.as_f64());
-        if let (Some(name), Some(size), Some(p50)) = (
-            row.get("transport").and_then(|v| v.as_str()),
-            size,
-            row.get("p50_ns").and_then(|v| v.as_f64()),
-        ) {
+        if let (Some(name), Some(size), Some(p50)) =
+            (row.get("transport").and_then(|v| v.as_str()), size, row.get("p50_ns").and_then(|v| v.as_f64()))
+        {
             match series.iter_mut().find(|s| s.name == name) {
                 Some(s) => s.points.push((size, p50)),
-                None => series.push(Series {
-                    name: name.to_string(),
-                    points: vec![(size, p50)],
-                }),
+                None => series.push(Series { name: name.to_string(), points: vec![(size, p50)] }),
             }
-        } else if let (Some(size), Some(rate)) =
-            (size, row.get("mb_s_median").and_then(|v| v.as_f64()))
-        {
+        } else if let (Some(size), Some(rate)) = (size, row.get("mb_s_median").and_then(|v| v.as_f64())) {
             if rate > 0.0 {
                 memcpy.points.push((size, size * 1000.0 / rate));
             }
@@ -625,16 +491,8 @@ pub fn plot_svg(report: &Report) -> String {
             "ipc: round trip (p50) vs message size, {REPLY_LEN}-byte reply{}",
             if report.quick { " [quick]" } else { "" }
         ),
-        x: Axis {
-            label: "message size".to_string(),
-            scale: Scale::Log2,
-            ticks: TickFormat::Bytes,
-        },
-        y: Axis {
-            label: "time".to_string(),
-            scale: Scale::Log10,
-            ticks: TickFormat::Nanoseconds,
-        },
+        x: Axis { label: "message size".to_string(), scale: Scale::Log2, ticks: TickFormat::Bytes },
+        y: Axis { label: "time".to_string(), scale: Scale::Log10, ticks: TickFormat::Nanoseconds },
         series,
     }
     .render()
@@ -643,17 +501,9 @@ pub fn plot_svg(report: &Report) -> String {
 /// Rows and the `stub_rtt_vs_port` headline: a null routine through generated stubs
 /// against the same exchange written by hand on the nucleus, same server, interleaved.
 fn add_stub_overhead(report: &mut Report, pair: &crate::ports::NullTimes) {
-    for (name, r) in [
-        ("stub null routine", &pair.stub),
-        ("port null request/reply", &pair.hand),
-    ] {
+    for (name, r) in [("stub null routine", &pair.stub), ("port null request/reply", &pair.hand)] {
         if r.count() > 0 {
-            report.rows.push(
-                r.row(name.to_string())
-                    .with("transport", name)
-                    .with("size_bytes", 0usize)
-                    .to_value(),
-            );
+            report.rows.push(r.row(name.to_string()).with("transport", name).with("size_bytes", 0usize).to_value());
         }
     }
     if pair.stub.count() > 0 && pair.hand.count() > 0 {
@@ -694,10 +544,7 @@ mod tests {
 
     #[test]
     fn svg_path_replaces_the_extension() {
-        assert_eq!(
-            svg_path_for(Path::new("out/ipc.json")),
-            Path::new("out/ipc.svg")
-        );
+        assert_eq!(svg_path_for(Path::new("out/ipc.json")), Path::new("out/ipc.svg"));
         assert_eq!(svg_path_for(Path::new("ipc")), Path::new("ipc.svg"));
         assert_eq!(svg_path_for(Path::new("x.svg")), Path::new("x.svg.svg"));
     }
@@ -720,17 +567,8 @@ mod tests {
     }
 
     fn report_from(measured: &[Measured]) -> Report {
-        let mut report = Report::new(
-            "ipc",
-            "000 §8, Figure 3",
-            true,
-            Conditions::capture_before(),
-        );
-        add_rows(
-            &mut report,
-            measured,
-            &[(4096, Throughput::from_runs(&[4096.0]).expect("one"))],
-        );
+        let mut report = Report::new("ipc", "000 §8, Figure 3", true, Conditions::capture_before());
+        add_rows(&mut report, measured, &[(4096, Throughput::from_runs(&[4096.0]).expect("one"))]);
         add_headlines(&mut report, measured);
         report.paper_figures = paper_figures(measured, &[]);
         report
@@ -753,11 +591,7 @@ mod tests {
         assert!(report.notes.is_empty());
         assert!(placement_warning(&measured).is_none());
         // The slope of 1 ns/byte is 1000 MB/s.
-        let fit = report
-            .rows
-            .iter()
-            .find(|r| r["case"] == "port inline fit")
-            .expect("fit row");
+        let fit = report.rows.iter().find(|r| r["case"] == "port inline fit").expect("fit row");
         let b = fit["b_mb_s"].as_f64().expect("b");
         assert!((b - 1000.0).abs() < 10.0, "{b}");
     }
@@ -767,11 +601,7 @@ mod tests {
         let report = report_from(&[fake(SEQPACKET, |_| 10_000)]);
         assert!(report.headline.is_empty());
         assert_eq!(report.notes.len(), 2);
-        let inline = report
-            .paper_figures
-            .iter()
-            .find(|f| f.quantity == "in-line IPC fixed cost a")
-            .expect("figure");
+        let inline = report.paper_figures.iter().find(|f| f.quantity == "in-line IPC fixed cost a").expect("figure");
         assert_eq!(inline.ours, "port inline not measured");
     }
 
@@ -784,10 +614,7 @@ mod tests {
         b.placement[1] = (1, 1);
         assert_eq!(b.same_cpu(None), Some(10.0 / 11.0));
         let warning = placement_warning(&[a, b]).expect("a warning");
-        assert!(
-            warning.contains("futex shm shared the client's CPU in 91%"),
-            "{warning}"
-        );
+        assert!(warning.contains("futex shm shared the client's CPU in 91%"), "{warning}");
     }
 
     #[test]

@@ -59,10 +59,7 @@ pub enum BenchError {
 impl BenchError {
     /// Wraps an I/O error with a short description of the step that failed.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        BenchError::Io {
-            context: context.into(),
-            source,
-        }
+        BenchError::Io { context: context.into(), source }
     }
 }
 

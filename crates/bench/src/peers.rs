@@ -78,9 +78,7 @@ fn check_sizes(size: usize, reply_len: usize) -> io::Result<()> {
         return Err(invalid("message and reply must be at least one byte"));
     }
     if size > MAX_MESSAGE || reply_len > MAX_MESSAGE {
-        return Err(invalid(format!(
-            "messages are limited to {MAX_MESSAGE} bytes"
-        )));
+        return Err(invalid(format!("messages are limited to {MAX_MESSAGE} bytes")));
     }
     Ok(())
 }
@@ -127,9 +125,7 @@ impl Channel for SeqpacketChannel {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
             if full != want {
-                return Err(io::Error::other(format!(
-                    "seqpacket record of {full} bytes, expected {want}"
-                )));
+                return Err(io::Error::other(format!("seqpacket record of {full} bytes, expected {want}")));
             }
         }
         Ok(())
@@ -207,14 +203,7 @@ fn echo_loop(channel: &mut impl Channel, reply_len: usize) -> io::Result<()> {
 fn server_status(role: &str, result: io::Result<()>) -> i32 {
     match result {
         Ok(()) => 0,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe
-            ) =>
-        {
-            0
-        }
+        Err(e) if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe) => 0,
         Err(e) => {
             eprintln!("{role}: {e}");
             1
@@ -240,13 +229,7 @@ pub fn pipe_server(args: &[String]) -> i32 {
         let tx = fd_arg(args.get(1).map_or("", String::as_str))?;
         let reply_len = num_arg(args, 2, "reply length")?;
         check_sizes(1, reply_len)?;
-        echo_loop(
-            &mut PipeChannel {
-                rx: File::from(rx),
-                tx: File::from(tx),
-            },
-            reply_len,
-        )
+        echo_loop(&mut PipeChannel { rx: File::from(rx), tx: File::from(tx) }, reply_len)
     })();
     server_status("pipe-echo", result)
 }
@@ -272,23 +255,13 @@ impl EchoPeer<SeqpacketChannel> {
     /// Spawns a seqpacket echo server replying with `reply_len` bytes.
     pub fn spawn_seqpacket(reply_len: usize) -> io::Result<Self> {
         check_sizes(1, reply_len)?;
-        let (ours, theirs) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let (ours, theirs) =
+            rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
         let args = [theirs.as_raw_fd().to_string(), reply_len.to_string()];
         let child = spawn_child("seqpacket-echo", &args, &[theirs.as_fd()])?;
         // Our copy of the server's end must go, or the server never sees end-of-file.
         drop(theirs);
-        Ok(EchoPeer::new(
-            "seqpacket",
-            "AF_UNIX SOCK_SEQPACKET socketpair",
-            SeqpacketChannel(ours),
-            child,
-            reply_len,
-        ))
+        Ok(EchoPeer::new("seqpacket", "AF_UNIX SOCK_SEQPACKET socketpair", SeqpacketChannel(ours), child, reply_len))
     }
 }
 
@@ -299,20 +272,13 @@ impl EchoPeer<PipeChannel> {
         let flags = rustix::pipe::PipeFlags::CLOEXEC;
         let (request_rx, request_tx) = rustix::pipe::pipe_with(flags)?;
         let (reply_rx, reply_tx) = rustix::pipe::pipe_with(flags)?;
-        let args = [
-            request_rx.as_raw_fd().to_string(),
-            reply_tx.as_raw_fd().to_string(),
-            reply_len.to_string(),
-        ];
+        let args = [request_rx.as_raw_fd().to_string(), reply_tx.as_raw_fd().to_string(), reply_len.to_string()];
         let child = spawn_child("pipe-echo", &args, &[request_rx.as_fd(), reply_tx.as_fd()])?;
         drop((request_rx, reply_tx));
         Ok(EchoPeer::new(
             "pipe",
             "pipe pair",
-            PipeChannel {
-                rx: File::from(reply_rx),
-                tx: File::from(request_tx),
-            },
+            PipeChannel { rx: File::from(reply_rx), tx: File::from(request_tx) },
             child,
             reply_len,
         ))
@@ -320,13 +286,7 @@ impl EchoPeer<PipeChannel> {
 }
 
 impl<C: Channel> EchoPeer<C> {
-    fn new(
-        name: &'static str,
-        description: &'static str,
-        channel: C,
-        child: Child,
-        reply_len: usize,
-    ) -> Self {
+    fn new(name: &'static str, description: &'static str, channel: C, child: Child, reply_len: usize) -> Self {
         EchoPeer {
             name,
             description,
@@ -339,9 +299,7 @@ impl<C: Channel> EchoPeer<C> {
     }
 
     fn channel(&mut self) -> io::Result<&mut C> {
-        self.channel
-            .as_mut()
-            .ok_or_else(|| io::Error::other("channel closed"))
+        self.channel.as_mut().ok_or_else(|| io::Error::other("channel closed"))
     }
 
     /// One untimed round trip with the given request; returns the reply. With
@@ -376,10 +334,7 @@ impl<C: Channel> Transport for EchoPeer<C> {
         if self.request.len() < size {
             self.request = pattern(size);
         }
-        let channel = self
-            .channel
-            .as_mut()
-            .ok_or_else(|| io::Error::other("channel closed"))?;
+        let channel = self.channel.as_mut().ok_or_else(|| io::Error::other("channel closed"))?;
         channel.send_all(&encode_header(size, iters))?;
         let mut samples = Vec::with_capacity(iters);
         for _ in 0..iters {
@@ -459,9 +414,7 @@ const SERVER_CPU_OFFSET: usize = 20;
 /// The CPU the caller runs on (glibc reads it from the rseq area: no system call);
 /// `u32::MAX` if unknown.
 fn current_cpu() -> u32 {
-    crate::pin::current_cpu()
-        .and_then(|cpu| u32::try_from(cpu).ok())
-        .unwrap_or(u32::MAX)
+    crate::pin::current_cpu().and_then(|cpu| u32::try_from(cpu).ok()).unwrap_or(u32::MAX)
 }
 
 impl Layout {
@@ -470,13 +423,7 @@ impl Layout {
         let round = |n: usize| n.div_ceil(PAGE) * PAGE;
         let request = PAGE;
         let reply = request + round(capacity);
-        Ok(Layout {
-            request,
-            capacity,
-            reply,
-            reply_len,
-            total: reply + round(reply_len),
-        })
+        Ok(Layout { request, capacity, reply, reply_len, total: reply + round(reply_len) })
     }
 }
 
@@ -498,17 +445,9 @@ impl SharedMap {
         // SAFETY: a fresh mapping chosen by the kernel (null hint) aliases no Rust
         // object; `len` bytes of the file exist (checked above).
         let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )?
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)?
         };
-        let base =
-            NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(SharedMap { base, len })
     }
 
@@ -582,11 +521,7 @@ impl<'a> Handshake<'a> {
     /// CPU, then sleeping in `FUTEX_WAIT` (shared, not private: the word is in memory
     /// shared between processes). Every [`LIVENESS_POLL`] asleep, `check` may end the
     /// wait.
-    fn wait(
-        &self,
-        done: impl Fn(u32) -> bool,
-        mut check: impl FnMut() -> io::Result<()>,
-    ) -> io::Result<u32> {
+    fn wait(&self, done: impl Fn(u32) -> bool, mut check: impl FnMut() -> io::Result<()>) -> io::Result<u32> {
         let spin = self.peer_cpu.load(Ordering::Relaxed) != current_cpu();
         let spin_start = Instant::now();
         for k in 1usize.. {
@@ -600,10 +535,8 @@ impl<'a> Handshake<'a> {
                 break;
             }
         }
-        let timeout = futex::Timespec {
-            tv_sec: LIVENESS_POLL.as_secs() as _,
-            tv_nsec: LIVENESS_POLL.subsec_nanos().into(),
-        };
+        let timeout =
+            futex::Timespec { tv_sec: LIVENESS_POLL.as_secs() as _, tv_nsec: LIVENESS_POLL.subsec_nanos().into() };
         loop {
             self.sleepers.fetch_add(1, Ordering::SeqCst);
             let value = self.state.load(Ordering::SeqCst);
@@ -696,23 +629,11 @@ impl FutexPeer {
         // A fresh memfd reads as zeros already; say so explicitly.
         map.word32(STATE_OFFSET).store(IDLE, Ordering::Relaxed);
         // No CPU yet: the first waits poll.
-        map.word32(CLIENT_CPU_OFFSET)
-            .store(u32::MAX, Ordering::Relaxed);
-        map.word32(SERVER_CPU_OFFSET)
-            .store(u32::MAX, Ordering::Relaxed);
-        let args = [
-            fd.as_raw_fd().to_string(),
-            capacity.to_string(),
-            reply_len.to_string(),
-        ];
+        map.word32(CLIENT_CPU_OFFSET).store(u32::MAX, Ordering::Relaxed);
+        map.word32(SERVER_CPU_OFFSET).store(u32::MAX, Ordering::Relaxed);
+        let args = [fd.as_raw_fd().to_string(), capacity.to_string(), reply_len.to_string()];
         let child = spawn_child("futex-echo", &args, &[fd.as_fd()])?;
-        Ok(FutexPeer {
-            map,
-            layout,
-            child,
-            source: Vec::new(),
-            reply: vec![0; reply_len],
-        })
+        Ok(FutexPeer { map, layout, child, source: Vec::new(), reply: vec![0; reply_len] })
     }
 
     /// One round trip of `size` bytes from `self.source`, reply into `self.reply`.
@@ -723,9 +644,7 @@ impl FutexPeer {
         // holds at least `size`, and the server does not read the area until we post
         // REQUEST below, nor after it posted its last REPLY.
         unsafe { std::ptr::copy_nonoverlapping(self.source.as_ptr(), request, size) };
-        self.map
-            .word64(SIZE_OFFSET)
-            .store(size as u64, Ordering::Relaxed);
+        self.map.word64(SIZE_OFFSET).store(size as u64, Ordering::Relaxed);
         handshake.post(REQUEST)?;
         let child = &mut self.child;
         handshake.wait(
@@ -740,19 +659,14 @@ impl FutexPeer {
         // SAFETY: the reply area holds `reply_len` bytes, the server wrote them before
         // posting REPLY (our Acquire load saw it) and writes again only after our next
         // REQUEST; `self.reply` is a separate local buffer of `reply_len` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(reply, self.reply.as_mut_ptr(), self.layout.reply_len)
-        };
+        unsafe { std::ptr::copy_nonoverlapping(reply, self.reply.as_mut_ptr(), self.layout.reply_len) };
         Ok(())
     }
 
     fn prepare(&mut self, size: usize) -> io::Result<()> {
         check_sizes(size, self.layout.reply_len)?;
         if size > self.layout.capacity {
-            return Err(invalid(format!(
-                "{size} bytes exceed the shared area of {} bytes",
-                self.layout.capacity
-            )));
+            return Err(invalid(format!("{size} bytes exceed the shared area of {} bytes", self.layout.capacity)));
         }
         if self.source.len() < size {
             self.source = pattern(size);
@@ -817,12 +731,7 @@ impl Drop for FutexPeer {
 // ---------------------------------------------------------------------------------
 // One-shot conveniences and memcpy.
 
-fn one_shot(
-    mut peer: impl Transport,
-    size: usize,
-    iters: usize,
-    warmup: usize,
-) -> io::Result<Vec<u64>> {
+fn one_shot(mut peer: impl Transport, size: usize, iters: usize, warmup: usize) -> io::Result<Vec<u64>> {
     if warmup > 0 {
         peer.round_trips(size, warmup)?;
     }
@@ -831,37 +740,17 @@ fn one_shot(
 
 /// Spawns a seqpacket echo server, runs `warmup` untimed and `iters` timed round trips
 /// of `size` bytes with `reply_len`-byte replies, and returns the round-trip times (ns).
-pub fn rtt_seqpacket(
-    size: usize,
-    reply_len: usize,
-    iters: usize,
-    warmup: usize,
-) -> io::Result<Vec<u64>> {
-    one_shot(
-        SeqpacketPeer::spawn_seqpacket(reply_len)?,
-        size,
-        iters,
-        warmup,
-    )
+pub fn rtt_seqpacket(size: usize, reply_len: usize, iters: usize, warmup: usize) -> io::Result<Vec<u64>> {
+    one_shot(SeqpacketPeer::spawn_seqpacket(reply_len)?, size, iters, warmup)
 }
 
 /// As [`rtt_seqpacket`], over two pipes.
-pub fn rtt_pipe(
-    size: usize,
-    reply_len: usize,
-    iters: usize,
-    warmup: usize,
-) -> io::Result<Vec<u64>> {
+pub fn rtt_pipe(size: usize, reply_len: usize, iters: usize, warmup: usize) -> io::Result<Vec<u64>> {
     one_shot(PipePeer::spawn_pipe(reply_len)?, size, iters, warmup)
 }
 
 /// As [`rtt_seqpacket`], with a futex over shared memory.
-pub fn rtt_futex(
-    size: usize,
-    reply_len: usize,
-    iters: usize,
-    warmup: usize,
-) -> io::Result<Vec<u64>> {
+pub fn rtt_futex(size: usize, reply_len: usize, iters: usize, warmup: usize) -> io::Result<Vec<u64>> {
     one_shot(FutexPeer::spawn(reply_len, size)?, size, iters, warmup)
 }
 
@@ -912,10 +801,7 @@ mod tests {
 
     #[test]
     fn headers_round_trip_and_reject_nonsense() {
-        assert_eq!(
-            decode_header(&encode_header(4096, 7)).expect("valid"),
-            (4096, 7)
-        );
+        assert_eq!(decode_header(&encode_header(4096, 7)).expect("valid"), (4096, 7));
         assert!(decode_header(&encode_header(0, 1)).is_err());
         assert!(decode_header(&encode_header(MAX_MESSAGE + 1, 1)).is_err());
     }
@@ -941,19 +827,12 @@ mod tests {
     /// spawning a process.
     #[test]
     fn echo_loop_serves_batches_until_eof() {
-        let (a, b) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .expect("socketpair");
+        let (a, b) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+            .expect("socketpair");
         let server = std::thread::spawn(move || echo_loop(&mut SeqpacketChannel(b), 200_000));
         let mut client = SeqpacketChannel(a);
         let message = pattern(200_000);
-        client
-            .send_all(&encode_header(message.len(), 2))
-            .expect("header");
+        client.send_all(&encode_header(message.len(), 2)).expect("header");
         for _ in 0..2 {
             client.send_all(&message).expect("send");
             let mut reply = vec![0; 200_000];

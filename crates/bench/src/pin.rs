@@ -22,27 +22,15 @@ impl PinPlan {
     /// Parses `"C,S"` (client CPU, server CPU) or `"C"` (both on one CPU), checking
     /// that the CPUs exist and this process may run on them.
     pub fn parse(spec: &str) -> Result<Self, BenchError> {
-        let bad = |reason: &str| BenchError::Pin {
-            spec: spec.to_string(),
-            reason: reason.to_string(),
-        };
+        let bad = |reason: &str| BenchError::Pin { spec: spec.to_string(), reason: reason.to_string() };
         let mut cpus = Vec::new();
         for part in spec.split(',') {
-            let cpu: usize = part
-                .trim()
-                .parse()
-                .map_err(|_| bad("expected CPU numbers, as in 0,1"))?;
+            let cpu: usize = part.trim().parse().map_err(|_| bad("expected CPU numbers, as in 0,1"))?;
             cpus.push(cpu);
         }
         let plan = match cpus.as_slice() {
-            [both] => PinPlan {
-                client: *both,
-                server: *both,
-            },
-            [client, server] => PinPlan {
-                client: *client,
-                server: *server,
-            },
+            [both] => PinPlan { client: *both, server: *both },
+            [client, server] => PinPlan { client: *client, server: *server },
             _ => return Err(bad("expected one or two CPUs: client,server")),
         };
         let allowed = sched_getaffinity(None).map_err(|e| bad(&e.to_string()))?;
@@ -75,11 +63,9 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
 /// The calling thread's current affinity, e.g. `"0,1"`.
 pub fn current_affinity() -> String {
     match sched_getaffinity(None) {
-        Ok(set) => (0..CpuSet::MAX_CPU)
-            .filter(|&cpu| set.is_set(cpu))
-            .map(|cpu| cpu.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
+        Ok(set) => {
+            (0..CpuSet::MAX_CPU).filter(|&cpu| set.is_set(cpu)).map(|cpu| cpu.to_string()).collect::<Vec<_>>().join(",")
+        }
         Err(_) => "unknown".to_string(),
     }
 }
@@ -121,17 +107,8 @@ mod tests {
 
     #[test]
     fn parses_one_or_two_cpus() {
-        assert_eq!(
-            PinPlan::parse("0").expect("cpu 0 exists"),
-            PinPlan {
-                client: 0,
-                server: 0
-            }
-        );
-        assert_eq!(
-            PinPlan::parse(" 0 , 0 ").expect("ok").describe(),
-            "client 0, server 0"
-        );
+        assert_eq!(PinPlan::parse("0").expect("cpu 0 exists"), PinPlan { client: 0, server: 0 });
+        assert_eq!(PinPlan::parse(" 0 , 0 ").expect("ok").describe(), "client 0, server 0");
     }
 
     #[test]
@@ -155,9 +132,6 @@ mod tests {
     #[test]
     fn current_affinity_lists_cpus() {
         let text = current_affinity();
-        assert!(
-            text.split(',').all(|c| c.parse::<usize>().is_ok()),
-            "{text}"
-        );
+        assert!(text.split(',').all(|c| c.parse::<usize>().is_ok()), "{text}");
     }
 }

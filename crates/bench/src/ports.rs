@@ -23,9 +23,7 @@ use std::os::fd::AsFd;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use ictus_ipc::{
-    Disposition, Message, Name, OolBuffer, PortArg, ReceiveOptions, Received, SendOptions, Space,
-};
+use ictus_ipc::{Disposition, Message, Name, OolBuffer, PortArg, ReceiveOptions, Received, SendOptions, Space};
 
 use crate::child::{fd_arg, reap, spawn_child};
 use crate::ipc::{Transport, REPLY_LEN};
@@ -86,28 +84,18 @@ fn other(e: impl std::fmt::Display) -> io::Error {
 }
 
 fn recv_opts() -> ReceiveOptions {
-    ReceiveOptions {
-        timeout: Some(WATCHDOG),
-        populate_ool: true,
-    }
+    ReceiveOptions { timeout: Some(WATCHDOG), populate_ool: true }
 }
 
 impl PortTransport {
     /// Spawn the server and connect to it.
     pub fn spawn(mode: PortMode) -> io::Result<PortTransport> {
         let (name, description) = match mode {
-            PortMode::CallInline => (
-                crate::ipc::PORT_INLINE,
-                "ictus port call, in-line data (send-once reply right per call)",
-            ),
-            PortMode::CallOol => (
-                crate::ipc::PORT_OOL,
-                "ictus port call, one out-of-line region (sealed memfd)",
-            ),
-            PortMode::SendReceive => (
-                "port send/recv",
-                "ictus port send + receive on a long-lived reply port",
-            ),
+            PortMode::CallInline => {
+                (crate::ipc::PORT_INLINE, "ictus port call, in-line data (send-once reply right per call)")
+            }
+            PortMode::CallOol => (crate::ipc::PORT_OOL, "ictus port call, one out-of-line region (sealed memfd)"),
+            PortMode::SendReceive => ("port send/recv", "ictus port send + receive on a long-lived reply port"),
         };
         let space = Space::new();
         let setup = space.allocate_port().map_err(other)?;
@@ -115,31 +103,17 @@ impl PortTransport {
         let child = spawn_child("port-echo", &[fd.as_fd().as_raw_fd_string()], &[fd.as_fd()])?;
         drop(fd);
         let mut received = Received::new();
-        space
-            .receive(setup, &mut received, recv_opts())
-            .map_err(other)?;
+        space.receive(setup, &mut received, recv_opts()).map_err(other)?;
         if received.id != SETUP || received.ports.len() != 1 {
             return Err(other("port server sent an unexpected set-up message"));
         }
         let service = received.ports[0].name;
         let reply_port = space.allocate_port().map_err(other)?;
         let mut m = Message::new(SET_REPLY_PORT, Vec::new());
-        m.ports
-            .push(PortArg::new(reply_port, Disposition::MakeSend));
-        space
-            .send(service, &mut m, SendOptions::default())
-            .map_err(other)?;
+        m.ports.push(PortArg::new(reply_port, Disposition::MakeSend));
+        space.send(service, &mut m, SendOptions::default()).map_err(other)?;
         space.destroy(setup).map_err(other)?;
-        Ok(PortTransport {
-            name,
-            description,
-            mode,
-            space,
-            service,
-            reply_port,
-            received,
-            child,
-        })
+        Ok(PortTransport { name, description, mode, space, service, reply_port, received, child })
     }
 }
 
@@ -176,21 +150,11 @@ impl Transport for PortTransport {
                     let t0 = Instant::now();
                     if self.mode == PortMode::CallInline {
                         self.space
-                            .call(
-                                self.service,
-                                &mut msg,
-                                &mut self.received,
-                                SendOptions::default(),
-                                recv_opts(),
-                            )
+                            .call(self.service, &mut msg, &mut self.received, SendOptions::default(), recv_opts())
                             .map_err(other)?;
                     } else {
-                        self.space
-                            .send(self.service, &mut msg, SendOptions::default())
-                            .map_err(other)?;
-                        self.space
-                            .receive(self.reply_port, &mut self.received, recv_opts())
-                            .map_err(other)?;
+                        self.space.send(self.service, &mut msg, SendOptions::default()).map_err(other)?;
+                        self.space.receive(self.reply_port, &mut self.received, recv_opts()).map_err(other)?;
                     }
                     times.push(t0.elapsed().as_nanos() as u64);
                 }
@@ -212,13 +176,7 @@ impl Transport for PortTransport {
                         msg.ool.push(b);
                         let t0 = Instant::now();
                         self.space
-                            .call(
-                                self.service,
-                                &mut msg,
-                                &mut self.received,
-                                SendOptions::default(),
-                                recv_opts(),
-                            )
+                            .call(self.service, &mut msg, &mut self.received, SendOptions::default(), recv_opts())
                             .map_err(other)?;
                         times.push(t0.elapsed().as_nanos() as u64);
                         // Release the reply's resources outside the timed region.
@@ -234,11 +192,7 @@ impl Transport for PortTransport {
 impl Drop for PortTransport {
     fn drop(&mut self) {
         // Ask the server to stop; the watchdog kill in `reap` is the fallback.
-        let _ = self.space.send(
-            self.service,
-            &mut Message::new(STOP, Vec::new()),
-            SendOptions::NONBLOCKING,
-        );
+        let _ = self.space.send(self.service, &mut Message::new(STOP, Vec::new()), SendOptions::NONBLOCKING);
         let _ = self.space.destroy(self.service);
         let _ = self.space.destroy(self.reply_port);
         reap(&mut self.child, Duration::from_secs(5));
@@ -271,18 +225,13 @@ pub fn port_server(args: &[String]) -> i32 {
 }
 
 fn serve(args: &[String]) -> io::Result<()> {
-    let fd = fd_arg(
-        args.first()
-            .ok_or_else(|| other("missing descriptor argument"))?,
-    )?;
+    let fd = fd_arg(args.first().ok_or_else(|| other("missing descriptor argument"))?)?;
     let space = Space::new();
     let setup = space.insert_send_fd(fd).map_err(other)?;
     let service = space.allocate_port().map_err(other)?;
     let mut m = Message::new(SETUP, Vec::new());
     m.ports.push(PortArg::new(service, Disposition::MakeSend));
-    space
-        .send(setup, &mut m, SendOptions::default())
-        .map_err(other)?;
+    space.send(setup, &mut m, SendOptions::default()).map_err(other)?;
     space.deallocate(setup).map_err(other)?;
     let mut reply_port = None;
     let stubs = ictus_idl::Server::new(&space, service).with(BenchNullServer(NullImpl));
@@ -291,14 +240,7 @@ fn serve(args: &[String]) -> io::Result<()> {
     let mut reply = Message::new(0, vec![0u8; REPLY_LEN]);
     let mut sink = 0u64;
     loop {
-        match space.receive(
-            service,
-            &mut r,
-            ReceiveOptions {
-                timeout: None,
-                populate_ool: true,
-            },
-        ) {
+        match space.receive(service, &mut r, ReceiveOptions { timeout: None, populate_ool: true }) {
             Ok(()) => {}
             Err(ictus_ipc::ReceiveError::Malformed { .. }) => continue,
             Err(e) => return Err(other(e)),
@@ -316,16 +258,12 @@ fn serve(args: &[String]) -> io::Result<()> {
                     (None, Some(p)) => p,
                     (None, None) => continue,
                 };
-                space
-                    .send(to, &mut reply, SendOptions::default())
-                    .map_err(other)?;
+                space.send(to, &mut reply, SendOptions::default()).map_err(other)?;
             }
             SET_REPLY_PORT if r.ports.len() == 1 => reply_port = Some(r.ports[0].name),
             HAND_NULL => {
                 if let Some(rr) = r.reply {
-                    space
-                        .send(rr.name, &mut null_reply, SendOptions::default())
-                        .map_err(other)?;
+                    space.send(rr.name, &mut null_reply, SendOptions::default()).map_err(other)?;
                 }
             }
             id if stubs_answer(id) => {
@@ -372,15 +310,7 @@ impl NullPair {
         let mut msg = Message::new(HAND_NULL, Vec::new());
         let t = &mut self.inner;
         t.space
-            .call(
-                t.service,
-                &mut msg,
-                &mut t.received,
-                SendOptions {
-                    timeout: Some(WATCHDOG),
-                },
-                recv_opts(),
-            )
+            .call(t.service, &mut msg, &mut t.received, SendOptions { timeout: Some(WATCHDOG) }, recv_opts())
             .map_err(other)?;
         // The checks the stubs make: the reply's id and its success code.
         let ok = t.received.id == HAND_NULL + 100 && t.received.data() == 0u32.to_le_bytes();
@@ -393,10 +323,7 @@ impl NullPair {
     /// Interleaved rounds of both, after a warm-up.
     pub fn measure(&mut self, quick: bool) -> io::Result<NullTimes> {
         let (rounds, per_round) = if quick { (20, 50) } else { (50, 400) };
-        let mut times = NullTimes {
-            stub: LatencyRecorder::new(),
-            hand: LatencyRecorder::new(),
-        };
+        let mut times = NullTimes { stub: LatencyRecorder::new(), hand: LatencyRecorder::new() };
         for _ in 0..per_round {
             self.client.null().map_err(other)?;
             self.hand()?;

@@ -170,12 +170,7 @@ const LEADING_COLUMNS: &[&str] = &["p50_ns", "p99_ns", "p999_ns", "max_ns", "mea
 
 impl Report {
     /// An empty report.
-    pub fn new(
-        experiment: impl Into<String>,
-        paper: impl Into<String>,
-        quick: bool,
-        conditions: Conditions,
-    ) -> Self {
+    pub fn new(experiment: impl Into<String>, paper: impl Into<String>, quick: bool, conditions: Conditions) -> Self {
         Report {
             experiment: experiment.into(),
             paper: paper.into(),
@@ -220,13 +215,7 @@ impl Report {
     pub fn write_table(&self, out: &mut dyn Write) -> io::Result<()> {
         let c = &self.conditions;
         let load = |l: Option<f64>| l.map_or("?".to_string(), |v| format!("{v:.2}"));
-        writeln!(
-            out,
-            "== {} ({}){}",
-            self.experiment,
-            self.paper,
-            if self.quick { " [quick]" } else { "" }
-        )?;
+        writeln!(out, "== {} ({}){}", self.experiment, self.paper, if self.quick { " [quick]" } else { "" })?;
         writeln!(
             out,
             "   {} CPUs ({}), Linux {}, load {} -> {}, {}, RT {}, pinned {}",
@@ -236,11 +225,7 @@ impl Report {
             load(c.loadavg_before),
             load(c.loadavg_after),
             c.policy,
-            if c.rt_privileges {
-                "available"
-            } else {
-                "unavailable"
-            },
+            if c.rt_privileges { "available" } else { "unavailable" },
             c.pinned
         )?;
 
@@ -249,21 +234,14 @@ impl Report {
             let columns = self.columns(group[0]);
             let mut lines = vec![columns.clone()];
             for row in group {
-                lines.push(
-                    columns
-                        .iter()
-                        .map(|col| format_cell(col, row.get(col.as_str())))
-                        .collect(),
-                );
+                lines.push(columns.iter().map(|col| format_cell(col, row.get(col.as_str()))).collect());
             }
             write_aligned(out, &lines)?;
         }
 
         if !self.headline.is_empty() {
             writeln!(out, "\nheadline (ratio = ours / peer)")?;
-            let mut lines = vec![strings(&[
-                "name", "ours", "peer", "ratio", "better", "target", "met", "peer is",
-            ])];
+            let mut lines = vec![strings(&["name", "ours", "peer", "ratio", "better", "target", "met", "peer is"])];
             for h in &self.headline {
                 lines.push(vec![
                     h.name.clone(),
@@ -272,9 +250,7 @@ impl Report {
                     format!("{:.3}", h.ratio),
                     format!("{:?}", h.better).to_lowercase(),
                     h.target.map_or("-".to_string(), |t| format!("{t}")),
-                    h.met.map_or("-".to_string(), |m| {
-                        if m { "yes" } else { "NO" }.to_string()
-                    }),
+                    h.met.map_or("-".to_string(), |m| if m { "yes" } else { "NO" }.to_string()),
                     h.peer_name.clone(),
                 ]);
             }
@@ -289,8 +265,7 @@ impl Report {
                     f.quantity.clone(),
                     f.paper.clone(),
                     f.ours.clone(),
-                    f.times_better
-                        .map_or("-".to_string(), |x| format!("{}x", format_number(x))),
+                    f.times_better.map_or("-".to_string(), |x| format!("{}x", format_number(x))),
                 ]);
             }
             write_aligned(out, &lines)?;
@@ -309,10 +284,7 @@ impl Report {
     fn row_groups(&self) -> Vec<Vec<&Value>> {
         let mut groups: Vec<Vec<&Value>> = Vec::new();
         for row in &self.rows {
-            let same = groups
-                .last()
-                .and_then(|g| g.first())
-                .is_some_and(|first| same_keys(first, row));
+            let same = groups.last().and_then(|g| g.first()).is_some_and(|first| same_keys(first, row));
             match groups.last_mut() {
                 Some(group) if same => group.push(row),
                 _ => groups.push(vec![row]),
@@ -326,22 +298,13 @@ impl Report {
         let Some(object) = row.as_object() else {
             return vec!["value".to_string()];
         };
-        let shown =
-            |k: &str| object.contains_key(k) && !self.hidden_in_table.iter().any(|h| h == k);
+        let shown = |k: &str| object.contains_key(k) && !self.hidden_in_table.iter().any(|h| h == k);
         let mut columns: Vec<String> = Vec::new();
         if shown("case") {
             columns.push("case".to_string());
         }
-        columns.extend(
-            LEADING_COLUMNS
-                .iter()
-                .filter(|k| shown(k))
-                .map(|k| k.to_string()),
-        );
-        let mut rest: Vec<&String> = object
-            .keys()
-            .filter(|k| !columns.contains(k) && shown(k))
-            .collect();
+        columns.extend(LEADING_COLUMNS.iter().filter(|k| shown(k)).map(|k| k.to_string()));
+        let mut rest: Vec<&String> = object.keys().filter(|k| !columns.contains(k) && shown(k)).collect();
         rest.sort();
         columns.extend(rest.into_iter().cloned());
         columns
@@ -400,14 +363,7 @@ fn format_number(x: f64) -> String {
 fn write_aligned(out: &mut dyn Write, lines: &[Vec<String>]) -> io::Result<()> {
     let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            lines
-                .iter()
-                .filter_map(|l| l.get(i))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|i| lines.iter().filter_map(|l| l.get(i)).map(|s| s.chars().count()).max().unwrap_or(0))
         .collect();
     for line in lines {
         let mut text = String::new();
@@ -437,22 +393,11 @@ mod tests {
     use crate::stats::LatencyRecorder;
 
     fn sample_report() -> Report {
-        let mut r = Report::new(
-            "ipc",
-            "000 §8, Figure 3",
-            true,
-            Conditions::capture_before().finish(),
-        );
+        let mut r = Report::new("ipc", "000 §8, Figure 3", true, Conditions::capture_before().finish());
         let mut rec = LatencyRecorder::new();
         rec.record_all(&[8_000, 8_100, 8_200]);
-        r.rows.push(
-            rec.row("port inline 64 B")
-                .with("transport", "port inline")
-                .with("size_bytes", 64)
-                .to_value(),
-        );
-        r.rows
-            .push(serde_json::json!({"case": "memcpy 64 B", "mb_s_median": 5123.4}));
+        r.rows.push(rec.row("port inline 64 B").with("transport", "port inline").with("size_bytes", 64).to_value());
+        r.rows.push(serde_json::json!({"case": "memcpy 64 B", "mb_s_median": 5123.4}));
         r.headline.push(
             Headline::new(
                 "port_rtt_64B_vs_uds",
@@ -465,14 +410,8 @@ mod tests {
             .with_target(1.15),
         );
         r.paper_figures.push(
-            PaperFigure::new(
-                "in-line IPC fixed cost a",
-                "0.160 ms",
-                Some(160_000.0),
-                "ns",
-                Better::Lower,
-            )
-            .ours(Some(8_000.0), "port inline: 8.00 µs"),
+            PaperFigure::new("in-line IPC fixed cost a", "0.160 ms", Some(160_000.0), "ns", Better::Lower)
+                .ours(Some(8_000.0), "port inline: 8.00 µs"),
         );
         r.notes.push("a note".to_string());
         r
@@ -481,16 +420,7 @@ mod tests {
     #[test]
     fn json_has_the_contract_shape() {
         let v = sample_report().to_json();
-        for key in [
-            "experiment",
-            "paper",
-            "quick",
-            "conditions",
-            "rows",
-            "headline",
-            "notes",
-            "paper_figures",
-        ] {
+        for key in ["experiment", "paper", "quick", "conditions", "rows", "headline", "notes", "paper_figures"] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         assert!(v.get("hidden_in_table").is_none());
@@ -526,8 +456,7 @@ mod tests {
 
     #[test]
     fn json_round_trips_through_a_file() {
-        let path =
-            std::env::temp_dir().join(format!("ictus-bench-report-{}.json", std::process::id()));
+        let path = std::env::temp_dir().join(format!("ictus-bench-report-{}.json", std::process::id()));
         sample_report().write_json(&path).expect("write");
         let text = std::fs::read_to_string(&path).expect("read");
         let _ = std::fs::remove_file(&path);
@@ -547,10 +476,7 @@ mod tests {
         assert!(table.contains("0.160 ms"));
         assert!(table.contains("a note"));
         // Hidden fields stay out of the table.
-        let header = table
-            .lines()
-            .find(|l| l.starts_with("case"))
-            .expect("a header line");
+        let header = table.lines().find(|l| l.starts_with("case")).expect("a header line");
         assert!(!header.contains("transport"), "{header}");
         assert!(header.find("p50_ns") < header.find("max_ns"));
     }

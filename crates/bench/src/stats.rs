@@ -129,17 +129,8 @@ impl Throughput {
         let mut sorted = runs.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
-        let median = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
-        Some(Throughput {
-            median,
-            min: sorted[0],
-            max: sorted[n - 1],
-            runs: n,
-        })
+        let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        Some(Throughput { median, min: sorted[0], max: sorted[n - 1], runs: n })
     }
 }
 
@@ -183,11 +174,7 @@ mod tests {
     fn extras_are_flattened_into_the_row() {
         let mut r = LatencyRecorder::new();
         r.record(100);
-        let v = r
-            .row("seqpacket 64 B")
-            .with("transport", "seqpacket")
-            .with("size_bytes", 64)
-            .to_value();
+        let v = r.row("seqpacket 64 B").with("transport", "seqpacket").with("size_bytes", 64).to_value();
         assert_eq!(v["case"], "seqpacket 64 B");
         assert_eq!(v["transport"], "seqpacket");
         assert_eq!(v["size_bytes"], 64);

@@ -69,9 +69,7 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 220.0; // room for the legend
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
-const PALETTE: &[&str] = &[
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-];
+const PALETTE: &[&str] = &["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 /// The visible range of an axis, in transformed units (log2/log10 of the value for
 /// logarithmic axes).
@@ -103,9 +101,7 @@ impl Scale {
     /// A range covering `values` (already transformed): whole powers on log axes, a
     /// little padding on linear ones, never empty.
     fn range(self, values: impl Iterator<Item = f64>) -> Range {
-        let (mut lo, mut hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
+        let (mut lo, mut hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
         if !lo.is_finite() || !hi.is_finite() {
             return Range { lo: 0.0, hi: 1.0 };
         }
@@ -132,10 +128,7 @@ impl Scale {
         match self {
             Scale::Log2 | Scale::Log10 => {
                 let n = (range.hi - range.lo).round() as usize + 1;
-                let step = [1usize, 2, 4, 5, 10, 20]
-                    .into_iter()
-                    .find(|s| n.div_ceil(*s) <= 10)
-                    .unwrap_or(n.max(1));
+                let step = [1usize, 2, 4, 5, 10, 20].into_iter().find(|s| n.div_ceil(*s) <= 10).unwrap_or(n.max(1));
                 (0..n).step_by(step).map(|i| range.lo + i as f64).collect()
             }
             Scale::Linear => {
@@ -158,9 +151,7 @@ impl Scale {
 impl TickFormat {
     fn label(self, value: f64) -> String {
         match self {
-            TickFormat::Bytes if value >= 1.0 && value.fract() == 0.0 => {
-                format_size(value as usize)
-            }
+            TickFormat::Bytes if value >= 1.0 && value.fract() == 0.0 => format_size(value as usize),
             TickFormat::Nanoseconds => compact(format_ns(value)),
             _ => trim_number(value),
         }
@@ -171,10 +162,7 @@ impl TickFormat {
 fn compact(label: String) -> String {
     match label.split_once(' ') {
         Some((number, unit)) if number.contains('.') => {
-            format!(
-                "{} {unit}",
-                number.trim_end_matches('0').trim_end_matches('.')
-            )
+            format!("{} {unit}", number.trim_end_matches('0').trim_end_matches('.'))
         }
         _ => label,
     }
@@ -217,9 +205,7 @@ impl Plot {
                 let mut points: Vec<(f64, f64)> = s
                     .points
                     .iter()
-                    .filter_map(|&(x, y)| {
-                        Some((self.x.scale.transform(x)?, self.y.scale.transform(y)?))
-                    })
+                    .filter_map(|&(x, y)| Some((self.x.scale.transform(x)?, self.y.scale.transform(y)?)))
                     .collect();
                 points.sort_by(|a, b| a.0.total_cmp(&b.0));
                 points
@@ -287,10 +273,7 @@ impl Plot {
         for (i, (points, s)) in series.iter().zip(&self.series).enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             if points.len() > 1 {
-                let path: Vec<String> = points
-                    .iter()
-                    .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-                    .collect();
+                let path: Vec<String> = points.iter().map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
                 let _ = writeln!(
                     svg,
                     r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
@@ -298,12 +281,7 @@ impl Plot {
                 );
             }
             for &(x, y) in points {
-                let _ = writeln!(
-                    svg,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
-                    px(x),
-                    py(y)
-                );
+                let _ = writeln!(svg, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, px(x), py(y));
             }
             let ly = TOP + 10.0 + i as f64 * 20.0;
             let lx = LEFT + plot_w + 16.0;
@@ -357,16 +335,8 @@ mod tests {
     fn sample() -> Plot {
         Plot {
             title: "round trip <p50> & friends".to_string(),
-            x: Axis {
-                label: "message size".to_string(),
-                scale: Scale::Log2,
-                ticks: TickFormat::Bytes,
-            },
-            y: Axis {
-                label: "time".to_string(),
-                scale: Scale::Log10,
-                ticks: TickFormat::Nanoseconds,
-            },
+            x: Axis { label: "message size".to_string(), scale: Scale::Log2, ticks: TickFormat::Bytes },
+            y: Axis { label: "time".to_string(), scale: Scale::Log10, ticks: TickFormat::Nanoseconds },
             series: vec![
                 Series {
                     name: "seqpacket \"uds\"".to_string(),

@@ -12,9 +12,7 @@ use ictus_bench::ipc::Transport;
 use ictus_bench::peers::{FutexPeer, PipePeer, SeqpacketPeer, CHUNK};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
 fn gone(pid: u32) -> bool {
@@ -60,30 +58,21 @@ fn futex_peer() {
         assert_eq!(reply[..echoed], request[..echoed], "futex {size}");
     }
     assert_eq!(peer.round_trips(64, 100).expect("batch").len(), 100);
-    assert!(
-        peer.round_trips(capacity + 1, 1).is_err(),
-        "over capacity is refused"
-    );
+    assert!(peer.round_trips(capacity + 1, 1).is_err(), "over capacity is refused");
     let pid = peer.server_pid().expect("a server pid");
     assert!(peer.shutdown().expect("futex shutdown").success());
     assert!(gone(pid));
 }
 
 fn unknown_role_fails() {
-    let status = spawn_child("no-such-role", &[], &[])
-        .expect("spawn")
-        .wait()
-        .expect("wait");
+    let status = spawn_child("no-such-role", &[], &[]).expect("spawn").wait().expect("wait");
     assert_eq!(status.code(), Some(2));
 }
 
 fn main() {
     ictus_bench::maybe_run_child();
-    let tests: [(&str, fn()); 3] = [
-        ("stream_peers", stream_peers),
-        ("futex_peer", futex_peer),
-        ("unknown_role_fails", unknown_role_fails),
-    ];
+    let tests: [(&str, fn()); 3] =
+        [("stream_peers", stream_peers), ("futex_peer", futex_peer), ("unknown_role_fails", unknown_role_fails)];
     for (name, test) in tests {
         test();
         println!("test {name} ... ok");

@@ -131,7 +131,11 @@ impl<'a> Decoder<'a> {
 
     /// Decode a reply to request `id`: check its id, read its return code, and turn a
     /// failure code into the caller's error.
-    pub fn reply<E: RemoteError>(conn: &Connection, msg: &'a mut Received, id: i32) -> Result<Decoder<'a>, ClientError<E>> {
+    pub fn reply<E: RemoteError>(
+        conn: &Connection,
+        msg: &'a mut Received,
+        id: i32,
+    ) -> Result<Decoder<'a>, ClientError<E>> {
         if msg.id != crate::reply_id(id) {
             let got = msg.id;
             return Err(conn.bad_reply(msg, DecodeError::WrongReply { request: id, got }));
@@ -143,7 +147,12 @@ impl<'a> Decoder<'a> {
         if code != 0 {
             crate::release_rights(conn.space(), msg);
             if ictus_ipc::ReturnCode::from_code(code).is_some_and(|r| {
-                matches!(r, ictus_ipc::ReturnCode::MigBadId | ictus_ipc::ReturnCode::MigBadArguments | ictus_ipc::ReturnCode::Failure)
+                matches!(
+                    r,
+                    ictus_ipc::ReturnCode::MigBadId
+                        | ictus_ipc::ReturnCode::MigBadArguments
+                        | ictus_ipc::ReturnCode::Failure
+                )
             }) {
                 return Err(ClientError::Refused(Status(code)));
             }

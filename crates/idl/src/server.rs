@@ -57,13 +57,18 @@ pub trait Service: Send + Sync {
 }
 
 /// Send a routine's reply (used by generated code): the return code, then the results.
-pub fn reply<T: Encode, E: RemoteError>(space: &Space, req: &mut Received, id: i32, result: Result<T, E>) -> Dispatched {
-    let Some(to) = req.reply.take() else { return Dispatched::ReplyFailed };
+pub fn reply<T: Encode, E: RemoteError>(
+    space: &Space,
+    req: &mut Received,
+    id: i32,
+    result: Result<T, E>,
+) -> Dispatched {
+    let Some(to) = req.reply.take() else {
+        return Dispatched::ReplyFailed;
+    };
     let mut enc = Encoder::new(crate::reply_id(id));
     let encoded = match result {
-        Ok(v) => {
-            0u32.encode(&mut enc).and_then(|()| v.encode(&mut enc)).map(|()| enc)
-        }
+        Ok(v) => 0u32.encode(&mut enc).and_then(|()| v.encode(&mut enc)).map(|()| enc),
         Err(e) => {
             let code = e.code();
             let mut enc = Encoder::new(crate::reply_id(id));
@@ -156,7 +161,8 @@ impl Server {
             }
             Dispatched::BadRequest(_) | Dispatched::NotMine => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                let code = if outcome == Dispatched::NotMine { ReturnCode::MigBadId } else { ReturnCode::MigBadArguments };
+                let code =
+                    if outcome == Dispatched::NotMine { ReturnCode::MigBadId } else { ReturnCode::MigBadArguments };
                 if let Some(to) = req.reply.take() {
                     send_reply(&self.space, to.name, code_only(id, code.code()));
                 }

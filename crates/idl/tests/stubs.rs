@@ -7,7 +7,9 @@ use std::time::Duration;
 use ictus_idl::ictus_ipc::{
     Disposition, Message, Name, OolBuffer, OolRegion, ReceiveOptions, Received, RightKind, SendOptions, Space,
 };
-use ictus_idl::{interface, ClientError, Context, Dispatched, ReceiveRight, RemoteError, SendOnceRight, SendRight, Server, Status};
+use ictus_idl::{
+    interface, ClientError, Context, Dispatched, ReceiveRight, RemoteError, SendOnceRight, SendRight, Server, Status,
+};
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum KvError {
@@ -182,18 +184,21 @@ fn port_rights_of_each_kind() {
     let mine = c.allocate_port_with_send().unwrap();
     let announce = c.allocate_port().unwrap();
     let given = c.allocate_port().unwrap();
-    let back = f
-        .client
-        .rights(SendRight::copy(mine), SendOnceRight::make(announce), ReceiveRight { name: given })
-        .unwrap();
+    let back =
+        f.client.rights(SendRight::copy(mine), SendOnceRight::make(announce), ReceiveRight { name: given }).unwrap();
     let mut r = Received::new();
-    c.receive(announce, &mut r, ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() }).unwrap();
+    c.receive(announce, &mut r, ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() })
+        .unwrap();
     assert_eq!(r.id, 77);
     // The receive right moved away, and what came back reaches it.
     assert!(c.right_kinds(given).is_err());
     assert_eq!(c.right_kinds(back.name).unwrap(), vec![RightKind::Send]);
     // A wrong disposition for the argument's kind is refused before sending.
-    let e = f.client.rights(SendRight::copy(mine), SendOnceRight { name: announce, disposition: Disposition::CopySend }, ReceiveRight { name: mine });
+    let e = f.client.rights(
+        SendRight::copy(mine),
+        SendOnceRight { name: announce, disposition: Disposition::CopySend },
+        ReceiveRight { name: mine },
+    );
     assert!(matches!(e, Err(ClientError::Encode(_))));
 }
 
@@ -235,7 +240,8 @@ fn malformed_requests_get_error_replies_and_are_counted() {
     c.call(port, &mut Message::new(5099, vec![]), &mut reply, SendOptions::default(), opts).unwrap();
     assert_eq!((reply.id, code(&reply)), (5199, ictus_idl::ictus_ipc::ReturnCode::MigBadId.code()));
     // Short data for `get` (a string length with no bytes).
-    c.call(port, &mut Message::new(5004, 10u32.to_le_bytes().to_vec()), &mut reply, SendOptions::default(), opts).unwrap();
+    c.call(port, &mut Message::new(5004, 10u32.to_le_bytes().to_vec()), &mut reply, SendOptions::default(), opts)
+        .unwrap();
     assert_eq!(code(&reply), ictus_idl::ictus_ipc::ReturnCode::MigBadArguments.code());
     // Trailing bytes after a valid request.
     c.call(port, &mut Message::new(5000, vec![1]), &mut reply, SendOptions::default(), opts).unwrap();
@@ -253,7 +259,12 @@ fn malformed_requests_get_error_replies_and_are_counted() {
     c.call(port, &mut m, &mut reply, SendOptions::default(), opts).unwrap();
     assert_eq!(code(&reply), ictus_idl::ictus_ipc::ReturnCode::MigBadArguments.code());
     // The server released the extra right: the port now has no senders anywhere.
-    c.request_notification(extra, ictus_idl::ictus_ipc::NotifyKind::NoSenders, Some(ictus_idl::ictus_ipc::PortArg::new(extra, Disposition::MakeSendOnce))).unwrap();
+    c.request_notification(
+        extra,
+        ictus_idl::ictus_ipc::NotifyKind::NoSenders,
+        Some(ictus_idl::ictus_ipc::PortArg::new(extra, Disposition::MakeSendOnce)),
+    )
+    .unwrap();
     let mut n = Received::new();
     c.receive(extra, &mut n, opts).unwrap();
     assert_eq!(n.id, ictus_idl::ictus_ipc::NotifyId::NoSenders.id());

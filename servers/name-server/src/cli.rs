@@ -1,0 +1,92 @@
+//! What `ictus name-server` and `ictus names` do.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use ictus_ipc::Space;
+
+use crate::client::{Client, ClientError, ConnectError};
+use crate::server::{ServeError, Server};
+use crate::socket::{self, Listener};
+
+/// `ictus name-server [--socket PATH]`: serve in the foreground until `SIGINT` or
+/// `SIGTERM`, then remove the socket and return.
+///
+/// Without `--socket`, the socket is the default one ([`socket`] says where), its
+/// directory made private if missing.
+pub fn serve(socket: Option<PathBuf>) -> Result<(), ServeError> {
+    // Signals first: one that arrives while we start is then a clean stop, not a
+    // socket left behind.
+    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
+    let mut ids = Vec::new();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let w = stop_w.try_clone().map_err(ServeError::Signals)?;
+        ids.push(signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?);
+    }
+    let result = serve_until(socket, &stop_r);
+    for id in ids {
+        signal_hook::low_level::unregister(id);
+    }
+    result
+}
+
+fn serve_until(socket: Option<PathBuf>, stop: &UnixStream) -> Result<(), ServeError> {
+    let path = match socket {
+        Some(p) => p,
+        None => socket::prepare_default_socket_path()?,
+    };
+    let listener = Listener::bind(&path)?;
+    let mut server = Server::new(Space::task())?;
+    eprintln!("ictus name-server: serving on {} (pid {})", path.display(), std::process::id());
+    let result = server.run(Some(&listener), stop.as_fd());
+    drop(server);
+    drop(listener);
+    match &result {
+        Ok(()) => eprintln!("ictus name-server: stopped; removed {}", path.display()),
+        Err(e) => eprintln!("ictus name-server: stopping: {e}"),
+    }
+    result
+}
+
+/// Why `ictus names` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// No name server could be reached.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The request failed.
+    #[error(transparent)]
+    Request(#[from] ClientError),
+    /// Writing the output failed.
+    #[error("writing the list: {0}")]
+    Output(std::io::Error),
+}
+
+/// `ictus names [--socket PATH] [--json]`: print the registered names, one a line, or
+/// as a JSON array of strings.
+pub fn list(socket: Option<PathBuf>, json: bool) -> Result<(), ListError> {
+    let space = Space::task();
+    let client = match socket {
+        Some(path) => Client::connect_socket(&space, &path)?,
+        None => Client::connect(&space)?,
+    };
+    let names = client.list()?;
+    let mut out = String::new();
+    if json {
+        out.push_str(&serde_json::Value::from(names).to_string());
+        out.push('\n');
+    } else {
+        for n in &names {
+            out.push_str(n);
+            out.push('\n');
+        }
+    }
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        Ok(()) => Ok(()),
+        // `ictus names | head -1`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(ListError::Output(e)),
+    }
+}

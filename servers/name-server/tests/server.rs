@@ -1,0 +1,387 @@
+//! The name server in one process: a server thread, clients in other spaces.
+//!
+//! No test asserts a duration; waits are bounded by a generous watchdog only.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ictus_ipc::*;
+use ictus_name_server::protocol::{self, LIST, LOOKUP, REGISTER, UNREGISTER};
+use ictus_name_server::server::{self, Running};
+use ictus_name_server::socket::{FetchError, ListenError};
+use ictus_name_server::{Client, ClientError, ConnectError, ServeError};
+
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+/// A directory of its own for each test, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p =
+            std::env::temp_dir().join(format!("ictus-ns-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn sock(&self) -> PathBuf {
+        self.0.join("ns.sock")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start() -> (TempDir, Running) {
+    let dir = TempDir::new();
+    let running = server::spawn(Space::new(), Some(&dir.sock())).expect("server starts");
+    (dir, running)
+}
+
+fn connect(path: &Path) -> (Space, Client) {
+    let space = Space::new();
+    let client = Client::connect_socket(&space, path).expect("connect").with_timeout(WATCHDOG);
+    (space, client)
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "watchdog: still waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn rcv(space: &Space, port: Name) -> Received {
+    let mut r = Received::new();
+    space.receive(port, &mut r, ReceiveOptions { timeout: Some(WATCHDOG), ..Default::default() }).expect("receive");
+    r
+}
+
+/// Send a hand-made request and return the reply.
+fn raw_call(space: &Space, server: Name, mut msg: Message) -> Received {
+    let mut r = Received::new();
+    let opts = ReceiveOptions { timeout: Some(WATCHDOG), ..Default::default() };
+    space.call(server, &mut msg, &mut r, SendOptions { timeout: Some(WATCHDOG) }, opts).expect("the server answers");
+    r
+}
+
+fn code_of(request: i32, r: &Received) -> ReturnCode {
+    let (code, _) = protocol::decode_reply(request, r.id, r.data()).expect("well-formed reply");
+    ReturnCode::from_code(code).expect("a known code")
+}
+
+fn request(id: i32, data: &[u8], ports: Vec<PortArg>) -> Message {
+    Message { id, data: data.to_vec(), ports, ..Message::default() }
+}
+
+#[test]
+fn register_lookup_unregister_list() {
+    let (_dir, running) = start();
+    let (a, ns_a) = connect(running.socket_path().unwrap());
+    let (b, ns_b) = connect(running.socket_path().unwrap());
+    assert_eq!(ns_a.list().unwrap(), Vec::<String>::new());
+
+    let p = a.allocate_port().unwrap();
+    ns_a.register("clock", p).unwrap();
+    let q = a.allocate_port_with_send().unwrap();
+    ns_a.register("métronome ♩", q).unwrap();
+    assert_eq!(ns_b.list().unwrap(), ["clock", "métronome ♩"]);
+
+    // The right B gets reaches A's port.
+    let right = ns_b.lookup("clock").unwrap();
+    assert_eq!(b.right_kinds(right).unwrap(), vec![RightKind::Send]);
+    b.send(right, &mut Message::new(42, b"tick".to_vec()), SendOptions::default()).unwrap();
+    let m = rcv(&a, p);
+    assert_eq!((m.id, m.data()), (42, &b"tick"[..]));
+    // Looking up again gives the same (coalesced) name.
+    assert_eq!(ns_b.lookup("clock").unwrap(), right);
+    assert_eq!(b.refs(right, RightKind::Send).unwrap(), 2);
+
+    ns_a.unregister("clock").unwrap();
+    assert!(matches!(ns_b.lookup("clock"), Err(ClientError::NotFound(n)) if n == "clock"));
+    assert!(matches!(ns_a.unregister("clock"), Err(ClientError::NotFound(_))));
+    assert_eq!(ns_b.list().unwrap(), ["métronome ♩"]);
+    // A lookup does not stop the owner's unregistering.
+    ns_a.unregister("métronome ♩").unwrap();
+    assert_eq!(ns_a.list().unwrap(), Vec::<String>::new());
+    running.stop().unwrap();
+}
+
+#[test]
+fn duplicate_register_is_name_exists_and_one_port_may_have_many_names() {
+    let (_dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    let p = a.allocate_port().unwrap();
+    let other = a.allocate_port().unwrap();
+    ns.register("x", p).unwrap();
+    assert!(matches!(ns.register("x", other), Err(ClientError::NameExists(n)) if n == "x"));
+    assert!(matches!(ns.register("x", p), Err(ClientError::NameExists(_))));
+    // The same port under a second name: one name in the server, two references.
+    ns.register("y", p).unwrap();
+    let base = 3; // the server's port set, service port and notify port
+    assert_eq!(running.space().names().len(), base + 1);
+    ns.unregister("x").unwrap();
+    let (b, ns_b) = connect(running.socket_path().unwrap());
+    let r = ns_b.lookup("y").unwrap();
+    b.send(r, &mut Message::new(7, vec![]), SendOptions::default()).unwrap();
+    assert_eq!(rcv(&a, p).id, 7);
+    ns.unregister("y").unwrap();
+    assert_eq!(running.space().names().len(), base, "the server let go of the right");
+    running.stop().unwrap();
+}
+
+#[test]
+fn lookup_of_a_missing_name_is_not_found() {
+    let (_dir, running) = start();
+    let (_a, ns) = connect(running.socket_path().unwrap());
+    assert!(matches!(ns.lookup("nobody"), Err(ClientError::NotFound(n)) if n == "nobody"));
+    assert!(matches!(ns.unregister("nobody"), Err(ClientError::NotFound(_))));
+    // Invalid names are refused before anything is sent.
+    assert!(matches!(ns.lookup(""), Err(ClientError::InvalidName(_))));
+    assert!(matches!(ns.lookup("a\nb"), Err(ClientError::InvalidName(_))));
+    running.stop().unwrap();
+}
+
+#[test]
+fn malformed_requests_get_error_replies_and_leave_nothing_behind() {
+    let (_dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    let server = ns.server_port();
+    let base = running.space().names().len();
+    let p = a.allocate_port().unwrap();
+    let send = |n| PortArg::new(n, Disposition::MakeSend);
+
+    // Unknown ids, including one whose reply id wraps.
+    let r = raw_call(&a, server, request(9999, b"", vec![]));
+    assert_eq!((r.id, code_of(9999, &r)), (10099, ReturnCode::MigBadId));
+    let r = raw_call(&a, server, request(i32::MAX, b"x", vec![send(p)]));
+    assert_eq!(code_of(i32::MAX, &r), ReturnCode::MigBadId);
+    // A forged dead-name notification on the service port is just an unknown id.
+    ns.register("kept", p).unwrap();
+    for i in 1..8 {
+        let body = NotifyId::body(Name::new(i, 1), 0).to_vec();
+        let r = raw_call(&a, server, request(NotifyId::DeadName.id(), &body, vec![]));
+        assert_eq!(code_of(NotifyId::DeadName.id(), &r), ReturnCode::MigBadId);
+    }
+    assert_eq!(ns.list().unwrap(), ["kept"]);
+
+    // Register: wrong number or kind of rights.
+    let bad = |msg: Message| code_of(msg.id, &raw_call(&a, server, msg));
+    assert_eq!(bad(request(REGISTER, b"n", vec![])), ReturnCode::InvalidArgument);
+    assert_eq!(bad(request(REGISTER, b"n", vec![send(p), send(p)])), ReturnCode::InvalidArgument);
+    assert_eq!(
+        bad(request(REGISTER, b"n", vec![PortArg::new(p, Disposition::MakeSendOnce)])),
+        ReturnCode::InvalidRight
+    );
+    // A receive right sent to the name server is destroyed: our send right goes dead.
+    let victim = a.allocate_port_with_send().unwrap();
+    let (victim_send, _) = a.extract_right(&a, victim, Disposition::MakeSend).unwrap();
+    assert_eq!(
+        bad(request(REGISTER, b"n", vec![PortArg::new(victim, Disposition::MoveReceive)])),
+        ReturnCode::InvalidRight
+    );
+    assert_eq!(a.right_kinds(victim_send).unwrap(), vec![RightKind::DeadName]);
+    // Names: empty, too long, not UTF-8, control characters.
+    for name in [&b""[..], &[b'a'; 256], b"\xff\xfe", b"a\0b", b"a\nb", b"\x1b[31m"] {
+        assert_eq!(bad(request(REGISTER, name, vec![send(p)])), ReturnCode::InvalidArgument, "{name:?}");
+        assert_eq!(bad(request(LOOKUP, name, vec![])), ReturnCode::InvalidArgument, "{name:?}");
+        assert_eq!(bad(request(UNREGISTER, name, vec![])), ReturnCode::InvalidArgument, "{name:?}");
+    }
+    // The longest name is fine.
+    let longest = "é".repeat(127) + "a";
+    assert_eq!(longest.len(), 255);
+    assert_eq!(bad(request(REGISTER, longest.as_bytes(), vec![send(p)])), ReturnCode::Success);
+    ns.unregister(&longest).unwrap();
+    // Other shapes.
+    assert_eq!(bad(request(LOOKUP, b"kept", vec![send(p)])), ReturnCode::InvalidArgument);
+    assert_eq!(bad(request(UNREGISTER, b"kept", vec![send(p), send(p)])), ReturnCode::InvalidArgument);
+    assert_eq!(bad(request(LIST, b"x", vec![])), ReturnCode::InvalidArgument);
+    assert_eq!(bad(request(LIST, b"", vec![send(p)])), ReturnCode::InvalidArgument);
+    let mut with_ool = request(REGISTER, b"n", vec![send(p)]);
+    with_ool.ool.push(OolBuffer::new(4096).unwrap());
+    assert_eq!(bad(with_ool), ReturnCode::InvalidArgument);
+
+    // No reply right: nothing to answer, nothing kept.
+    a.send(server, &mut request(9999, b"", vec![send(p)]), SendOptions::default()).unwrap();
+    // A send (not send-once) reply right is answered and then released.
+    let reply_port = a.allocate_port().unwrap();
+    let mut m = request(LIST, b"", vec![]);
+    m.reply = Some(PortArg::new(reply_port, Disposition::MakeSend));
+    a.send(server, &mut m, SendOptions::default()).unwrap();
+    let r = rcv(&a, reply_port);
+    assert_eq!(code_of(LIST, &r), ReturnCode::Success);
+
+    // Still serving, and holding nothing but the one registration.
+    assert_eq!(ns.list().unwrap(), ["kept"]);
+    assert_eq!(running.space().names().len(), base + 1);
+    ns.unregister("kept").unwrap();
+    assert_eq!(running.space().names().len(), base);
+    running.stop().unwrap();
+}
+
+#[test]
+fn registration_vanishes_when_its_port_dies() {
+    let (_dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    let base = running.space().names().len();
+    let p = a.allocate_port().unwrap();
+    let q = a.allocate_port().unwrap();
+    ns.register("victim", p).unwrap();
+    ns.register("victim-too", p).unwrap();
+    ns.register("survivor", q).unwrap();
+    assert_eq!(running.space().names().len(), base + 2);
+    a.mod_refs(p, RightKind::Receive, -1).unwrap();
+    // The dead-name notification alone cleans up: wait without asking anything.
+    wait_until("the server to drop the dead right", || running.space().names().len() == base + 1);
+    assert_eq!(ns.list().unwrap(), ["survivor"]);
+    assert!(matches!(ns.lookup("victim"), Err(ClientError::NotFound(_))));
+    // The name is free again.
+    let p2 = a.allocate_port().unwrap();
+    ns.register("victim", p2).unwrap();
+    running.stop().unwrap();
+}
+
+#[test]
+fn lookup_of_a_just_died_port_is_not_found() {
+    // Whatever the order of the notification and the lookup, no dead right comes back.
+    let (_dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    for i in 0..20 {
+        let p = a.allocate_port().unwrap();
+        let name = format!("short-lived-{i}");
+        ns.register(&name, p).unwrap();
+        a.mod_refs(p, RightKind::Receive, -1).unwrap();
+        assert!(matches!(ns.lookup(&name), Err(ClientError::NotFound(_))));
+    }
+    assert_eq!(ns.list().unwrap(), Vec::<String>::new());
+    wait_until("every dead name to be destroyed", || running.space().names().len() == 3);
+    running.stop().unwrap();
+}
+
+#[test]
+fn unregister_releases_the_servers_send_right() {
+    let (_dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    let p = a.allocate_port().unwrap();
+    let q = a.allocate_port().unwrap();
+    ns.register("watched", p).unwrap();
+    // The server holds the only send right; after unregister nobody does.
+    a.request_notification(p, NotifyKind::NoSenders, Some(PortArg::new(q, Disposition::MakeSendOnce))).unwrap();
+    ns.unregister("watched").unwrap();
+    let m = rcv(&a, q);
+    assert_eq!(m.id, NotifyId::NoSenders.id());
+    assert_eq!(NotifyId::parse_body(m.data()).unwrap().0, p);
+    running.stop().unwrap();
+}
+
+#[test]
+fn unregister_with_the_right_from_another_space() {
+    let (_dir, running) = start();
+    let (a, ns_a) = connect(running.socket_path().unwrap());
+    let (b, ns_b) = connect(running.socket_path().unwrap());
+    let p = a.allocate_port().unwrap();
+    ns_a.register("shared", p).unwrap();
+    let r = ns_b.lookup("shared").unwrap();
+    let unrelated = b.allocate_port().unwrap();
+    // (Same process, so the pid would do too; the cross-process case is in cli/tests/names.rs.)
+    ns_b.unregister_with_right("shared", r).unwrap();
+    assert!(matches!(ns_b.unregister_with_right("shared", unrelated), Err(ClientError::NotFound(_))));
+    assert_eq!(ns_a.list().unwrap(), Vec::<String>::new());
+    running.stop().unwrap();
+}
+
+#[test]
+fn many_clients_at_once() {
+    let (_dir, running) = start();
+    let path = running.socket_path().unwrap().to_owned();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let (s, ns) = connect(&path);
+                let p = s.allocate_port().unwrap();
+                for i in 0..25 {
+                    ns.register(&format!("t{t}-{i:02}"), p).unwrap();
+                }
+                for i in 0..25 {
+                    let r = ns.lookup(&format!("t{t}-{i:02}")).unwrap();
+                    s.deallocate(r).unwrap();
+                }
+                (s, p)
+            })
+        })
+        .collect();
+    let keep: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let (_s, ns) = connect(&path);
+    let names = ns.list().unwrap();
+    assert_eq!(names.len(), 100);
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted");
+    drop(keep);
+    running.stop().unwrap();
+}
+
+#[test]
+fn a_dead_server_is_an_error_not_a_hang() {
+    let (dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    let p = a.allocate_port().unwrap();
+    ns.register("x", p).unwrap();
+    running.stop().unwrap();
+    // Default timeout is long; the answer must not depend on it.
+    assert!(matches!(ns.list(), Err(ClientError::ServerDied)), "{:?}", ns.list());
+    assert!(matches!(ns.lookup("x"), Err(ClientError::ServerDied)));
+    // And the socket went with it.
+    assert!(!dir.sock().exists());
+    let err = Client::connect_socket(&Space::new(), &dir.sock()).unwrap_err();
+    assert!(matches!(err, ConnectError::Socket(FetchError::NotRunning(_))), "{err}");
+    assert!(err.to_string().contains("no name server is running"), "{err}");
+}
+
+#[test]
+fn one_server_per_path_and_stale_paths_are_reclaimed() {
+    let dir = TempDir::new();
+    let path = dir.sock();
+    let lock = dir.0.join("ns.sock.lock");
+    let first = server::spawn(Space::new(), Some(&path)).unwrap();
+    assert!(lock.exists());
+    let second = server::spawn(Space::new(), Some(&path));
+    assert!(matches!(second, Err(ServeError::Listen(ListenError::AlreadyRunning(_)))), "{second:?}");
+    // The refused server removed nothing.
+    connect(&path);
+    first.stop().unwrap();
+    assert!(!path.exists() && !lock.exists(), "a clean stop removes the socket and the lock");
+
+    // A socket nobody listens on, as `kill -9` leaves it (and its lock file).
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    std::fs::write(&lock, b"").unwrap();
+    assert!(path.exists());
+    let running = server::spawn(Space::new(), Some(&path)).expect("the stale socket is reclaimed");
+    let (_a, ns) = connect(&path);
+    assert_eq!(ns.list().unwrap(), Vec::<String>::new());
+    running.stop().unwrap();
+
+    // Something that is not a socket is never removed.
+    std::fs::write(&path, b"precious").unwrap();
+    let refused = server::spawn(Space::new(), Some(&path));
+    assert!(matches!(refused, Err(ServeError::Listen(ListenError::NotASocket(_)))), "{refused:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+}
+
+#[test]
+fn a_client_with_the_right_needs_no_socket() {
+    let running = server::spawn(Space::new(), None).unwrap();
+    let a = Space::new();
+    let right = a.insert_send_fd(running.service_fd().unwrap()).unwrap();
+    let ns = Client::from_right(&a, right).with_timeout(WATCHDOG);
+    let p = a.allocate_port().unwrap();
+    ns.register("direct", p).unwrap();
+    assert_eq!(ns.list().unwrap(), ["direct"]);
+    running.stop().unwrap();
+}
