@@ -11,8 +11,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{
-    parse_macro_input, FnArg, GenericArgument, Ident, ItemTrait, LitInt, Pat, PathArguments, ReturnType,
-    TraitItem, Type,
+    parse_macro_input, FnArg, GenericArgument, Ident, ItemTrait, LitInt, Pat, PathArguments, ReturnType, TraitItem,
+    Type,
 };
 
 /// Declare an interface.
@@ -107,7 +107,9 @@ fn expand(base: i32, mut tr: ItemTrait) -> syn::Result<TokenStream2> {
         }
         f.attrs = keep;
         let name = f.sig.ident.clone();
-        let offset = offset.ok_or_else(|| syn::Error::new(name.span(), format!("method `{name}` needs #[id(N)]: a stable message id")))?;
+        let offset = offset.ok_or_else(|| {
+            syn::Error::new(name.span(), format!("method `{name}` needs #[id(N)]: a stable message id"))
+        })?;
         if !(0..100).contains(&offset) {
             return Err(syn::Error::new(name.span(), "#[id(N)] takes 0..=99: replies use id + 100"));
         }
@@ -150,7 +152,10 @@ fn expand(base: i32, mut tr: ItemTrait) -> syn::Result<TokenStream2> {
                 return Err(syn::Error::new(t.span(), "a #[oneway] method returns nothing: no reply is sent"))
             }
             (ReturnType::Default, false) => {
-                return Err(syn::Error::new(f.sig.span(), "a routine returns Result<T, E>; mark one-way methods #[oneway]"))
+                return Err(syn::Error::new(
+                    f.sig.span(),
+                    "a routine returns Result<T, E>; mark one-way methods #[oneway]",
+                ))
             }
             (ReturnType::Type(_, t), false) => {
                 let (ok, err) = split_result(t)?;
@@ -368,7 +373,9 @@ fn check_wire_type(t: &Type) -> syn::Result<()> {
         Type::Path(_) => Ok(()),
         Type::Tuple(tt) => tt.elems.iter().try_for_each(check_wire_type),
         Type::Paren(p) => check_wire_type(&p.elem),
-        Type::Reference(_) => Err(syn::Error::new(t.span(), "references cannot travel in a message: use an owned type (String, Vec<u8>)")),
+        Type::Reference(_) => {
+            Err(syn::Error::new(t.span(), "references cannot travel in a message: use an owned type (String, Vec<u8>)"))
+        }
         _ => Err(syn::Error::new(t.span(), "this type cannot travel in a message")),
     }
 }
