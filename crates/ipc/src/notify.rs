@@ -58,17 +58,13 @@ impl Notifier {
     }
 
     fn watch(&self, w: Watch) -> rustix::io::Result<u64> {
-        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
-        let fd = w.fd().clone();
-        self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, w);
-        // Hang-up is always reported; ask for nothing else.
-        if let Err(e) =
-            epoll::add(&self.shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT)
-        {
-            self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            return Err(e);
-        }
-        Ok(id)
+        watch(&self.shared, w)
+    }
+
+    /// A handle that can add no-senders watches, for a port to keep while its
+    /// no-senders request is armed.
+    pub(crate) fn watcher(&self) -> Watcher {
+        Watcher(self.shared.clone())
     }
 
     pub(crate) fn watch_dead_name(
@@ -112,6 +108,28 @@ impl Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         let _ = rustix::io::write(&self.shared.wake, &1u64.to_ne_bytes());
+    }
+}
+
+fn watch(shared: &Shared, w: Watch) -> rustix::io::Result<u64> {
+    let id = shared.next.fetch_add(1, Ordering::Relaxed);
+    let fd = w.fd().clone();
+    shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, w);
+    // Hang-up is always reported; ask for nothing else.
+    if let Err(e) = epoll::add(&shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT) {
+        shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        return Err(e);
+    }
+    Ok(id)
+}
+
+/// Adds no-senders watches on behalf of a port (see [`Notifier::watcher`]).
+#[derive(Clone)]
+pub(crate) struct Watcher(Arc<Shared>);
+
+impl Watcher {
+    pub(crate) fn watch_no_senders(&self, port: Weak<RecvPort>, fd: Arc<OwnedFd>) -> rustix::io::Result<u64> {
+        watch(&self.0, Watch::NoSenders { port, fd })
     }
 }
 

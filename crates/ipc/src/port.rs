@@ -80,6 +80,10 @@ pub(crate) struct RecvState {
     next_conn: u64,
     pub(crate) no_senders: Option<NotifyTarget>,
     pub(crate) ns_watches: Vec<u64>,
+    /// While a no-senders request is armed: how to watch connections made later.
+    pub(crate) ns_watcher: Option<crate::notify::Watcher>,
+    /// The port itself, for watches made from inside its state.
+    this: Weak<RecvPort>,
     pub(crate) port_destroyed: Option<NotifyTarget>,
     pub(crate) set: Option<Weak<PortSet>>,
     pub(crate) dead: bool,
@@ -127,7 +131,7 @@ impl RecvPort {
         let conns: Vec<Conn> =
             conns.into_iter().enumerate().map(|(i, (fd, kind))| Conn { id: i as u64 + 1, fd, kind }).collect();
         let next_conn = conns.len() as u64 + 1;
-        Arc::new(RecvPort {
+        Arc::new_cyclic(|this| RecvPort {
             id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
             st: Mutex::new(RecvState {
                 conns,
@@ -140,6 +144,8 @@ impl RecvPort {
                 next_conn,
                 no_senders: None,
                 ns_watches: Vec::new(),
+                ns_watcher: None,
+                this: this.clone(),
                 port_destroyed: None,
                 set: None,
                 dead: false,
@@ -218,13 +224,27 @@ impl RecvState {
         let (s, r) = sys::connection()?;
         sys::set_queue_limit(s.as_fd(), self.qlimit)?;
         let ident = sys::identity(s.as_fd())?;
-        let id = self.add_conn(Arc::new(r), ConnKind::Main)?;
+        let r = Arc::new(r);
+        let id = self.add_conn(r.clone(), ConnKind::Main)?;
+        self.watch_for_no_senders(r);
         if self.no_senders.is_none() {
             self.send_source = Some(Arc::new(s));
             self.ident = Some(ident);
             return Ok((self.send_source.clone().expect("just set"), ident, Some(id)));
         }
         Ok((Arc::new(s), ident, Some(id)))
+    }
+
+    /// A connection that reaches the port like a send right was added: if a no-senders
+    /// request is armed, the notifier must watch it too.
+    pub(crate) fn watch_for_no_senders(&mut self, fd: Arc<OwnedFd>) {
+        if self.no_senders.is_some() {
+            if let Some(w) = &self.ns_watcher {
+                if let Ok(id) = w.watch_no_senders(self.this.clone(), fd) {
+                    self.ns_watches.push(id);
+                }
+            }
+        }
     }
 
     /// A new send-once right: a fresh connection read at most once.

@@ -649,11 +649,13 @@ impl Space {
                         notifier.cancel(w);
                     }
                     st.no_senders = None;
+                    st.ns_watcher = None;
                     let Some(target) = target else { return Ok(()) };
                     // Let go of the send source: from now on the kernel tells us when
                     // the last send right anywhere is gone.
                     st.send_source = None;
                     st.no_senders = Some(target);
+                    st.ns_watcher = Some(notifier.watcher());
                     let mains: Vec<Arc<OwnedFd>> =
                         st.conns.iter().filter(|c| c.kind != ConnKind::Once).map(|c| c.fd.clone()).collect();
                     for fd in mains {
@@ -1319,6 +1321,7 @@ impl Inner {
             let mut st = p.lock();
             let target = st.port_destroyed.take();
             st.no_senders = None;
+            st.ns_watcher = None;
             if target.is_none() {
                 // Shut the connections down while they are still in the port's epoll,
                 // so that every thread waiting on the port wakes and finds it dead.
@@ -1373,6 +1376,7 @@ impl Inner {
             let mut st = p.lock();
             if st.no_senders.is_some() && !st.dead && st.no_senders_now() {
                 let watches: Vec<u64> = st.ns_watches.drain(..).collect();
+                st.ns_watcher = None;
                 Some((st.no_senders.take().expect("checked"), st.mscount, watches))
             } else {
                 None
@@ -1416,6 +1420,16 @@ impl Inner {
         }
     }
 
+    /// Whether an offered call channel is what it claims, a connection of the client's
+    /// own, and not a way back into this port: not the port's send end (which would
+    /// make the port its own sender for ever, defeating no-senders, and loop replies
+    /// back in as requests).
+    fn channel_is_foreign(&self, p: &Arc<RecvPort>, ch: BorrowedFd<'_>) -> bool {
+        let Ok(id) = sys::identity(ch) else { return false };
+        let st = p.lock();
+        st.ident != Some(id) && st.conns.iter().all(|c| sys::identity(c.fd.as_fd()).is_ok_and(|own| own != id))
+    }
+
     /// Add a client's call channel to a port; watched for no-senders like a send right.
     fn add_channel(&self, p: &Arc<RecvPort>, fd: Arc<OwnedFd>) -> Option<u64> {
         let mut st = p.lock();
@@ -1423,13 +1437,7 @@ impl Inner {
             return None;
         }
         let id = st.add_conn(fd.clone(), ConnKind::Channel).ok()?;
-        if st.no_senders.is_some() {
-            if let Some(n) = self.notifier.get() {
-                if let Ok(w) = n.watch_no_senders(p, fd) {
-                    st.ns_watches.push(w);
-                }
-            }
-        }
+        st.watch_for_no_senders(fd);
         Some(id)
     }
 
@@ -1646,6 +1654,11 @@ impl Inner {
         };
         if dg.header.reply != ReplyKind::None {
             check_port(&fds[i], &mut idents, dg.header.reply == ReplyKind::Send).map_err(&fail)?;
+            if let (ReplyKind::Channel, Some(o)) = (dg.header.reply, origin) {
+                if !self.channel_is_foreign(o.port, fds[i].as_fd()) {
+                    return Err(fail("a call channel that reaches the port itself".into()));
+                }
+            }
             i += 1;
         }
         if dg.header.big_len != 0 {

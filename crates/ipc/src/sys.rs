@@ -53,6 +53,16 @@ pub(crate) fn identity(fd: BorrowedFd<'_>) -> rustix::io::Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
+/// The kernel's limit on descriptors in one `SCM_RIGHTS` message (`SCM_MAX_FD`).
+const SCM_MAX_FD: usize = 253;
+
+/// A control-message buffer aligned for `cmsghdr`. rustix aligns an unaligned buffer by
+/// skipping its first bytes, which leaves a length that is not a multiple of the
+/// alignment, and glibc's `CMSG_NXTHDR` then refuses a full `SCM_RIGHTS` message: the
+/// descriptors in it would stay installed but unowned (leaked).
+#[repr(C, align(8))]
+struct Aligned<const N: usize>([MaybeUninit<u8>; N]);
+
 /// Outcome of a send attempt.
 pub(crate) enum SendOutcome {
     Sent,
@@ -76,9 +86,9 @@ pub(crate) fn send(
     fds: &[BorrowedFd<'_>],
     deadline: Option<Instant>,
 ) -> rustix::io::Result<SendOutcome> {
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut space = Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))]);
     loop {
-        let mut control = SendAncillaryBuffer::new(&mut space);
+        let mut control = SendAncillaryBuffer::new(&mut space.0);
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(Errno::TOOMANYREFS);
         }
@@ -144,13 +154,17 @@ pub(crate) fn recv(
     fds: &mut Vec<OwnedFd>,
     nonblocking: bool,
 ) -> rustix::io::Result<RecvOutcome> {
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    // Room for more descriptors than a message may carry: a sender that attaches more
+    // than MAX_FDS is refused by the decoder, and every one of them is closed here,
+    // never left installed and unowned.
+    let mut space =
+        Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(SCM_MAX_FD), ScmCredentials(1))]);
     let mut flags = RecvFlags::CMSG_CLOEXEC;
     if nonblocking {
         flags |= RecvFlags::DONTWAIT;
     }
     loop {
-        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut control = RecvAncillaryBuffer::new(&mut space.0);
         let mut iov = [IoSliceMut::new(buf)];
         match rustix::net::recvmsg(fd, &mut iov, &mut control, flags) {
             Ok(m) => {

@@ -296,7 +296,6 @@ fn descriptor_counts_that_do_not_match_are_refused() {
 /// refused, and every one of them closed. Run in a child process, because the failure
 /// it guards against aborts the receiving process.
 #[test]
-#[ignore = "nucleus bug: a datagram with more than MAX_FDS descriptors leaks them or aborts the receiver (see report)"]
 fn more_descriptors_than_fit_are_closed() {
     let _serial = serial();
     for n in [MAX_FDS + 1, MAX_FDS + 2, 200, 253] {
@@ -640,7 +639,6 @@ fn no_senders_fires_when_a_client_with_a_call_channel_leaves() {
 /// port must not keep a send right to itself: once every client is gone, no-senders
 /// must fire.
 #[test]
-#[ignore = "nucleus bug: a call channel that is the port's own send end keeps the port alive for ever (see report)"]
 fn a_call_channel_that_is_the_ports_own_send_right_does_not_defeat_no_senders() {
     let _serial = serial();
     let s = Space::new();

@@ -952,7 +952,6 @@ fn moving_or_destroying_a_set_member_does_not_deadlock() {
 /// (the child's bootstrap) after it; the first is released, then the child is
 /// killed, with nobody receiving on the port: the notification must come.
 #[test]
-#[ignore = "nucleus bug: send rights made after a no-senders request are not watched (see report)"]
 fn no_senders_covers_send_rights_made_after_the_request() {
     let _serial = serial();
     let base = Resources::now();
