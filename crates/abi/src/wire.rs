@@ -452,8 +452,11 @@ impl<'a> Datagram<'a> {
         descriptors: &[Descriptor],
         inline_len: usize,
         big_len: u64,
-        out: &mut [u8; HEAD_MAX],
+        out: &mut [u8],
     ) -> Result<(Header, usize), DecodeError> {
+        if out.len() < HEADER_LEN + descriptors.len().min(MAX_DESCRIPTORS) * DESCRIPTOR_LEN {
+            return Err(DecodeError::TooManyDescriptors(descriptors.len()));
+        }
         if descriptors.len() > MAX_DESCRIPTORS {
             return Err(DecodeError::TooManyDescriptors(descriptors.len()));
         }

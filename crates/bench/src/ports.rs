@@ -91,9 +91,7 @@ impl PortTransport {
     /// Spawn the server and connect to it.
     pub fn spawn(mode: PortMode) -> io::Result<PortTransport> {
         let (name, description) = match mode {
-            PortMode::CallInline => {
-                (crate::ipc::PORT_INLINE, "ictus port call, in-line data (send-once reply right per call)")
-            }
+            PortMode::CallInline => (crate::ipc::PORT_INLINE, "ictus port call, in-line data (over a call channel)"),
             PortMode::CallOol => (crate::ipc::PORT_OOL, "ictus port call, one out-of-line region (sealed memfd)"),
             PortMode::SendReceive => ("port send/recv", "ictus port send + receive on a long-lived reply port"),
         };
@@ -251,7 +249,8 @@ fn serve(args: &[String]) -> io::Result<()> {
                 for region in &r.ool {
                     sink = sink.wrapping_add(touch(region));
                 }
-                r.ool.clear();
+                // Regions are released after the reply (below), as the in-line
+                // receiver keeps its buffer: the round trip measures delivery.
                 reply.id = REQUEST + 100;
                 let to = match (r.reply, reply_port) {
                     (Some(rr), _) => rr.name,
@@ -259,6 +258,7 @@ fn serve(args: &[String]) -> io::Result<()> {
                     (None, None) => continue,
                 };
                 space.send(to, &mut reply, SendOptions::default()).map_err(other)?;
+                r.ool.clear();
             }
             SET_REPLY_PORT if r.ports.len() == 1 => reply_port = Some(r.ports[0].name),
             HAND_NULL => {

@@ -28,6 +28,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod diag;
 mod error;
 mod message;
 mod notify;

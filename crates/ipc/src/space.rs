@@ -7,7 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use ictus_abi::{Datagram, Descriptor, Name, NotifyId, ReplyKind, HEAD_MAX, INLINE_DATAGRAM_MAX};
+use ictus_abi::{
+    Datagram, Descriptor, Name, NotifyId, ReplyKind, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX,
+};
+
+/// Heads of messages with up to four descriptors are built on the stack.
+const SMALL_HEAD: usize = HEADER_LEN + 4 * DESCRIPTOR_LEN;
 use rustix::event::epoll;
 
 use crate::error::{CallError, ReceiveError, RightsError, SendError};
@@ -39,7 +44,7 @@ pub struct Space {
 pub(crate) struct Inner {
     table: Mutex<Table>,
     /// Call channels to other ports, by the port's identity, ready for the next call.
-    channels: Mutex<std::collections::HashMap<Ident, Vec<Arc<OwnedFd>>>>,
+    channels: Mutex<std::collections::HashMap<Ident, Vec<Arc<OwnedFd>>, IdentHash>>,
     notifier: OnceLock<Notifier>,
     malformed: AtomicU64,
     me: Credentials,
@@ -93,6 +98,35 @@ struct Plan {
     reply: Option<ReplyKind>,
     undo: Vec<Undo>,
     commit: Vec<Commit>,
+}
+
+/// Hashing for maps keyed by a port's identity (device, inode): kernel-chosen numbers
+/// no client controls, looked up on every call, so a cheap mix is enough (SipHash's
+/// protection against chosen keys buys nothing here).
+#[derive(Clone, Copy, Default)]
+struct IdentHash;
+
+impl std::hash::BuildHasher for IdentHash {
+    type Hasher = IdentHasher;
+    fn build_hasher(&self) -> IdentHasher {
+        IdentHasher(0)
+    }
+}
+
+struct IdentHasher(u64);
+
+impl std::hash::Hasher for IdentHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
 }
 
 /// Where a send goes: a name in the space, or straight to a call channel.
@@ -151,7 +185,7 @@ impl Space {
         Space {
             inner: Arc::new(Inner {
                 table: Mutex::new(Table::new()),
-                channels: Mutex::new(std::collections::HashMap::new()),
+                channels: Mutex::new(std::collections::HashMap::default()),
                 notifier: OnceLock::new(),
                 malformed: AtomicU64::new(0),
                 me: Credentials {
@@ -866,10 +900,19 @@ impl Space {
         }
         loop {
             let inline: &[u8] = if big.is_some() { &[] } else { &msg.data };
-            let mut head = [0u8; HEAD_MAX];
+            // Small heads on the stack; zeroing the largest possible one costs more
+            // than a whole small message's encoding.
+            let need = HEADER_LEN + plan.descriptors.len() * DESCRIPTOR_LEN;
+            let mut small = [0u8; SMALL_HEAD];
+            let mut large = Vec::new();
+            let head: &mut [u8] = if need <= SMALL_HEAD {
+                &mut small
+            } else {
+                large.resize(need.min(HEAD_MAX), 0);
+                &mut large
+            };
             let reply_kind = plan.reply.unwrap_or(ReplyKind::None);
-            let (_, n) =
-                Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, &mut head)?;
+            let (_, n) = Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, head)?;
             // File descriptors in wire order: reply, big memfd, then descriptors'.
             let nfds = plan.order.len() + ool_count + usize::from(big.is_some());
             let mut fds: Vec<BorrowedFd<'_>> = if nfds == 0 { Vec::new() } else { Vec::with_capacity(nfds) };
@@ -988,14 +1031,15 @@ impl Space {
         match src {
             Source::Port(p) => self.inner.receive_port(self, &p, into, deadline, opts),
             Source::Set(s) => loop {
-                let mut events = Vec::with_capacity(1);
+                let mut events =
+                    [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
                 let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
-                match epoll::wait(&s.ep, rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
-                    Ok(_) => {}
+                let n = match epoll::wait(&s.ep, &mut events, timeout.as_ref()) {
+                    Ok(n) => n,
                     Err(rustix::io::Errno::INTR) => continue,
                     Err(e) => return Err(ReceiveError::Os(e)),
-                }
-                let Some(ev) = events.first() else {
+                };
+                let Some(ev) = events[..n].first() else {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return Err(ReceiveError::TimedOut);
                     }
@@ -1517,7 +1561,7 @@ impl Inner {
         opts: ReceiveOptions,
     ) -> Result<(), ReceiveError> {
         let mut fds = Vec::new();
-        let mut events = Vec::with_capacity(1);
+        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
         loop {
             // Choose how to wait: straight on the main connection when it is the only
             // one and a doorbell can reach it; otherwise through the port's epoll.
@@ -1540,14 +1584,13 @@ impl Inner {
                     (fd, cid, ConnKind::Main, deadline.is_some())
                 }
                 Err(ep) => {
-                    events.clear();
                     let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
-                    match epoll::wait(ep.as_fd(), rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
-                        Ok(_) => {}
+                    let n = match epoll::wait(ep.as_fd(), &mut events, timeout.as_ref()) {
+                        Ok(n) => n,
                         Err(rustix::io::Errno::INTR) => continue,
                         Err(e) => return Err(ReceiveError::Os(e)),
-                    }
-                    let Some(ev) = events.first() else {
+                    };
+                    let Some(ev) = events[..n].first() else {
                         if deadline.is_some_and(|d| Instant::now() >= d) {
                             return Err(ReceiveError::TimedOut);
                         }
@@ -1643,6 +1686,8 @@ impl Inner {
         }
         // Check every descriptor before using any.
         let mut idents: Vec<Option<Ident>> = Vec::with_capacity(fds.len());
+        // Per receive right in the message: whether its send source was verified.
+        let mut source_trusted: Vec<bool> = Vec::new();
         let mut i = 0;
         // Send-once rights are never merged with other names, so they need no identity.
         let check_port = |fd: &OwnedFd, idents: &mut Vec<Option<Ident>>, merge: bool| -> Result<(), String> {
@@ -1673,10 +1718,32 @@ impl Inner {
                     i += 1;
                 }
                 Descriptor::Receive(info) => {
+                    let first = i;
                     for _ in 0..info.nfds() {
                         check_port(&fds[i], &mut idents, true).map_err(&fail)?;
                         i += 1;
                     }
+                    source_trusted.push(
+                        !info.has_send_source || {
+                            // The send source must reach this receive right: the kernel's
+                            // peer of the source must be one of its main connections.
+                            // Otherwise a task holding only a send right to some port could
+                            // pass that send end off as a receive right's source.
+                            let mains = &idents[first + 1..first + 1 + usize::from(info.main_conns)];
+                            match crate::diag::peer_inode(fds[first].as_fd()) {
+                                Ok(Some(peer)) => {
+                                    if !mains.iter().any(|m| m.is_some_and(|(_, ino)| ino == peer)) {
+                                        return Err(fail(
+                                            "a receive right whose send source reaches another port".into(),
+                                        ));
+                                    }
+                                    true
+                                }
+                                // The kernel cannot say: keep the right, drop the source.
+                                _ => false,
+                            }
+                        },
+                    );
                 }
                 Descriptor::Ool { len } => {
                     sys::check_sealed_memfd(fds[i].as_fd(), *len).map_err(|e| fail(e.into()))?;
@@ -1749,6 +1816,7 @@ impl Inner {
             ident_iter.next();
         }
         let mut ports = Vec::new();
+        let mut trusted_iter = source_trusted.into_iter();
         for d in &descriptors {
             match d {
                 Descriptor::Ool { .. } => {
@@ -1775,8 +1843,15 @@ impl Inner {
                     }
                     let fds = rights.remove(0).1;
                     let mut it = fds.into_iter().map(Arc::new);
-                    let (send_source, ident) =
-                        if info.has_send_source { (it.next(), ids.first().copied()) } else { (None, None) };
+                    let trusted = trusted_iter.next().unwrap_or(false);
+                    let (send_source, ident) = match (info.has_send_source, trusted) {
+                        (true, true) => (it.next(), ids.first().copied()),
+                        (true, false) => {
+                            drop(it.next());
+                            (None, None)
+                        }
+                        (false, _) => (None, None),
+                    };
                     let mut conns = Vec::new();
                     for (k, fd) in it.enumerate() {
                         let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);

@@ -489,7 +489,6 @@ fn inconsistent_receive_rights_are_refused() {
 /// end must not merge with the receiver's own send right to that port (it would then
 /// report `[Receive, Send]` for a port it cannot receive from).
 #[test]
-#[ignore = "nucleus bug: a receive right forged from send ends merges with the receiver's send right (see report)"]
 fn a_receive_right_forged_from_send_rights_is_not_believed() {
     let _serial = serial();
     let owner = Space::new();
