@@ -16,6 +16,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# Transparent huge pages for shared memory, for regions that ask (madvise): ictus's
+# out-of-line buffers of 2 MiB and more ask, and then a 16 MiB region is 8 pages to
+# map, unmap and free instead of 4096 (~35x cheaper). `advise` changes nothing for
+# memory that does not ask. Needs root; ICTUS_NO_SYSTEM_TUNING=1 leaves it alone.
+thp=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+if [ -z "${ICTUS_NO_SYSTEM_TUNING:-}" ] && [ -w "$thp" ] && grep -q '\[never\]' "$thp"; then
+  echo "ictus setup: enabling shared-memory huge pages for regions that ask (shmem_enabled=advise)" >&2
+  echo advise > "$thp" || echo "ictus setup: could not set $thp; large out-of-line messages stay on 4 KiB pages" >&2
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "ictus setup: cargo is not on PATH; install the Rust toolchain (rustup) first" >&2
   exit 1

@@ -235,9 +235,9 @@ fn expand(base: i32, mut tr: ItemTrait) -> syn::Result<TokenStream2> {
                             let __cx = ::ictus_idl::Context::new(__space, __req);
                             let _ = &__cx;
                             self.0.#name(#cx_arg #(#arg_names),*);
-                            ::ictus_idl::Dispatched::OneWay
+                            ::ictus_idl::Outcome::OneWay
                         }
-                        Err(e) => ::ictus_idl::Dispatched::BadRequest(e),
+                        Err(e) => ::ictus_idl::Outcome::BadRequest(e),
                     }
                 }
             });
@@ -262,6 +262,10 @@ fn expand(base: i32, mut tr: ItemTrait) -> syn::Result<TokenStream2> {
             });
             arms.push(quote! {
                 #id => {
+                    // A routine that nobody can hear is refused before it runs.
+                    if __req.reply.is_none() {
+                        return ::ictus_idl::Outcome::BadRequest(::ictus_idl::DecodeError::NoReplyRight);
+                    }
                     let mut __dec = ::ictus_idl::Decoder::new(__req);
                     let __args = (|| -> ::std::result::Result<_, ::ictus_idl::DecodeError> {
                         #(#decodes)*
@@ -273,9 +277,9 @@ fn expand(base: i32, mut tr: ItemTrait) -> syn::Result<TokenStream2> {
                             let __cx = ::ictus_idl::Context::new(__space, __req);
                             let _ = &__cx;
                             let __result: ::std::result::Result<#ok, #err> = self.0.#name(#cx_arg #(#arg_names),*);
-                            ::ictus_idl::reply(__space, __req, #id, __result)
+                            ::ictus_idl::reply(__req, #id, __result)
                         }
-                        Err(e) => ::ictus_idl::Dispatched::BadRequest(e),
+                        Err(e) => ::ictus_idl::Outcome::BadRequest(e),
                     }
                 }
             });
@@ -325,10 +329,10 @@ fn expand(base: i32, mut tr: ItemTrait) -> syn::Result<TokenStream2> {
                 #first..=#last
             }
 
-            fn dispatch(&self, __space: &::ictus_idl::ictus_ipc::Space, __req: &mut ::ictus_idl::ictus_ipc::Received) -> ::ictus_idl::Dispatched {
+            fn dispatch(&self, __space: &::ictus_idl::ictus_ipc::Space, __req: &mut ::ictus_idl::ictus_ipc::Received) -> ::ictus_idl::Outcome {
                 match __req.id {
                     #(#arms)*
-                    _ => ::ictus_idl::Dispatched::NotMine,
+                    _ => ::ictus_idl::Outcome::NotMine,
                 }
             }
         }

@@ -24,12 +24,15 @@ mod server;
 pub use codec::{Decode, DecodeError, Decoder, Encode, EncodeError, Encoder, ReceiveRight, SendOnceRight, SendRight};
 pub use ictus_idl_macros::interface;
 pub use ictus_ipc;
-pub use server::{reply, Context, Dispatched, Server, ServerStats, Service};
+pub use server::{reply, Context, Dispatched, Outcome, Server, ServerStats, Service};
 
 use std::cell::RefCell;
 use std::time::Duration;
 
-use ictus_ipc::{CallError, Message, Name, ReceiveOptions, Received, ReturnCode, SendError, SendOptions, Space};
+use ictus_ipc::{
+    CallError, Message, Name, ReceiveOptions, Received, ReceivedRight, ReturnCode, RightKind, SendError, SendOptions,
+    Space,
+};
 
 /// An error a server returns from a routine, carried to the client as a `u32` code.
 ///
@@ -184,20 +187,34 @@ impl Connection {
     }
 }
 
-/// Destroy every right a message brought (it was refused, so nobody will own them).
+/// Release every right a message brought (it was refused, so nobody will own them):
+/// one user reference of each, as it arrived.
+///
+/// Not `destroy`: a received right coalesces with a name the space already holds for
+/// the same port (a send right to the server's own service port, a right it already
+/// keeps), and destroying that name would take the space's own rights with it.
 pub fn release_rights(space: &Space, msg: &mut Received) {
     for r in msg.ports.drain(..) {
-        let _ = space.destroy(r.name);
+        release_right(space, r);
     }
     if let Some(r) = msg.reply.take() {
-        let _ = space.destroy(r.name);
+        release_right(space, r);
     }
     msg.ool.clear();
 }
 
-/// The message id of the reply to request `id`.
+/// Release the one user reference a message brought of `right`.
+pub(crate) fn release_right(space: &Space, right: ReceivedRight) {
+    let _ = match right.kind {
+        RightKind::Receive => space.mod_refs(right.name, RightKind::Receive, -1),
+        _ => space.deallocate(right.name),
+    };
+}
+
+/// The message id of the reply to request `id` (wrapping: a request with any id, even
+/// a nonsense one from a hostile client, gets a well-defined answer).
 pub const fn reply_id(id: i32) -> i32 {
-    id + 100
+    id.wrapping_add(100)
 }
 
 /// Make an empty outgoing message for encoders.

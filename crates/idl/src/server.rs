@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ictus_ipc::{Credentials, Name, ReceiveError, ReceiveOptions, Received, ReturnCode, SendOptions, Space};
+use ictus_ipc::{
+    Credentials, Name, ReceiveError, ReceiveOptions, Received, ReceivedRight, ReturnCode, RightKind, SendOptions, Space,
+};
 
 use crate::codec::{DecodeError, Encode, Encoder};
 use crate::RemoteError;
@@ -48,23 +50,33 @@ pub enum Dispatched {
     NotMine,
 }
 
+/// What a service made of one request; [`Server::handle`] carries it out.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A routine ran: send this reply through this right.
+    Reply(ReceivedRight, Encoder),
+    /// A one-way request ran.
+    OneWay,
+    /// The request did not decode; nothing ran.
+    BadRequest(DecodeError),
+    /// Not a message id of this service.
+    NotMine,
+}
+
 /// A generated server side: decodes requests and calls the implementation.
 pub trait Service: Send + Sync {
     /// The message ids this service answers.
     fn ids(&self) -> RangeInclusive<i32>;
-    /// Handle one request whose id is in [`Service::ids`] (else `NotMine`).
-    fn dispatch(&self, space: &Space, req: &mut Received) -> Dispatched;
+    /// Handle one request whose id is in [`Service::ids`] (else `NotMine`). The reply,
+    /// if any, is returned for the server to send with its own options.
+    fn dispatch(&self, space: &Space, req: &mut Received) -> Outcome;
 }
 
-/// Send a routine's reply (used by generated code): the return code, then the results.
-pub fn reply<T: Encode, E: RemoteError>(
-    space: &Space,
-    req: &mut Received,
-    id: i32,
-    result: Result<T, E>,
-) -> Dispatched {
+/// Build a routine's reply (used by generated code): the return code, then the results.
+pub fn reply<T: Encode, E: RemoteError>(req: &mut Received, id: i32, result: Result<T, E>) -> Outcome {
     let Some(to) = req.reply.take() else {
-        return Dispatched::ReplyFailed;
+        // Generated code checks before running the routine; a hand-made service may not.
+        return Outcome::BadRequest(DecodeError::NoReplyRight);
     };
     let mut enc = Encoder::new(crate::reply_id(id));
     let encoded = match result {
@@ -76,7 +88,7 @@ pub fn reply<T: Encode, E: RemoteError>(
         }
     };
     let enc = encoded.unwrap_or_else(|_| code_only(id, ReturnCode::Failure.code()));
-    send_reply(space, to.name, enc)
+    Outcome::Reply(to, enc)
 }
 
 fn code_only(id: i32, code: u32) -> Encoder {
@@ -85,14 +97,18 @@ fn code_only(id: i32, code: u32) -> Encoder {
     enc
 }
 
-fn send_reply(space: &Space, to: Name, enc: Encoder) -> Dispatched {
+fn send_reply(space: &Space, to: ReceivedRight, enc: Encoder, timeout: Duration) -> Dispatched {
     let mut msg = enc.into_message();
-    match space.send(to, &mut msg, SendOptions { timeout: Some(REPLY_TIMEOUT) }) {
+    let sent = space.send(to.name, &mut msg, SendOptions { timeout: Some(timeout) });
+    // A send-once right is used up by a reply that went; a send right (a client may
+    // give one) is not. Release the one reference the request brought otherwise, never
+    // the name's others (see `release_rights`).
+    if sent.is_err() || to.kind != RightKind::SendOnce {
+        crate::release_right(space, to);
+    }
+    match sent {
         Ok(()) => Dispatched::Replied,
-        Err(_) => {
-            let _ = space.destroy(to);
-            Dispatched::ReplyFailed
-        }
+        Err(_) => Dispatched::ReplyFailed,
     }
 }
 
@@ -116,6 +132,7 @@ pub struct Server {
     port: Name,
     services: Vec<Arc<dyn Service>>,
     stats: Arc<ServerStats>,
+    reply_timeout: Duration,
 }
 
 impl std::fmt::Debug for Server {
@@ -127,7 +144,15 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// A server receiving on `port` (a receive right or port set) in `space`.
     pub fn new(space: &Space, port: Name) -> Server {
-        Server { space: space.clone(), port, services: Vec::new(), stats: Arc::default() }
+        Server { space: space.clone(), port, services: Vec::new(), stats: Arc::default(), reply_timeout: REPLY_TIMEOUT }
+    }
+
+    /// How long a reply may wait for room in a client's queue (default 5 s). A server
+    /// on one thread that must not be stalled by a client that stops reading gives a
+    /// short one, or zero: the reply is then dropped and counted instead.
+    pub fn with_reply_timeout(mut self, timeout: Duration) -> Server {
+        self.reply_timeout = timeout;
+        self
     }
 
     /// Answer the ids of `service` too.
@@ -147,9 +172,11 @@ impl Server {
     pub fn handle(&self, req: &mut Received) -> Dispatched {
         let id = req.id;
         let service = self.services.iter().find(|s| s.ids().contains(&id));
-        let outcome = match service {
-            Some(s) => s.dispatch(&self.space, req),
-            None => Dispatched::NotMine,
+        let outcome = match service.map(|s| s.dispatch(&self.space, req)) {
+            Some(Outcome::Reply(to, enc)) => send_reply(&self.space, to, enc, self.reply_timeout),
+            Some(Outcome::OneWay) => Dispatched::OneWay,
+            Some(Outcome::BadRequest(e)) => Dispatched::BadRequest(e),
+            Some(Outcome::NotMine) | None => Dispatched::NotMine,
         };
         match &outcome {
             Dispatched::Replied | Dispatched::OneWay => {
@@ -163,10 +190,13 @@ impl Server {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
                 let code =
                     if outcome == Dispatched::NotMine { ReturnCode::MigBadId } else { ReturnCode::MigBadArguments };
-                if let Some(to) = req.reply.take() {
-                    send_reply(&self.space, to.name, code_only(id, code.code()));
-                }
+                // Release first, so that a client hearing the refusal sees its rights
+                // gone (a receive right it sent is dead by then).
+                let to = req.reply.take();
                 crate::release_rights(&self.space, req);
+                if let Some(to) = to {
+                    send_reply(&self.space, to, code_only(id, code.code()), self.reply_timeout);
+                }
             }
         }
         outcome

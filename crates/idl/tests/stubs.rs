@@ -276,10 +276,62 @@ fn malformed_requests_get_error_replies_and_are_counted() {
 }
 
 #[test]
+fn refusals_release_only_what_the_request_brought() {
+    use ictus_idl::ictus_ipc::{NotifyId, NotifyKind, PortArg, ReturnCode};
+    let f = start(1);
+    let c = &f.client_space;
+    let port = f.client.port();
+    let mut reply = Received::new();
+    let opts = ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() };
+    let code = |r: &Received| u32::from_le_bytes(r.data()[..4].try_into().unwrap());
+    // Refused requests carrying a copy of our send right to the server's own port: in
+    // the server's space it coalesces with the receive right, which must survive.
+    for (id, data, expected) in [(5099, vec![], ReturnCode::MigBadId), (5004, vec![0xff], ReturnCode::MigBadArguments)]
+    {
+        let mut m = Message::new(id, data);
+        m.ports.push(PortArg::new(port, Disposition::CopySend));
+        c.call(port, &mut m, &mut reply, SendOptions::default(), opts).unwrap();
+        assert_eq!(code(&reply), expected.code());
+        assert_eq!(f.server_space.right_kinds(f.port).unwrap(), vec![RightKind::Receive]);
+    }
+    // An id whose reply id overflows gets an answer, not a panic.
+    c.call(port, &mut Message::new(i32::MAX, vec![]), &mut reply, SendOptions::default(), opts).unwrap();
+    assert_eq!((reply.id, code(&reply)), (i32::MIN + 99, ReturnCode::MigBadId.code()));
+    // A send (not send-once) reply right is answered, then released.
+    let back = c.allocate_port().unwrap();
+    let mut m = Message::new(5000, vec![]);
+    m.reply = Some(PortArg::new(back, Disposition::MakeSend));
+    c.send(port, &mut m, SendOptions::default()).unwrap();
+    c.receive(back, &mut reply, opts).unwrap();
+    assert_eq!((reply.id, code(&reply)), (5100, 0));
+    c.request_notification(back, NotifyKind::NoSenders, Some(PortArg::new(back, Disposition::MakeSendOnce))).unwrap();
+    c.receive(back, &mut reply, opts).unwrap();
+    assert_eq!(reply.id, NotifyId::NoSenders.id());
+    // Still serving, holding nothing but its port.
+    f.client.null().unwrap();
+    assert_eq!(f.server_space.names().len(), 1);
+}
+
+#[test]
 fn dead_server_is_a_clean_error() {
     let mut f = start(1);
     f.server_space.destroy(f.port).unwrap();
     f.thread.take().unwrap().join().unwrap();
     let e = f.client.null().unwrap_err();
     assert!(matches!(e, ClientError::Call(_)), "{e}");
+}
+
+#[test]
+fn a_routine_without_a_reply_right_is_refused_and_does_not_run() {
+    let f = start(1);
+    // `put("k", 1)` encoded by hand, sent one way: nobody could hear its answer.
+    let mut data = 1u32.to_le_bytes().to_vec();
+    data.extend_from_slice(b"k");
+    data.extend_from_slice(&1u64.to_le_bytes());
+    f.client_space.send(f.client.port(), &mut Message::new(5003, data), SendOptions::default()).unwrap();
+    // This is the client's first call, so its request travels on the port's main
+    // connection, behind the `put` (later calls use a call channel): when `get`
+    // answers, the `put` before it has been refused.
+    assert!(matches!(f.client.get("k"), Err(ClientError::Remote(KvError::Missing))));
+    assert_eq!(f.server.stats().refused.load(Ordering::Relaxed), 1);
 }

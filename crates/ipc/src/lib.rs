@@ -38,7 +38,7 @@ mod port;
 mod set;
 #[allow(unsafe_code)]
 mod space;
-mod sys;
+pub(crate) mod sys;
 mod table;
 
 pub use error::{CallError, ReceiveError, RightsError, SendError};
@@ -49,6 +49,7 @@ pub use message::{
 pub use ool::{OolBuffer, OolError, OolRegion};
 pub use port::{DEFAULT_QLIMIT, MAX_QLIMIT};
 pub use space::{NotifyKind, PortStatus, Space, SpaceStats};
+pub use sys::shmem_thp_policy;
 pub use table::{MAX_NAMES, UREFS_MAX};
 
 /// The environment variable that tells a child which descriptor is its bootstrap port.

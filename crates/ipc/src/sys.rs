@@ -240,3 +240,13 @@ pub(crate) fn same_file(a: impl AsFd, b: impl AsFd) -> bool {
 pub(crate) fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
 }
+
+/// The system's policy for transparent huge pages in shared memory (the bracketed word of
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled`), which decides whether large
+/// out-of-line regions get 2 MiB pages.
+pub fn shmem_thp_policy() -> Option<String> {
+    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").ok()?;
+    let start = s.find('[')? + 1;
+    let end = start + s[start..].find(']')?;
+    Some(s[start..end].to_string())
+}

@@ -1,17 +1,16 @@
-//! The client side: find the name server, then register, look up, unregister, list.
+//! The client side: find the name server, then register, look up, unregister, list,
+//! through the [`NamesClient`] stubs generated from [`crate::protocol::Names`].
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use ictus_abi::{Name, ReturnCode};
-use ictus_ipc::{
-    CallError, Disposition, Message, PortArg, ReceiveError, ReceiveOptions, Received, RightKind, RightsError,
-    SendError, SendOptions, Space,
-};
+use ictus_abi::Name;
+use ictus_idl::{EncodeError, RemoteError, SendRight};
+use ictus_ipc::{CallError, ReceiveError, RightKind, RightsError, SendError, Space};
 
-use crate::protocol::{self, Code, NameError, ReplyError};
+use crate::protocol::{self, Code, NameError, NamesClient, NamesError, ReplyError};
 use crate::socket::{self, FetchError};
 
 /// How long a call waits for the server by default: generous, so that only a server
@@ -48,7 +47,7 @@ pub enum ClientError {
     /// Unregister: we neither registered it nor presented its right.
     #[error("not allowed to unregister {0:?}: another task registered it")]
     NotOwner(String),
-    /// Register: the server refused the right (dead, or not a send right).
+    /// Register: the server refused the right (its port is dead).
     #[error("the name server refused the right: it is not a live send right")]
     BadRight,
     /// Register: the server is full.
@@ -71,6 +70,32 @@ pub enum ClientError {
     Call(CallError),
 }
 
+impl ClientError {
+    /// The error a call through the stubs about `name` comes to.
+    fn from_call(name: &str, e: ictus_idl::ClientError<NamesError>) -> ClientError {
+        use ictus_idl::ClientError as Stub;
+        let named = || name.to_owned();
+        match e {
+            Stub::Remote(e) => match e {
+                NamesError::NameExists => ClientError::NameExists(named()),
+                NamesError::NotFound => ClientError::NotFound(named()),
+                NamesError::NotOwner => ClientError::NotOwner(named()),
+                NamesError::BadRight => ClientError::BadRight,
+                NamesError::Full => ClientError::Full,
+                NamesError::BadName | NamesError::ResourceShortage => ClientError::Refused(Code(e.code())),
+            },
+            Stub::Refused(status) => ClientError::Refused(Code(status.0)),
+            Stub::Call(e) => e.into(),
+            Stub::Send(e) => CallError::Send(e).into(),
+            // Not reached: names are checked before sending, and `send_right` picks a
+            // disposition that fits.
+            Stub::Encode(EncodeError::Disposition(right, _)) => ClientError::NotARight(right),
+            Stub::Encode(EncodeError::TooLong(n)) => ClientError::InvalidName(NameError::TooLong(n)),
+            Stub::BadReply(e) => ClientError::BadReply(e.into()),
+        }
+    }
+}
+
 impl From<CallError> for ClientError {
     fn from(e: CallError) -> ClientError {
         match e {
@@ -83,14 +108,14 @@ impl From<CallError> for ClientError {
     }
 }
 
-/// A connection to the name server: a send right to its service port, in a space.
+/// A connection to the name server: the generated [`NamesClient`] stubs, on a send
+/// right to its service port in a space.
 ///
 /// Dropping it releases the right.
 #[derive(Debug)]
 pub struct Client {
     space: Space,
-    server: Name,
-    timeout: Duration,
+    stubs: NamesClient,
 }
 
 /// The bootstrap right, taken once per process (it can only be taken once) and kept as
@@ -134,53 +159,46 @@ impl Client {
     /// Use a send right to the name server that this space already holds; the client
     /// takes over one user reference of it.
     pub fn from_right(space: &Space, server: Name) -> Client {
-        Client { space: space.clone(), server, timeout: DEFAULT_TIMEOUT }
+        Client { space: space.clone(), stubs: NamesClient::new(space, server).with_timeout(DEFAULT_TIMEOUT) }
     }
 
     /// Wait at most `timeout` for each call (sending, then the reply).
     pub fn with_timeout(mut self, timeout: Duration) -> Client {
-        self.timeout = timeout;
+        self.stubs = self.stubs.with_timeout(timeout);
         self
     }
 
     /// The send right to the name server, in this client's space.
     pub fn server_port(&self) -> Name {
-        self.server
+        self.stubs.port()
+    }
+
+    /// The typed stubs of the [`Names`](crate::protocol::Names) interface, for calls
+    /// without this type's checks and error mapping.
+    pub fn stubs(&self) -> &NamesClient {
+        &self.stubs
     }
 
     /// Register `right` under `name`. `right` is a send right (copied: we keep ours) or
     /// a receive right (a send right is made from it).
     pub fn register(&self, name: &str, right: Name) -> Result<(), ClientError> {
         protocol::validate_name(name.as_bytes())?;
-        let disposition = self.disposition_of(right)?;
-        let reply = self.call(protocol::REGISTER, name.as_bytes().to_vec(), vec![PortArg::new(right, disposition)])?;
-        self.expect_plain(protocol::REGISTER, name, &reply)
+        let port = self.send_right(right)?;
+        self.stubs.register(name, port).map_err(|e| ClientError::from_call(name, e))
     }
 
     /// Look `name` up. On success the returned name is a send right in this client's
     /// space; the caller owns one user reference of it (deallocate it when done).
     pub fn lookup(&self, name: &str) -> Result<Name, ClientError> {
         protocol::validate_name(name.as_bytes())?;
-        let reply = self.call(protocol::LOOKUP, name.as_bytes().to_vec(), Vec::new())?;
-        let result = self.code_of(protocol::LOOKUP, name, &reply);
-        match (result, reply.ports.as_slice()) {
-            (Ok(_), [r]) if r.kind == RightKind::Send => Ok(r.name),
-            (Ok(_), _) => {
-                self.release(&reply);
-                Err(ReplyError::Malformed("a successful lookup must carry exactly one send right").into())
-            }
-            (Err(e), _) => {
-                self.release(&reply);
-                Err(e)
-            }
-        }
+        let right = self.stubs.lookup(name).map_err(|e| ClientError::from_call(name, e))?;
+        Ok(right.name)
     }
 
     /// Remove the registration of `name`. Allowed for the task that registered it.
     pub fn unregister(&self, name: &str) -> Result<(), ClientError> {
         protocol::validate_name(name.as_bytes())?;
-        let reply = self.call(protocol::UNREGISTER, name.as_bytes().to_vec(), Vec::new())?;
-        self.expect_plain(protocol::UNREGISTER, name, &reply)
+        self.stubs.unregister(name).map_err(|e| ClientError::from_call(name, e))
     }
 
     /// Remove the registration of `name`, proving the right to do so by presenting the
@@ -188,78 +206,35 @@ impl Client {
     /// send right is made). Works from any task that holds the right.
     pub fn unregister_with_right(&self, name: &str, right: Name) -> Result<(), ClientError> {
         protocol::validate_name(name.as_bytes())?;
-        let disposition = self.disposition_of(right)?;
-        let reply =
-            self.call(protocol::UNREGISTER, name.as_bytes().to_vec(), vec![PortArg::new(right, disposition)])?;
-        self.expect_plain(protocol::UNREGISTER, name, &reply)
+        let proof = self.send_right(right)?;
+        self.stubs.unregister_with_right(name, proof).map_err(|e| ClientError::from_call(name, e))
     }
 
-    /// The registered names, sorted.
+    /// The registered names, sorted. Each is checked to be a valid name, so that what
+    /// a server sends cannot smuggle control characters into a terminal.
     pub fn list(&self) -> Result<Vec<String>, ClientError> {
-        let reply = self.call(protocol::LIST, Vec::new(), Vec::new())?;
-        self.release(&reply);
-        let rest = self.code_of(protocol::LIST, "", &reply)?;
-        Ok(protocol::decode_list(rest)?)
+        let names = self.stubs.list().map_err(|e| ClientError::from_call("", e))?;
+        for n in &names {
+            protocol::validate_name(n.as_bytes()).map_err(ReplyError::BadName)?;
+        }
+        Ok(names)
     }
 
-    fn disposition_of(&self, right: Name) -> Result<Disposition, ClientError> {
+    /// How to send `right`: copied if it is a send right, made if a receive right.
+    fn send_right(&self, right: Name) -> Result<SendRight, ClientError> {
         let kinds = self.space.right_kinds(right).map_err(|_| ClientError::NotARight(right))?;
         if kinds.contains(&RightKind::Send) {
-            Ok(Disposition::CopySend)
+            Ok(SendRight::copy(right))
         } else if kinds.contains(&RightKind::Receive) {
-            Ok(Disposition::MakeSend)
+            Ok(SendRight::make(right))
         } else {
             Err(ClientError::NotARight(right))
-        }
-    }
-
-    fn call(&self, id: i32, data: Vec<u8>, ports: Vec<PortArg>) -> Result<Received, ClientError> {
-        let mut msg = Message { id, data, ports, ..Message::default() };
-        let mut reply = Received::new();
-        let send = SendOptions { timeout: Some(self.timeout) };
-        let recv = ReceiveOptions { timeout: Some(self.timeout), ..ReceiveOptions::default() };
-        self.space.call(self.server, &mut msg, &mut reply, send, recv)?;
-        Ok(reply)
-    }
-
-    /// The reply's payload after a success code, or the error its code stands for.
-    fn code_of<'r>(&self, request: i32, name: &str, reply: &'r Received) -> Result<&'r [u8], ClientError> {
-        let (code, rest) = protocol::decode_reply(request, reply.id, reply.data())?;
-        let named = || name.to_owned();
-        match ReturnCode::from_code(code) {
-            Some(ReturnCode::Success) => Ok(rest),
-            Some(ReturnCode::NameExists) => Err(ClientError::NameExists(named())),
-            Some(ReturnCode::InvalidName) => Err(ClientError::NotFound(named())),
-            Some(ReturnCode::NoAccess) => Err(ClientError::NotOwner(named())),
-            Some(ReturnCode::InvalidRight) => Err(ClientError::BadRight),
-            Some(ReturnCode::NoSpace) => Err(ClientError::Full),
-            _ => Err(ClientError::Refused(Code(code))),
-        }
-    }
-
-    /// A reply that carries only a code.
-    fn expect_plain(&self, request: i32, name: &str, reply: &Received) -> Result<(), ClientError> {
-        self.release(reply);
-        let rest = self.code_of(request, name, reply)?;
-        if !rest.is_empty() || !reply.ports.is_empty() {
-            return Err(ReplyError::Malformed("unexpected data after the code").into());
-        }
-        Ok(())
-    }
-
-    /// Release every right a reply brought (when none of them is wanted).
-    fn release(&self, reply: &Received) {
-        for r in &reply.ports {
-            let _ = match r.kind {
-                RightKind::Receive => self.space.mod_refs(r.name, RightKind::Receive, -1),
-                _ => self.space.deallocate(r.name),
-            };
         }
     }
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let _ = self.space.deallocate(self.server);
+        let _ = self.space.deallocate(self.stubs.port());
     }
 }

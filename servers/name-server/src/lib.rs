@@ -5,9 +5,14 @@
 //! it; a registration vanishes by itself when its port dies, because the server holds
 //! a dead-name request for every registered right. `ictus names` lists the names.
 //!
-//! - [`protocol`]: the messages, their ids and encodings, and the return codes.
-//! - [`server`]: the server ([`Server`]), and [`server::spawn`] to run one on a thread.
-//! - [`client`]: [`Client`], which finds the server and makes the calls.
+//! - [`protocol`]: the interface, [`protocol::Names`], declared with
+//!   `#[ictus_idl::interface(id = 4000)]` — its methods, message ids and encodings, its
+//!   errors ([`protocol::NamesError`]) and the return codes that carry them.
+//! - [`server`]: the server ([`Server`]), which implements the interface and runs the
+//!   generated [`protocol::NamesServer`] in a loop of its own beside its dead-name
+//!   notifications, and [`server::spawn`] to run one on a thread.
+//! - [`client`]: [`Client`], which finds the server and makes the calls through the
+//!   generated [`protocol::NamesClient`] stubs.
 //! - [`socket`]: the well-known socket — where it is (`$XDG_RUNTIME_DIR/ictus/name-server.sock`,
 //!   else `/tmp/ictus-$UID/name-server.sock`), who is served, and how a stale path left
 //!   by a killed server is reclaimed.

@@ -8,6 +8,14 @@
 //! message on the notify port is believed only if it is a dead-name notification whose
 //! kernel-verified sender is this very process.
 //!
+//! Requests are the [`Names`] interface (see [`crate::protocol`]): the server's own
+//! loop receives on the port set, hands each request to the generated
+//! [`NamesServer`] through [`ictus_idl::Server::handle`] — which decodes it, calls the
+//! method, and sends the reply, or refuses it with `MIG_BAD_ID` / `MIG_BAD_ARGUMENTS` —
+//! and handles the notifications itself. It needs a loop of its own (not
+//! [`ictus_idl::Server::run`]) for the notify port, the well-known socket and the stop
+//! channel.
+//!
 //! # Rights and references
 //!
 //! Each registration holds one user reference of the registered send right in the
@@ -19,11 +27,16 @@
 //! finds a right already dead (its notification still on the way) does the same at
 //! once, so a client never gets a dead right back.
 //!
-//! Whatever else a request carries is released when it has been answered: extra send
-//! and send-once rights are deallocated, a receive right is destroyed (its port dies,
-//! which is what sending it to a name server deserves), out-of-line memory is unmapped.
-//! Replies are sent without waiting: a reply that does not fit in the client's queue is
-//! dropped, so that no client can stall the server.
+//! A right a request brings as a method's argument belongs to the method: `register`
+//! keeps it (or releases it when it refuses), `unregister_with_right` releases its proof
+//! once it has compared it. Everything a refused request carries is released by the
+//! runtime, one reference per right as it arrived (so a right that coalesced with one
+//! the server holds leaves the server's own alone): send and send-once rights are
+//! deallocated, a receive right is destroyed (its port dies, which is what sending it to
+//! a name server deserves), out-of-line memory is unmapped. A reply right that is a send
+//! right rather than a send-once right is released after the reply. Replies are sent by
+//! the runtime, which waits at most a few seconds for room in the client's queue before
+//! dropping the reply.
 //!
 //! # Who may unregister
 //!
@@ -37,18 +50,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ictus_abi::{Name, NotifyId, ReturnCode};
+use ictus_abi::{Name, NotifyId};
+use ictus_idl::{Context, Dispatched, SendRight, ServerStats};
 use ictus_ipc::{
-    Credentials, Disposition, Message, NotifyKind, PortArg, ReceiveError, ReceiveOptions, Received, RightKind,
-    RightsError, SendError, SendOptions, Space,
+    Credentials, Disposition, NotifyKind, PortArg, ReceiveError, ReceiveOptions, Received, RightKind, RightsError,
+    Space,
 };
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 
-use crate::protocol::{self, ArgRight, Request, MAX_REGISTRATIONS};
+use crate::protocol::{validate_name, Names, NamesError, NamesServer, MAX_REGISTRATIONS};
 use crate::socket::{ListenError, Listener, PathError};
 
 /// Why the server could not start or had to stop.
@@ -88,65 +103,239 @@ struct Registration {
     owner: Credentials,
 }
 
-/// What answering one request comes to.
-struct Outcome {
-    code: ReturnCode,
-    rest: Vec<u8>,
-    /// A right to copy into the reply.
-    right: Option<Name>,
-    /// A right of the request the server keeps (not released).
-    keep: Option<Name>,
-}
-
-impl Outcome {
-    fn code(code: ReturnCode) -> Outcome {
-        Outcome { code, rest: Vec::new(), right: None, keep: None }
-    }
-}
-
 /// Consecutive receive failures (other than malformed messages) after which the server
 /// gives up instead of spinning.
 const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 /// Messages handled per wake-up before looking at the socket and the stop channel.
 const BATCH: usize = 64;
 
-/// The name server: its ports and its table. See the module documentation.
+/// The table: names to registrations, and how many registrations hold each right.
+#[derive(Debug, Default)]
+struct Table {
+    regs: BTreeMap<String, Registration>,
+    /// Registrations per right name.
+    by_right: HashMap<Name, usize>,
+}
+
+/// The registrations, shared by the interface's methods ([`Names`], run through the
+/// `ictus_idl` server) and the server's own loop, which takes dead-name notifications
+/// and, when it stops, lets go of every right. Only the server's thread touches it; the
+/// lock is what lets both hold it.
 #[derive(Debug)]
-pub struct Server {
+struct Registry {
+    space: Space,
+    notify: Name,
+    table: Mutex<Table>,
+}
+
+impl Registry {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // A method that panicked left the table as consistent as any step of it; keep
+        // serving.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_dead(&self, right: Name) -> bool {
+        match self.space.right_kinds(right) {
+            Ok(k) => k.contains(&RightKind::DeadName),
+            Err(_) => true,
+        }
+    }
+
+    /// The port behind `right` died: drop every registration of it and the dead name.
+    fn purge(&self, t: &mut Table, right: Name) {
+        t.regs.retain(|_, r| r.right != right);
+        t.by_right.remove(&right);
+        if self.space.right_kinds(right).is_ok_and(|k| k == [RightKind::DeadName]) {
+            let _ = self.space.destroy(right);
+        }
+    }
+
+    /// A dead-name notification named `name`.
+    fn dead_name(&self, name: Name) {
+        if self.space.right_kinds(name).is_ok_and(|k| k == [RightKind::DeadName]) {
+            self.purge(&mut self.table(), name);
+        }
+    }
+
+    /// Drop one registration's reference of `right`.
+    fn drop_reference(&self, t: &mut Table, right: Name) {
+        if self.is_dead(right) {
+            self.purge(t, right);
+            return;
+        }
+        let count = t.by_right.get(&right).copied().unwrap_or(0);
+        if count <= 1 {
+            t.by_right.remove(&right);
+            // Cancel the dead-name request before letting go of the right: the nucleus
+            // would otherwise keep watching (and holding) the connection.
+            let _ = self.space.request_notification(right, NotifyKind::DeadName, None);
+        } else {
+            t.by_right.insert(right, count - 1);
+        }
+        let _ = self.space.deallocate(right);
+    }
+
+    fn add(&self, name: &str, right: Name, owner: Credentials) -> Result<(), NamesError> {
+        validate_name(name.as_bytes()).map_err(|_| NamesError::BadName)?;
+        let mut t = self.table();
+        if t.regs.contains_key(name) {
+            return Err(NamesError::NameExists);
+        }
+        if t.regs.len() >= MAX_REGISTRATIONS {
+            return Err(NamesError::Full);
+        }
+        if self.is_dead(right) {
+            return Err(NamesError::BadRight);
+        }
+        let count = t.by_right.get(&right).copied().unwrap_or(0);
+        if count == 0 {
+            let notify = PortArg::new(self.notify, Disposition::MakeSend);
+            if self.space.request_notification(right, NotifyKind::DeadName, Some(notify)).is_err() {
+                return Err(NamesError::ResourceShortage);
+            }
+        }
+        t.by_right.insert(right, count + 1);
+        t.regs.insert(name.to_owned(), Registration { right, owner });
+        Ok(())
+    }
+
+    fn remove(&self, name: &str, presented: Option<Name>, sender: Credentials) -> Result<(), NamesError> {
+        validate_name(name.as_bytes()).map_err(|_| NamesError::BadName)?;
+        let mut t = self.table();
+        let reg = t.regs.get(name).copied().ok_or(NamesError::NotFound)?;
+        let by_owner = sender.pid == reg.owner.pid && sender.uid == reg.owner.uid;
+        if !by_owner && presented != Some(reg.right) {
+            return Err(NamesError::NotOwner);
+        }
+        t.regs.remove(name);
+        self.drop_reference(&mut t, reg.right);
+        Ok(())
+    }
+
+    /// Let go of every registered right (the server is stopping).
+    fn release_all(&self) {
+        let mut t = self.table();
+        t.regs.clear();
+        for (right, count) in t.by_right.drain() {
+            let _ = self.space.request_notification(right, NotifyKind::DeadName, None);
+            if self.space.right_kinds(right).is_ok_and(|k| k == [RightKind::DeadName]) {
+                let _ = self.space.destroy(right);
+            } else {
+                let _ = self.space.mod_refs(right, RightKind::Send, -(count.min(i32::MAX as usize) as i32));
+            }
+        }
+    }
+}
+
+/// The interface's methods. Each `SendRight` argument is a reference the request
+/// brought into the server's space: kept by a registration, else released here.
+impl Names for Arc<Registry> {
+    fn register(&self, cx: &Context, name: String, port: SendRight) -> Result<(), NamesError> {
+        let result = self.add(&name, port.name, cx.sender);
+        if result.is_err() {
+            let _ = self.space.deallocate(port.name);
+        }
+        result
+    }
+
+    fn lookup(&self, name: String) -> Result<SendRight, NamesError> {
+        validate_name(name.as_bytes()).map_err(|_| NamesError::BadName)?;
+        let mut t = self.table();
+        let right = t.regs.get(&name).ok_or(NamesError::NotFound)?.right;
+        if self.is_dead(right) {
+            // Its notification is still on the way: never hand out a dead right.
+            self.purge(&mut t, right);
+            return Err(NamesError::NotFound);
+        }
+        Ok(SendRight::copy(right))
+    }
+
+    fn unregister(&self, cx: &Context, name: String) -> Result<(), NamesError> {
+        self.remove(&name, None, cx.sender)
+    }
+
+    fn list(&self) -> Result<Vec<String>, NamesError> {
+        let mut t = self.table();
+        let dead: Vec<Name> = t.by_right.keys().copied().filter(|&r| self.is_dead(r)).collect();
+        for r in dead {
+            self.purge(&mut t, r);
+        }
+        Ok(t.regs.keys().cloned().collect())
+    }
+
+    fn unregister_with_right(&self, cx: &Context, name: String, proof: SendRight) -> Result<(), NamesError> {
+        let result = self.remove(&name, Some(proof.name), cx.sender);
+        let _ = self.space.deallocate(proof.name);
+        result
+    }
+}
+
+/// The server's receive rights: a port set holding the service and notify ports.
+/// Dropping it destroys them.
+#[derive(Debug)]
+struct Ports {
     space: Space,
     set: Name,
     service: Name,
     notify: Name,
+}
+
+impl Ports {
+    fn allocate(space: &Space) -> Result<Ports, ServeError> {
+        // Dropping `p` on an error releases whatever was made.
+        let mut p = Ports { space: space.clone(), set: Name::NULL, service: Name::NULL, notify: Name::NULL };
+        p.set = space.allocate_port_set()?;
+        p.service = space.allocate_port()?;
+        p.notify = space.allocate_port()?;
+        space.move_member(p.service, p.set)?;
+        space.move_member(p.notify, p.set)?;
+        Ok(p)
+    }
+}
+
+impl Drop for Ports {
+    fn drop(&mut self) {
+        for port in [self.service, self.notify] {
+            if port != Name::NULL {
+                // Out of the set first: destroying a receive right that is a set member
+                // deadlocks in the nucleus (`destroy_receive` holds the port's lock
+                // while removing it from its set).
+                let _ = self.space.move_member(port, Name::NULL);
+                let _ = self.space.mod_refs(port, RightKind::Receive, -1);
+            }
+        }
+        if self.set != Name::NULL {
+            let _ = self.space.mod_refs(self.set, RightKind::PortSet, -1);
+        }
+    }
+}
+
+/// The name server: its ports and its table. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    space: Space,
     pid: u32,
-    regs: BTreeMap<String, Registration>,
-    /// Registrations per right name.
-    by_right: HashMap<Name, usize>,
+    registry: Arc<Registry>,
+    /// The generated demultiplexer, [`NamesServer`], for requests on the service port.
+    requests: ictus_idl::Server,
     malformed: u64,
     consecutive_errors: u32,
+    // Last: dropped after `Drop for Server` has released the registered rights.
+    ports: Ports,
 }
 
 impl Server {
     /// A server with its ports allocated in `space` (the process's own,
     /// [`Space::task`], for a real server).
     pub fn new(space: Space) -> Result<Server, ServeError> {
-        let mut s = Server {
-            space,
-            set: Name::NULL,
-            service: Name::NULL,
-            notify: Name::NULL,
-            pid: std::process::id(),
-            regs: BTreeMap::new(),
-            by_right: HashMap::new(),
-            malformed: 0,
-            consecutive_errors: 0,
-        };
-        // Dropping `s` on an error releases whatever was made.
-        s.set = s.space.allocate_port_set()?;
-        s.service = s.space.allocate_port()?;
-        s.notify = s.space.allocate_port()?;
-        s.space.move_member(s.service, s.set)?;
-        s.space.move_member(s.notify, s.set)?;
-        Ok(s)
+        let ports = Ports::allocate(&space)?;
+        let registry = Arc::new(Registry { space: space.clone(), notify: ports.notify, table: Mutex::default() });
+        // Replies never wait: a client that stops reading must not stall the only thread.
+        let requests = ictus_idl::Server::new(&space, ports.set)
+            .with(NamesServer(Arc::clone(&registry)))
+            .with_reply_timeout(std::time::Duration::ZERO);
+        Ok(Server { space, pid: std::process::id(), registry, requests, malformed: 0, consecutive_errors: 0, ports })
     }
 
     /// The space the server's rights live in.
@@ -157,23 +346,29 @@ impl Server {
     /// The service port's receive right, in [`Server::space`]. Make send rights from it
     /// to hand out (for example with [`Space::give_bootstrap`]).
     pub fn service_port(&self) -> Name {
-        self.service
+        self.ports.service
     }
 
     /// The registered names, sorted.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.regs.keys().map(String::as_str)
+    pub fn names(&self) -> Vec<String> {
+        self.registry.table().regs.keys().cloned().collect()
     }
 
-    /// Malformed messages received (and destroyed) so far.
+    /// Malformed messages received (and destroyed by the nucleus) so far.
     pub fn malformed(&self) -> u64 {
         self.malformed
+    }
+
+    /// The request counters: handled, refused (`MIG_BAD_ID`, `MIG_BAD_ARGUMENTS`),
+    /// replies that could not be delivered.
+    pub fn stats(&self) -> &ServerStats {
+        self.requests.stats()
     }
 
     /// Serve until `stop` becomes readable (a byte written, or its peer closed): ports,
     /// and the well-known socket if there is one.
     pub fn run(&mut self, listener: Option<&Listener>, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
-        let ports = self.space.pollable_fd(self.set)?;
+        let ports = self.space.pollable_fd(self.ports.set)?;
         let mut rcv = Received::new();
         loop {
             let (stop_ready, ports_ready, listen_ready) = {
@@ -196,7 +391,7 @@ impl Server {
                 self.handle_pending(&mut rcv, BATCH)?;
             }
             if let (true, Some(l)) = (listen_ready, listener) {
-                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.service).ok());
+                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service).ok());
                 if refused > 0 {
                     eprintln!("ictus name-server: refused {refused} connection(s) from another user");
                 }
@@ -210,7 +405,7 @@ impl Server {
         let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
         let mut handled = 0;
         while handled < max {
-            match self.space.receive(self.set, rcv, now) {
+            match self.space.receive(self.ports.set, rcv, now) {
                 Ok(()) => {
                     self.consecutive_errors = 0;
                     self.handle(rcv);
@@ -236,196 +431,33 @@ impl Server {
         Ok(handled)
     }
 
-    /// Handle one received message: answer it, and release what it carried.
-    pub fn handle(&mut self, msg: &Received) {
-        if msg.port == self.notify {
+    /// Handle one received message: a notification on the notify port, or a request on
+    /// the service port, which the generated [`NamesServer`] decodes, carries out and
+    /// answers (or refuses). Whatever the message carried and nobody keeps is released.
+    pub fn handle(&self, msg: &mut Received) -> Dispatched {
+        if msg.port == self.ports.notify {
             self.handle_notification(msg);
-            self.release(msg, None);
-            if let Some(r) = msg.reply {
-                let _ = self.space.deallocate(r.name);
-            }
-            return;
+            ictus_idl::release_rights(&self.space, msg);
+            return Dispatched::OneWay;
         }
-        let rights: Vec<ArgRight> = msg
-            .ports
-            .iter()
-            .map(|r| if r.kind == RightKind::Send { ArgRight::Send } else { ArgRight::Other })
-            .collect();
-        let outcome = match protocol::decode_request(msg.id, msg.data(), &rights, !msg.ool.is_empty()) {
-            Err(code) => Outcome::code(code),
-            Ok(Request::Register { name }) => self.register(name, msg.ports[0].name, msg.sender),
-            Ok(Request::Lookup { name }) => self.lookup(name),
-            Ok(Request::Unregister { name, with_right }) => {
-                self.unregister(name, with_right.then(|| msg.ports[0].name), msg.sender)
-            }
-            Ok(Request::List) => self.list(),
-        };
-        self.release(msg, outcome.keep);
-        let Some(reply) = msg.reply else { return };
-        let mut sent = self.send_reply(reply.name, msg.id, &outcome);
-        if let (Err(SendError::InvalidRight(r)), Some(right)) = (&sent, outcome.right) {
-            if *r == right {
-                // The right died between the check and the send.
-                self.purge(right);
-                sent = self.send_reply(reply.name, msg.id, &Outcome::code(ReturnCode::InvalidName));
-            }
-        }
-        if sent.is_err() || reply.kind != RightKind::SendOnce {
-            let _ = self.space.deallocate(reply.name);
-        }
+        self.requests.handle(msg)
     }
 
-    fn send_reply(&self, to: Name, request: i32, outcome: &Outcome) -> Result<(), SendError> {
-        let mut m = Message::new(protocol::reply_id(request), protocol::encode_reply(outcome.code, &outcome.rest));
-        if let Some(r) = outcome.right {
-            m.ports.push(PortArg::new(r, Disposition::CopySend));
-        }
-        self.space.send(to, &mut m, SendOptions::NONBLOCKING)
-    }
-
-    /// Release the rights a message brought, except one reference of `keep`.
-    fn release(&self, msg: &Received, keep: Option<Name>) {
-        let mut kept = false;
-        for r in &msg.ports {
-            if !kept && keep == Some(r.name) {
-                kept = true;
-                continue;
-            }
-            let _ = match r.kind {
-                RightKind::Receive => self.space.mod_refs(r.name, RightKind::Receive, -1),
-                _ => self.space.deallocate(r.name),
-            };
-        }
-    }
-
-    fn handle_notification(&mut self, msg: &Received) {
+    fn handle_notification(&self, msg: &Received) {
         // Only the notifier of this very process sends here; the kernel stamps the pid.
         if msg.sender.pid != self.pid || msg.id != NotifyId::DeadName.id() {
             return;
         }
-        let Some((name, _)) = NotifyId::parse_body(msg.data()) else {
-            return;
-        };
-        if self.space.right_kinds(name).is_ok_and(|k| k == [RightKind::DeadName]) {
-            self.purge(name);
+        if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
+            self.registry.dead_name(name);
         }
-    }
-
-    fn is_dead(&self, right: Name) -> bool {
-        match self.space.right_kinds(right) {
-            Ok(k) => k.contains(&RightKind::DeadName),
-            Err(_) => true,
-        }
-    }
-
-    /// The port behind `right` died: drop every registration of it and the dead name.
-    fn purge(&mut self, right: Name) {
-        self.regs.retain(|_, r| r.right != right);
-        self.by_right.remove(&right);
-        if self.space.right_kinds(right).is_ok_and(|k| k == [RightKind::DeadName]) {
-            let _ = self.space.destroy(right);
-        }
-    }
-
-    /// Drop one registration's reference of `right`.
-    fn drop_reference(&mut self, right: Name) {
-        if self.is_dead(right) {
-            self.purge(right);
-            return;
-        }
-        let count = self.by_right.get(&right).copied().unwrap_or(0);
-        if count <= 1 {
-            self.by_right.remove(&right);
-            // Cancel the dead-name request before letting go of the right: the nucleus
-            // would otherwise keep watching (and holding) the connection.
-            let _ = self.space.request_notification(right, NotifyKind::DeadName, None);
-        } else {
-            self.by_right.insert(right, count - 1);
-        }
-        let _ = self.space.deallocate(right);
-    }
-
-    fn register(&mut self, name: &str, right: Name, owner: Credentials) -> Outcome {
-        if self.regs.contains_key(name) {
-            return Outcome::code(ReturnCode::NameExists);
-        }
-        if self.regs.len() >= MAX_REGISTRATIONS {
-            return Outcome::code(ReturnCode::NoSpace);
-        }
-        if self.is_dead(right) {
-            return Outcome::code(ReturnCode::InvalidRight);
-        }
-        let count = self.by_right.get(&right).copied().unwrap_or(0);
-        if count == 0 {
-            let notify = PortArg::new(self.notify, Disposition::MakeSend);
-            if self.space.request_notification(right, NotifyKind::DeadName, Some(notify)).is_err() {
-                return Outcome::code(ReturnCode::ResourceShortage);
-            }
-        }
-        self.by_right.insert(right, count + 1);
-        self.regs.insert(name.to_owned(), Registration { right, owner });
-        Outcome { keep: Some(right), ..Outcome::code(ReturnCode::Success) }
-    }
-
-    fn lookup(&mut self, name: &str) -> Outcome {
-        let Some(reg) = self.regs.get(name) else {
-            return Outcome::code(ReturnCode::InvalidName);
-        };
-        let right = reg.right;
-        if self.is_dead(right) {
-            self.purge(right);
-            return Outcome::code(ReturnCode::InvalidName);
-        }
-        Outcome { right: Some(right), ..Outcome::code(ReturnCode::Success) }
-    }
-
-    fn unregister(&mut self, name: &str, presented: Option<Name>, sender: Credentials) -> Outcome {
-        let Some(reg) = self.regs.get(name).copied() else {
-            return Outcome::code(ReturnCode::InvalidName);
-        };
-        let by_owner = sender.pid == reg.owner.pid && sender.uid == reg.owner.uid;
-        if !by_owner && presented != Some(reg.right) {
-            return Outcome::code(ReturnCode::NoAccess);
-        }
-        self.regs.remove(name);
-        self.drop_reference(reg.right);
-        Outcome::code(ReturnCode::Success)
-    }
-
-    fn list(&mut self) -> Outcome {
-        let dead: Vec<Name> = self.by_right.keys().copied().filter(|&r| self.is_dead(r)).collect();
-        for r in dead {
-            self.purge(r);
-        }
-        let rest = protocol::encode_list(self.regs.keys().map(String::as_str));
-        Outcome { rest, ..Outcome::code(ReturnCode::Success) }
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let rights: Vec<(Name, usize)> = self.by_right.drain().collect();
-        self.regs.clear();
-        for (right, count) in rights {
-            let _ = self.space.request_notification(right, NotifyKind::DeadName, None);
-            if self.space.right_kinds(right).is_ok_and(|k| k == [RightKind::DeadName]) {
-                let _ = self.space.destroy(right);
-            } else {
-                let _ = self.space.mod_refs(right, RightKind::Send, -(count.min(i32::MAX as usize) as i32));
-            }
-        }
-        for port in [self.service, self.notify] {
-            if port != Name::NULL {
-                // Out of the set first: destroying a receive right that is a set member
-                // deadlocks in the nucleus (`destroy_receive` holds the port's lock
-                // while removing it from its set).
-                let _ = self.space.move_member(port, Name::NULL);
-                let _ = self.space.mod_refs(port, RightKind::Receive, -1);
-            }
-        }
-        if self.set != Name::NULL {
-            let _ = self.space.mod_refs(self.set, RightKind::PortSet, -1);
-        }
+        // The registered rights first; the ports go with `self.ports` afterwards.
+        self.registry.release_all();
     }
 }
 

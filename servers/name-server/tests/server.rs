@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ictus_ipc::*;
-use ictus_name_server::protocol::{self, LIST, LOOKUP, REGISTER, UNREGISTER};
+use ictus_name_server::protocol::{self, LIST, LOOKUP, REGISTER, UNREGISTER, UNREGISTER_WITH_RIGHT};
 use ictus_name_server::server::{self, Running};
 use ictus_name_server::socket::{FetchError, ListenError};
 use ictus_name_server::{Client, ClientError, ConnectError, ServeError};
@@ -72,13 +72,20 @@ fn raw_call(space: &Space, server: Name, mut msg: Message) -> Received {
     r
 }
 
+/// The return code of the reply to `request`: its id checked, its code known.
 fn code_of(request: i32, r: &Received) -> ReturnCode {
-    let (code, _) = protocol::decode_reply(request, r.id, r.data()).expect("well-formed reply");
+    assert_eq!(r.id, protocol::reply_id(request), "reply id");
+    let code = u32::from_le_bytes(r.data().get(..4).expect("a return code").try_into().unwrap());
     ReturnCode::from_code(code).expect("a known code")
 }
 
 fn request(id: i32, data: &[u8], ports: Vec<PortArg>) -> Message {
     Message { id, data: data.to_vec(), ports, ..Message::default() }
+}
+
+/// A name as the interface encodes a `String`: a `u32` LE length, then the bytes.
+fn name_arg(name: &[u8]) -> Vec<u8> {
+    [&(name.len() as u32).to_le_bytes()[..], name].concat()
 }
 
 #[test]
@@ -151,6 +158,7 @@ fn lookup_of_a_missing_name_is_not_found() {
 
 #[test]
 fn malformed_requests_get_error_replies_and_leave_nothing_behind() {
+    use ReturnCode::{InvalidArgument, MigBadArguments, MigBadId, Success};
     let (_dir, running) = start();
     let (a, ns) = connect(running.socket_path().unwrap());
     let server = ns.server_port();
@@ -158,69 +166,88 @@ fn malformed_requests_get_error_replies_and_leave_nothing_behind() {
     let p = a.allocate_port().unwrap();
     let send = |n| PortArg::new(n, Disposition::MakeSend);
 
-    // Unknown ids, including one whose reply id wraps.
+    // Unknown ids, including one whose reply id wraps, and the one past the last method.
     let r = raw_call(&a, server, request(9999, b"", vec![]));
-    assert_eq!((r.id, code_of(9999, &r)), (10099, ReturnCode::MigBadId));
+    assert_eq!((r.id, code_of(9999, &r)), (10099, MigBadId));
     let r = raw_call(&a, server, request(i32::MAX, b"x", vec![send(p)]));
-    assert_eq!(code_of(i32::MAX, &r), ReturnCode::MigBadId);
+    assert_eq!((r.id, code_of(i32::MAX, &r)), (i32::MIN + 99, MigBadId));
+    let r = raw_call(&a, server, request(UNREGISTER_WITH_RIGHT + 1, &name_arg(b"x"), vec![]));
+    assert_eq!(code_of(UNREGISTER_WITH_RIGHT + 1, &r), MigBadId);
     // A forged dead-name notification on the service port is just an unknown id.
+    // (From here on `p` is registered: every right to it that a bad request brings
+    // coalesces with the registration's in the server, which must not be touched.)
     ns.register("kept", p).unwrap();
     for i in 1..8 {
         let body = NotifyId::body(Name::new(i, 1), 0).to_vec();
         let r = raw_call(&a, server, request(NotifyId::DeadName.id(), &body, vec![]));
-        assert_eq!(code_of(NotifyId::DeadName.id(), &r), ReturnCode::MigBadId);
+        assert_eq!(code_of(NotifyId::DeadName.id(), &r), MigBadId);
     }
     assert_eq!(ns.list().unwrap(), ["kept"]);
 
     // Register: wrong number or kind of rights.
     let bad = |msg: Message| code_of(msg.id, &raw_call(&a, server, msg));
-    assert_eq!(bad(request(REGISTER, b"n", vec![])), ReturnCode::InvalidArgument);
-    assert_eq!(bad(request(REGISTER, b"n", vec![send(p), send(p)])), ReturnCode::InvalidArgument);
-    assert_eq!(
-        bad(request(REGISTER, b"n", vec![PortArg::new(p, Disposition::MakeSendOnce)])),
-        ReturnCode::InvalidRight
-    );
+    let n = name_arg(b"n");
+    assert_eq!(bad(request(REGISTER, &n, vec![])), MigBadArguments);
+    assert_eq!(bad(request(REGISTER, &n, vec![send(p), send(p)])), MigBadArguments);
+    assert_eq!(bad(request(REGISTER, &n, vec![PortArg::new(p, Disposition::MakeSendOnce)])), MigBadArguments);
     // A receive right sent to the name server is destroyed: our send right goes dead.
     let victim = a.allocate_port_with_send().unwrap();
     let (victim_send, _) = a.extract_right(&a, victim, Disposition::MakeSend).unwrap();
-    assert_eq!(
-        bad(request(REGISTER, b"n", vec![PortArg::new(victim, Disposition::MoveReceive)])),
-        ReturnCode::InvalidRight
-    );
+    assert_eq!(bad(request(REGISTER, &n, vec![PortArg::new(victim, Disposition::MoveReceive)])), MigBadArguments);
     assert_eq!(a.right_kinds(victim_send).unwrap(), vec![RightKind::DeadName]);
-    // Names: empty, too long, not UTF-8, control characters.
-    for name in [&b""[..], &[b'a'; 256], b"\xff\xfe", b"a\0b", b"a\nb", b"\x1b[31m"] {
-        assert_eq!(bad(request(REGISTER, name, vec![send(p)])), ReturnCode::InvalidArgument, "{name:?}");
-        assert_eq!(bad(request(LOOKUP, name, vec![])), ReturnCode::InvalidArgument, "{name:?}");
-        assert_eq!(bad(request(UNREGISTER, name, vec![])), ReturnCode::InvalidArgument, "{name:?}");
+    // Names: empty, too long, control characters reach the methods, which refuse them;
+    // not UTF-8 does not decode.
+    for name in [&b""[..], &[b'a'; 256], b"a\0b", b"a\nb", b"\x1b[31m", b"\xff\xfe"] {
+        let expected = if std::str::from_utf8(name).is_ok() { InvalidArgument } else { MigBadArguments };
+        let arg = name_arg(name);
+        assert_eq!(bad(request(REGISTER, &arg, vec![send(p)])), expected, "{name:?}");
+        assert_eq!(bad(request(LOOKUP, &arg, vec![])), expected, "{name:?}");
+        assert_eq!(bad(request(UNREGISTER, &arg, vec![])), expected, "{name:?}");
+        assert_eq!(bad(request(UNREGISTER_WITH_RIGHT, &arg, vec![send(p)])), expected, "{name:?}");
     }
     // The longest name is fine.
     let longest = "é".repeat(127) + "a";
     assert_eq!(longest.len(), 255);
-    assert_eq!(bad(request(REGISTER, longest.as_bytes(), vec![send(p)])), ReturnCode::Success);
+    assert_eq!(bad(request(REGISTER, &name_arg(longest.as_bytes()), vec![send(p)])), Success);
     ns.unregister(&longest).unwrap();
-    // Other shapes.
-    assert_eq!(bad(request(LOOKUP, b"kept", vec![send(p)])), ReturnCode::InvalidArgument);
-    assert_eq!(bad(request(UNREGISTER, b"kept", vec![send(p), send(p)])), ReturnCode::InvalidArgument);
-    assert_eq!(bad(request(LIST, b"x", vec![])), ReturnCode::InvalidArgument);
-    assert_eq!(bad(request(LIST, b"", vec![send(p)])), ReturnCode::InvalidArgument);
-    let mut with_ool = request(REGISTER, b"n", vec![send(p)]);
+    // Strings that do not decode: a length past the data, bytes after the name, a bare
+    // name without its length (the old encoding).
+    let kept = name_arg(b"kept");
+    assert_eq!(bad(request(LOOKUP, &kept[..kept.len() - 1], vec![])), MigBadArguments);
+    assert_eq!(bad(request(LOOKUP, &[&kept[..], b"x"].concat(), vec![])), MigBadArguments);
+    assert_eq!(bad(request(LOOKUP, b"kept", vec![])), MigBadArguments);
+    assert_eq!(bad(request(LOOKUP, &[0xff; 4], vec![])), MigBadArguments);
+    // Other shapes: rights where none belong, or too many; data for LIST; memory.
+    assert_eq!(bad(request(LOOKUP, &kept, vec![send(p)])), MigBadArguments);
+    assert_eq!(bad(request(UNREGISTER, &kept, vec![send(p)])), MigBadArguments);
+    assert_eq!(bad(request(UNREGISTER_WITH_RIGHT, &kept, vec![])), MigBadArguments);
+    assert_eq!(bad(request(UNREGISTER_WITH_RIGHT, &kept, vec![send(p), send(p)])), MigBadArguments);
+    assert_eq!(bad(request(LIST, b"x", vec![])), MigBadArguments);
+    assert_eq!(bad(request(LIST, b"", vec![send(p)])), MigBadArguments);
+    let mut with_ool = request(REGISTER, &n, vec![send(p)]);
     with_ool.ool.push(OolBuffer::new(4096).unwrap());
-    assert_eq!(bad(with_ool), ReturnCode::InvalidArgument);
+    assert_eq!(bad(with_ool), MigBadArguments);
+    // A copy of our right to the service port itself: in the server it coalesces with
+    // the service port's receive right, which must survive the refusal.
+    assert_eq!(bad(request(LOOKUP, &kept, vec![PortArg::new(server, Disposition::CopySend)])), MigBadArguments);
+    assert_eq!(bad(request(9999, b"", vec![PortArg::new(server, Disposition::CopySend)])), MigBadId);
+    assert_eq!(ns.list().unwrap(), ["kept"]);
 
     // No reply right: nothing to answer, nothing kept.
     a.send(server, &mut request(9999, b"", vec![send(p)]), SendOptions::default()).unwrap();
+    a.send(server, &mut request(LOOKUP, &kept, vec![send(p)]), SendOptions::default()).unwrap();
     // A send (not send-once) reply right is answered and then released.
     let reply_port = a.allocate_port().unwrap();
     let mut m = request(LIST, b"", vec![]);
     m.reply = Some(PortArg::new(reply_port, Disposition::MakeSend));
     a.send(server, &mut m, SendOptions::default()).unwrap();
     let r = rcv(&a, reply_port);
-    assert_eq!(code_of(LIST, &r), ReturnCode::Success);
+    assert_eq!(code_of(LIST, &r), Success);
 
     // Still serving, and holding nothing but the one registration.
     assert_eq!(ns.list().unwrap(), ["kept"]);
     assert_eq!(running.space().names().len(), base + 1);
+    assert_eq!(running.space().refs(running.service_port(), RightKind::Send).unwrap(), 0);
     ns.unregister("kept").unwrap();
     assert_eq!(running.space().names().len(), base);
     running.stop().unwrap();
@@ -383,5 +410,33 @@ fn a_client_with_the_right_needs_no_socket() {
     let p = a.allocate_port().unwrap();
     ns.register("direct", p).unwrap();
     assert_eq!(ns.list().unwrap(), ["direct"]);
+    running.stop().unwrap();
+}
+
+#[test]
+fn the_generated_stubs_carry_typed_errors() {
+    use ictus_idl::{ClientError as Stub, SendRight};
+    use ictus_name_server::protocol::NamesError;
+    let (_dir, running) = start();
+    let (a, ns) = connect(running.socket_path().unwrap());
+    let base = running.space().names().len();
+    let stubs = ns.stubs();
+    let p = a.allocate_port().unwrap();
+    // Names are checked by the server's methods too, not only by `Client`.
+    for name in ["", "a\nb"] {
+        assert!(matches!(stubs.register(name, SendRight::make(p)), Err(Stub::Remote(NamesError::BadName))));
+        assert!(matches!(stubs.lookup(name), Err(Stub::Remote(NamesError::BadName))));
+    }
+    assert!(matches!(stubs.lookup("nobody"), Err(Stub::Remote(NamesError::NotFound))));
+    stubs.register("x", SendRight::make(p)).unwrap();
+    assert!(matches!(stubs.register("x", SendRight::make(p)), Err(Stub::Remote(NamesError::NameExists))));
+    assert_eq!(stubs.list().unwrap(), ["x"]);
+    let r = stubs.lookup("x").unwrap();
+    // Our own port: the right comes back under the receive right's name.
+    assert_eq!((r.name, a.right_kinds(p).unwrap()), (p, vec![RightKind::Receive, RightKind::Send]));
+    assert!(matches!(stubs.unregister_with_right("nobody", r), Err(Stub::Remote(NamesError::NotFound))));
+    stubs.unregister_with_right("x", r).unwrap();
+    // Refused registrations and spent proofs left nothing in the server.
+    assert_eq!(running.space().names().len(), base);
     running.stop().unwrap();
 }
