@@ -1031,21 +1031,7 @@ impl Space {
         match src {
             Source::Port(p) => self.inner.receive_port(self, &p, into, deadline, opts),
             Source::Set(s) => loop {
-                let mut events =
-                    [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
-                let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
-                let n = match epoll::wait(&s.ep, &mut events, timeout.as_ref()) {
-                    Ok(n) => n,
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => return Err(ReceiveError::Os(e)),
-                };
-                let Some(ev) = events[..n].first() else {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(ReceiveError::TimedOut);
-                    }
-                    continue;
-                };
-                let id = ev.data.u64();
+                let Some(id) = wait_one(s.ep.as_fd(), deadline)? else { continue };
                 let Some(port) = s.member(id) else { continue };
                 match self.inner.receive_port(self, &port, into, Some(Instant::now()), opts) {
                     Err(ReceiveError::TimedOut) | Err(ReceiveError::PortDied) => continue,
@@ -1561,7 +1547,6 @@ impl Inner {
         opts: ReceiveOptions,
     ) -> Result<(), ReceiveError> {
         let mut fds = Vec::new();
-        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
         loop {
             // Choose how to wait: straight on the main connection when it is the only
             // one and a doorbell can reach it; otherwise through the port's epoll.
@@ -1584,19 +1569,7 @@ impl Inner {
                     (fd, cid, ConnKind::Main, deadline.is_some())
                 }
                 Err(ep) => {
-                    let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
-                    let n = match epoll::wait(ep.as_fd(), &mut events, timeout.as_ref()) {
-                        Ok(n) => n,
-                        Err(rustix::io::Errno::INTR) => continue,
-                        Err(e) => return Err(ReceiveError::Os(e)),
-                    };
-                    let Some(ev) = events[..n].first() else {
-                        if deadline.is_some_and(|d| Instant::now() >= d) {
-                            return Err(ReceiveError::TimedOut);
-                        }
-                        continue;
-                    };
-                    let cid = ev.data.u64();
+                    let Some(cid) = wait_one(ep.as_fd(), deadline)? else { continue };
                     // The wake event (or a connection already gone): look again.
                     let Some((fd, kind)) = p.lock().conn(cid) else { continue };
                     (fd, cid, kind, true)
@@ -1877,6 +1850,19 @@ impl Inner {
         rcv.ports = ports;
         rcv.ool = ool;
         Ok(())
+    }
+}
+
+/// Wait in an epoll for one event until `deadline`: its datum, `None` to look again
+/// (interrupted, or woken early), or `TimedOut` once the deadline has passed.
+fn wait_one(ep: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<Option<u64>, ReceiveError> {
+    let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
+    let timeout = deadline.map(|d| sys::timespec(d.saturating_duration_since(Instant::now())));
+    match epoll::wait(ep, &mut events, timeout.as_ref()) {
+        Ok(0) if deadline.is_some_and(|d| Instant::now() >= d) => Err(ReceiveError::TimedOut),
+        Ok(0) | Err(rustix::io::Errno::INTR) => Ok(None),
+        Ok(_) => Ok(Some(events[0].data.u64())),
+        Err(e) => Err(ReceiveError::Os(e)),
     }
 }
 

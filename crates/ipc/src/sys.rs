@@ -208,8 +208,22 @@ pub(crate) fn immutable_seals() -> rustix::fs::SealFlags {
 
 /// Seal a memfd so that nobody, its sender included, can change it again.
 /// Fails with `EBUSY` while a writable shared mapping of it exists.
+///
+/// The kernel also refuses (`EBUSY`) while it sees extra references to the file's pages
+/// (`memfd_wait_for_pins`); a freshly written page briefly holds one (a per-CPU LRU
+/// batch), and under load the kernel's own short wait can run out. That is transient,
+/// so try again for a while before giving up.
 pub(crate) fn seal(fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
-    rustix::fs::fcntl_add_seals(fd, immutable_seals())
+    let mut tries = 0;
+    loop {
+        match rustix::fs::fcntl_add_seals(fd, immutable_seals()) {
+            Err(rustix::io::Errno::BUSY) if tries < 200 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Check an untrusted descriptor: a regular file, at least `len` bytes, sealed against
