@@ -422,19 +422,13 @@ impl Space {
             }
             return Ok(());
         }
-        let (entry, kind) = self.extract(right, disposition)?;
-        let mut t = target.table();
+        // Refuse before taking anything, so a refused insert leaves the source as it was.
+        target.table().check_free(name)?;
+        let (entry, _) = self.extract(right, disposition)?;
         if let Entry::Port(PortEntry { recv: Some(port), .. }) = &entry {
             port.name.store(name.0, Ordering::Relaxed);
         }
-        match t.alloc_at(name, entry) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                drop(t);
-                let _ = kind;
-                Err(e)
-            }
-        }
+        target.table().alloc_at(name, entry)
     }
 
     /// Take a right out of `source` by `disposition` and give it a new name in this

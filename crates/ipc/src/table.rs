@@ -124,6 +124,17 @@ impl Table {
         Ok(())
     }
 
+    /// Whether `name` could be given to a new right (see [`Table::alloc_at`]).
+    pub(crate) fn check_free(&self, name: Name) -> Result<(), RightsError> {
+        if !name.is_valid() || name.generation() == 0 || name.index() as usize >= MAX_NAMES {
+            return Err(RightsError::InvalidValue);
+        }
+        match self.slots.get(name.index() as usize) {
+            Some(slot) if slot.entry.is_some() || slot.reserved => Err(RightsError::NameExists(name)),
+            _ => Ok(()),
+        }
+    }
+
     fn index_entry(&mut self, index: u32, entry: &Entry) {
         if let Entry::Port(p) = entry {
             if let Some(id) = p.ident {

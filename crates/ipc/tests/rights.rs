@@ -56,6 +56,9 @@ fn insert_right_under_chosen_name_and_extract() {
     a.insert_right(&b, chosen, p, Disposition::MakeSend).unwrap();
     assert_eq!(b.right_kinds(chosen).unwrap(), vec![RightKind::Send]);
     assert!(matches!(a.insert_right(&b, chosen, p, Disposition::MakeSend), Err(RightsError::NameExists(_))));
+    // A refused move leaves the right where it was.
+    assert!(matches!(a.insert_right(&b, chosen, p, Disposition::MoveReceive), Err(RightsError::NameExists(_))));
+    assert_eq!(a.right_kinds(p).unwrap(), vec![RightKind::Receive]);
     b.send(chosen, &mut Message::new(9, vec![]), SendOptions::default()).unwrap();
     assert_eq!(rcv(&a, p).id, 9);
     // Move the receive right itself to b: the queued message goes with it, and the
