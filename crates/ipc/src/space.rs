@@ -153,7 +153,8 @@ enum FdRef {
 enum Undo {
     Restore(Name, Entry),
     RemoveConn(Arc<RecvPort>, u64),
-    Unpack(Arc<RecvPort>, crate::port::Packed),
+    /// Put a packed receive right back, and back in the port set it left.
+    Unpack(Arc<RecvPort>, crate::port::Packed, Option<Arc<PortSet>>),
 }
 
 enum Commit {
@@ -990,15 +991,23 @@ impl Space {
             (Disposition::MoveReceive, Entry::Port(PortEntry { recv: Some(p), .. })) => {
                 let p = p.clone();
                 let set = p.lock().set.as_ref().and_then(std::sync::Weak::upgrade);
-                if let Some(set) = set {
+                if let Some(set) = &set {
                     set.remove(&p);
                 }
                 let packed = p.lock().pack(p.seqno.load(Ordering::Relaxed));
                 let info = packed.info;
+                if packed.fds.len() != info.nfds() {
+                    // More connections than one message can describe: refuse the move.
+                    p.lock().unpack(packed);
+                    if let Some(set) = set {
+                        let _ = set.add(&p);
+                    }
+                    return Err(SendError::Invalid(ictus_abi::DecodeError::TooManyFds(info.nfds())));
+                }
                 for fd in &packed.fds {
                     plan.push_shared(fd.clone());
                 }
-                plan.undo.push(Undo::Unpack(p.clone(), packed));
+                plan.undo.push(Undo::Unpack(p.clone(), packed, set));
                 plan.commit.push(Commit::Moved(p));
                 Ok(Descriptor::Receive(info))
             }
@@ -1231,9 +1240,11 @@ impl Inner {
                 Undo::RemoveConn(p, id) => {
                     p.lock().remove_conn(id);
                 }
-                Undo::Unpack(p, packed) => {
+                Undo::Unpack(p, packed, set) => {
                     p.lock().unpack(packed);
-                    // Put it back in its set, if it had one.
+                    if let Some(set) = set {
+                        let _ = set.add(&p);
+                    }
                 }
             }
         }

@@ -215,3 +215,22 @@ fn reply_port_receives_through_a_made_send_once_right() {
     assert_eq!(rcv(&s, reply_port).id, 2);
     assert_eq!(s.port_status(reply_port).unwrap().sorights, 0);
 }
+
+#[test]
+fn a_failed_move_leaves_the_receive_right_in_its_set() {
+    let s = Space::new();
+    let t = Space::new();
+    let set = s.allocate_port_set().unwrap();
+    let p = s.allocate_port_with_send().unwrap();
+    s.move_member(p, set).unwrap();
+    let q = t.allocate_port().unwrap();
+    let (dead, _) = s.extract_right(&t, q, Disposition::MakeSend).unwrap();
+    t.destroy(q).unwrap();
+    let mut m = Message::new(1, vec![]);
+    m.ports.push(PortArg::new(p, Disposition::MoveReceive));
+    assert!(matches!(s.send(dead, &mut m, SendOptions::default()), Err(SendError::InvalidDest(_))));
+    assert_eq!(s.right_kinds(p).unwrap(), vec![RightKind::Receive, RightKind::Send]);
+    assert_eq!(s.set_members(set).unwrap(), vec![p]);
+    s.send(p, &mut Message::new(7, vec![]), SendOptions::default()).unwrap();
+    assert_eq!(rcv(&s, set).id, 7);
+}
