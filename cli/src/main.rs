@@ -34,6 +34,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run every experiment this machine can run and write a report (Markdown, SVG, JSON).
+    Testbed {
+        /// Seconds per experiment instead of minutes.
+        #[arg(long)]
+        quick: bool,
+        /// Where to write the report.
+        #[arg(long, default_value = "report")]
+        out: PathBuf,
+        /// Run only these experiments (names as `ictus bench --list` prints them).
+        #[arg(long, num_args = 1..)]
+        only: Vec<String>,
+    },
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench {
         /// List the experiments, one per line, and exit.
@@ -49,11 +61,14 @@ enum Experiment {
     /// Transfer costs (000 §8, Figure 3): port round trips in-line and out-of-line
     /// from 1 B to 16 MiB beside socketpair, pipe and futex peers, and memcpy.
     Ipc(BenchArgs),
+    /// File read methods (000 Table 2): stdio-style, block, mapped, mapio, O_DIRECT and
+    /// io_uring reads, cached and uncached.
+    Fileread(BenchArgs),
 }
 
 impl Experiment {
     /// Every experiment, as `ictus bench NAME` spells it.
-    const NAMES: &'static [&'static str] = &["ipc"];
+    const NAMES: &'static [&'static str] = &["ipc", "fileread"];
 }
 
 #[derive(clap::Args, Debug)]
@@ -98,6 +113,9 @@ fn main() -> ExitCode {
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
         Command::Names { socket, json } => ictus_name_server::cli::list(socket, json).map_err(Into::into),
+        Command::Testbed { quick, out, only } => {
+            ictus_bench::testbed::main(&ictus_bench::testbed::TestbedOptions { quick, out, only }).map_err(Into::into)
+        }
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {
                 println!("{e}");
@@ -107,6 +125,7 @@ fn main() -> ExitCode {
         Command::Bench { experiment: None, .. } => Err("name an experiment (see `ictus bench --list`)".into()),
         Command::Bench { experiment: Some(e), .. } => match e {
             Experiment::Ipc(a) => bench_ipc(a),
+            Experiment::Fileread(a) => ictus_bench::fileread::main(a.quick, a.json).map_err(Into::into),
         },
     };
     match result {

@@ -19,6 +19,7 @@
 
 pub mod child;
 pub mod conditions;
+pub mod fileread;
 pub mod fit;
 pub mod ipc;
 pub mod peers;
@@ -27,6 +28,7 @@ pub mod ports;
 pub mod report;
 pub mod stats;
 pub mod svg;
+pub mod testbed;
 
 pub use child::maybe_run_child;
 pub use conditions::Conditions;

@@ -1,0 +1,396 @@
+//! `ictus testbed` as a process: a quick run of a small subset, then the structure of
+//! what it wrote (issue 8): every Markdown table of `report.md` has `paper`, `ours`,
+//! `peer` and `ratio` columns; every headline of every experiment's JSON appears in the
+//! report; every SVG file is well-formed XML; `testbed.json` carries the
+//! `figures_reproduced` headline against the 19 figures. And Ctrl-C: the report is
+//! still written, with the running experiment marked as interrupted.
+//!
+//! No test asserts a duration; waits are bounded by a watchdog only, a generous one,
+//! because the quick `ipc` experiment takes seconds on a quiet machine and much longer
+//! on a loaded two-core VM.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const WATCHDOG: Duration = Duration::from_secs(300);
+
+/// The two tests each run a testbed; one at a time, so that they do not measure each
+/// other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A directory of its own for each test, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "ictus-testbed-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `ictus testbed --quick --only ipc --out DIR`, with standard error piped.
+fn start_testbed(out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ictus"))
+        .args(["testbed", "--quick", "--out"])
+        .arg(out)
+        .args(["--only", "ipc"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ictus testbed")
+}
+
+/// Waits for the child within the watchdog, killing it (and failing) past it.
+fn wait_bounded(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ictus testbed still running after the {WATCHDOG:?} watchdog");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Reads a pipe to its end on a thread of its own, so the child never blocks on it.
+fn drain(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    rx
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The header cells of every Markdown table: a table is a run of lines starting with
+/// `|`, its first line the header.
+fn table_headers(markdown: &str) -> Vec<Vec<String>> {
+    let mut headers = Vec::new();
+    let mut in_table = false;
+    for line in markdown.lines() {
+        let is_row = line.trim_start().starts_with('|');
+        if is_row && !in_table {
+            headers.push(line.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect());
+        }
+        in_table = is_row;
+    }
+    headers
+}
+
+#[test]
+fn a_quick_testbed_writes_a_well_formed_report() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new();
+    let mut child = start_testbed(&dir.0);
+    let stdout = drain(child.stdout.take().expect("stdout"));
+    let stderr = drain(child.stderr.take().expect("stderr"));
+    let status = wait_bounded(&mut child);
+    let stdout = stdout.recv().unwrap_or_default();
+    let stderr = stderr.recv().unwrap_or_default();
+    assert!(status.success(), "ictus testbed: {status}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    // Not a terminal: one line when the experiment starts and one when it ends.
+    assert!(stderr.contains("[1/1] ipc: running"), "{stderr}");
+    assert!(stderr.contains("[1/1] ipc ok in"), "{stderr}");
+    let report_path = dir.0.join("report.md");
+    assert!(stdout.contains(&report_path.canonicalize().expect("report.md").display().to_string()), "{stdout}");
+
+    let report = std::fs::read_to_string(&report_path).expect("report.md");
+    let headers = table_headers(&report);
+    assert!(headers.len() >= 2, "the paper's figures and the headlines, at least:\n{report}");
+    for header in &headers {
+        for column in ["paper", "ours", "peer", "ratio"] {
+            assert!(header.iter().any(|c| c == column), "a table without a {column:?} column: {header:?}");
+        }
+    }
+    for section in ["## Conditions", "## ipc", "## What could not run here and why"] {
+        assert!(report.contains(section), "no {section:?} in:\n{report}");
+    }
+
+    // Every headline of every experiment's JSON is in the report.
+    let summary = read_json(&dir.0.join("testbed.json"));
+    let experiments = summary["experiments"].as_array().expect("experiments");
+    assert_eq!(experiments.len(), 1);
+    assert_eq!(experiments[0]["name"], "ipc");
+    assert_eq!(experiments[0]["status"], "ok");
+    let ipc = read_json(&dir.0.join("ipc.json"));
+    let headlines = ipc["headline"].as_array().expect("ipc headlines");
+    assert!(!headlines.is_empty(), "ipc reports headlines");
+    for h in headlines {
+        let name = h["name"].as_str().expect("headline name");
+        assert!(report.contains(name), "headline {name} is not in report.md");
+    }
+
+    // The testbed's own headline.
+    assert_eq!(summary["experiment"], "testbed");
+    assert_eq!(summary["quick"], true);
+    assert!(summary["conditions"]["cpus"].is_u64());
+    let h = summary["headline"].as_array().expect("headline").iter().find(|h| h["name"] == "figures_reproduced");
+    let h = h.expect("a figures_reproduced headline");
+    assert_eq!(h["peer"], 19.0);
+    assert_eq!(h["better"], "higher");
+    let ours = h["ours"].as_f64().expect("ours");
+    assert!((1.0..=19.0).contains(&ours), "ipc measures figure #1: {ours}");
+    assert!((h["ratio"].as_f64().expect("ratio") - ours / 19.0).abs() < 1e-9);
+
+    // Plots: the transfer-cost curve and the latency tails, each well-formed.
+    let svgs: Vec<PathBuf> = std::fs::read_dir(&dir.0)
+        .expect("read the report directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "svg"))
+        .collect();
+    for expected in ["ipc.svg", "ipc-cdf.svg"] {
+        assert!(svgs.iter().any(|p| p.ends_with(expected)), "no {expected} among {svgs:?}");
+        assert!(report.contains(&format!("]({expected})")), "report.md does not link {expected}");
+    }
+    for svg in &svgs {
+        let text = std::fs::read_to_string(svg).expect("read svg");
+        if let Err(e) = well_formed(&text) {
+            panic!("{} is not well-formed XML: {e}", svg.display());
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_keeps_the_report_and_says_what_did_not_finish() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new();
+    let mut child = start_testbed(&dir.0);
+    let stdout = drain(child.stdout.take().expect("stdout"));
+    // Wait until the experiment has started, so the handler is installed and there is
+    // something to interrupt, then press Ctrl-C.
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = stderr.read_line(&mut line).expect("read stderr");
+        seen.push_str(&line);
+        if n == 0 || line.contains("ipc: running") {
+            break;
+        }
+    }
+    assert!(seen.contains("ipc: running"), "{seen}");
+    let ok = Command::new("sh").arg("-c").arg(format!("kill -INT {}", child.id())).status().expect("kill").success();
+    assert!(ok, "kill -INT {}", child.id());
+    let rest = drain(stderr);
+    let status = wait_bounded(&mut child);
+    let stderr = format!("{seen}{}", rest.recv().unwrap_or_default());
+    let _ = stdout.recv();
+    assert!(!status.success(), "an interrupted testbed fails: {status}\n{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+
+    let report = std::fs::read_to_string(dir.0.join("report.md")).expect("report.md after Ctrl-C");
+    let section = report.split("## What could not run here and why").nth(1).expect("the section");
+    assert!(section.contains("**ipc**: interrupted"), "{report}");
+    let summary = read_json(&dir.0.join("testbed.json"));
+    assert_eq!(summary["interrupted"], true);
+    assert_eq!(summary["experiments"][0]["status"], "interrupted");
+    assert_eq!(summary["headline"][0]["ours"], 0.0);
+    assert!(!dir.0.join("ipc.json").exists(), "an interrupted experiment leaves no results");
+}
+
+/// Checks that `text` is a well-formed XML document with an `svg` root: one root
+/// element, tags closed in order, attributes quoted and not repeated, entity and
+/// character references valid, nothing but comments, processing instructions and
+/// white space outside the root.
+fn well_formed(text: &str) -> Result<(), String> {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut roots = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let Some(lt) = rest.find('<') else {
+            check_text(rest, !stack.is_empty())?;
+            break;
+        };
+        check_text(&rest[..lt], !stack.is_empty())?;
+        rest = &rest[lt..];
+        if let Some(body) = rest.strip_prefix("<?") {
+            let end = body.find("?>").ok_or("unterminated processing instruction")?;
+            rest = &body[end + 2..];
+        } else if let Some(body) = rest.strip_prefix("<!--") {
+            let end = body.find("-->").ok_or("unterminated comment")?;
+            if body[..end].contains("--") {
+                return Err("`--` inside a comment".into());
+            }
+            rest = &body[end + 3..];
+        } else if let Some(body) = rest.strip_prefix("<![CDATA[") {
+            if stack.is_empty() {
+                return Err("CDATA outside the root element".into());
+            }
+            let end = body.find("]]>").ok_or("unterminated CDATA section")?;
+            rest = &body[end + 3..];
+        } else if let Some(body) = rest.strip_prefix("<!") {
+            if roots > 0 || !stack.is_empty() {
+                return Err("a declaration after the root element started".into());
+            }
+            let end = body.find('>').ok_or("unterminated declaration")?;
+            rest = &body[end + 1..];
+        } else if let Some(body) = rest.strip_prefix("</") {
+            let end = body.find('>').ok_or("unterminated end tag")?;
+            let name = body[..end].trim_end();
+            match stack.pop() {
+                Some(open) if open == name => {}
+                open => return Err(format!("</{name}> closes {open:?}")),
+            }
+            rest = &body[end + 1..];
+        } else {
+            let (name, empty, after) = start_tag(&rest[1..])?;
+            if stack.is_empty() {
+                roots += 1;
+                if roots > 1 {
+                    return Err(format!("a second root element <{name}>"));
+                }
+                if name != "svg" {
+                    return Err(format!("the root element is <{name}>, not <svg>"));
+                }
+            }
+            if !empty {
+                stack.push(name);
+            }
+            rest = after;
+        }
+    }
+    match (stack.last(), roots) {
+        (Some(open), _) => Err(format!("<{open}> is never closed")),
+        (None, 0) => Err("no root element".into()),
+        (None, _) => Ok(()),
+    }
+}
+
+/// Parses a start tag after its `<`: its name, whether it is empty (`/>`) and the text
+/// after it.
+fn start_tag(text: &str) -> Result<(&str, bool, &str), String> {
+    let name_len = text.find(|c: char| c.is_whitespace() || c == '>' || c == '/').ok_or("unterminated tag")?;
+    let name = &text[..name_len];
+    if !is_name(name) {
+        return Err(format!("bad element name {name:?}"));
+    }
+    let mut rest = &text[name_len..];
+    let mut seen: Vec<&str> = Vec::new();
+    loop {
+        let trimmed = rest.trim_start();
+        let had_space = trimmed.len() < rest.len();
+        rest = trimmed;
+        if let Some(after) = rest.strip_prefix("/>") {
+            return Ok((name, true, after));
+        }
+        if let Some(after) = rest.strip_prefix('>') {
+            return Ok((name, false, after));
+        }
+        if !had_space {
+            return Err(format!("<{name}>: attributes must be separated by white space"));
+        }
+        let eq = rest.find('=').ok_or_else(|| format!("<{name}>: attribute without a value"))?;
+        let attribute = rest[..eq].trim_end();
+        if !is_name(attribute) {
+            return Err(format!("<{name}>: bad attribute name {attribute:?}"));
+        }
+        if seen.contains(&attribute) {
+            return Err(format!("<{name}>: attribute {attribute} repeated"));
+        }
+        seen.push(attribute);
+        let value = rest[eq + 1..].trim_start();
+        let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'');
+        let quote = quote.ok_or_else(|| format!("<{name}>: {attribute} is not quoted"))?;
+        let end = value[1..].find(quote).ok_or_else(|| format!("<{name}>: {attribute} is not closed"))?;
+        let content = &value[1..1 + end];
+        if content.contains('<') {
+            return Err(format!("<{name}>: `<` in the value of {attribute}"));
+        }
+        check_references(content)?;
+        rest = &value[end + 2..];
+    }
+}
+
+/// Character data: no stray markup, valid references, and nothing but white space
+/// outside the root element.
+fn check_text(text: &str, inside: bool) -> Result<(), String> {
+    if !inside && !text.trim().is_empty() {
+        return Err(format!("text outside the root element: {:?}", text.trim()));
+    }
+    if text.contains("]]>") {
+        return Err("`]]>` in character data".into());
+    }
+    check_references(text)
+}
+
+/// Every `&` starts a predefined entity or a character reference.
+fn check_references(text: &str) -> Result<(), String> {
+    let mut rest = text;
+    while let Some(amp) = rest.find('&') {
+        rest = &rest[amp + 1..];
+        let end = rest.find(';').ok_or("`&` without `;`")?;
+        let reference = &rest[..end];
+        let valid = match reference.strip_prefix('#') {
+            Some(hex) if hex.starts_with('x') => {
+                u32::from_str_radix(&hex[1..], 16).ok().and_then(char::from_u32).is_some()
+            }
+            Some(dec) => dec.parse::<u32>().ok().and_then(char::from_u32).is_some(),
+            None => ["amp", "lt", "gt", "quot", "apos"].contains(&reference),
+        };
+        if !valid {
+            return Err(format!("bad reference &{reference};"));
+        }
+        rest = &rest[end + 1..];
+    }
+    Ok(())
+}
+
+/// An XML name, restricted to what SVG uses: letters, digits, `_`, `-`, `.`, `:`, not
+/// starting with a digit, `-` or `.`.
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
+
+#[test]
+fn the_xml_checker_tells_good_from_bad() {
+    let good = "<?xml version=\"1.0\"?>\n<!-- a plot -->\n<svg a=\"1\" b='x &amp; y'><g><text>1 &lt; 2 &#956;s</text></g><line x=\"1\"/></svg>\n";
+    assert_eq!(well_formed(good), Ok(()));
+    for bad in [
+        "<svg><g></svg></g>",
+        "<svg>",
+        "<svg a=1></svg>",
+        "<svg a=\"1\" a=\"2\"></svg>",
+        "<svg a=\"1\"b=\"2\"></svg>",
+        "<svg>a & b</svg>",
+        "<svg>&nbsp;</svg>",
+        "<svg></svg><svg></svg>",
+        "<html></html>",
+        "text<svg></svg>",
+        "<svg a=\"<\"></svg>",
+        "",
+    ] {
+        assert!(well_formed(bad).is_err(), "{bad:?} passed");
+    }
+}
