@@ -1868,32 +1868,8 @@ mod tests {
         assert_eq!(report.paper_figures[0].ours, "stdio not measured");
     }
 
-    /// Checks that every element is closed in order.
     fn balanced(xml: &str) -> Result<(), String> {
-        let mut stack: Vec<String> = Vec::new();
-        let mut rest = xml;
-        while let Some(start) = rest.find('<') {
-            let end = rest[start..].find('>').ok_or("unterminated tag")? + start;
-            let tag = &rest[start + 1..end];
-            rest = &rest[end + 1..];
-            if tag.starts_with('?') || tag.starts_with('!') {
-                continue;
-            }
-            if let Some(name) = tag.strip_prefix('/') {
-                match stack.pop() {
-                    Some(open) if open == name.trim() => {}
-                    other => return Err(format!("</{name}> closes {other:?}")),
-                }
-            } else if !tag.ends_with('/') {
-                let name = tag.split_whitespace().next().ok_or("empty tag")?;
-                stack.push(name.to_string());
-            }
-        }
-        if stack.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("unclosed {stack:?}"))
-        }
+        crate::svg::check_well_formed(xml)
     }
 
     #[test]

@@ -300,36 +300,169 @@ impl Plot {
     }
 }
 
+// ----- checking what we write -------------------------------------------------------
+
+/// Checks that `text` is a well-formed XML document with an `svg` root: one root
+/// element, tags closed in order, attributes quoted and not repeated, entity and
+/// character references valid, nothing but comments, processing instructions and
+/// white space outside the root.
+pub fn check_well_formed(text: &str) -> Result<(), String> {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut roots = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let Some(lt) = rest.find('<') else {
+            check_text(rest, !stack.is_empty())?;
+            break;
+        };
+        check_text(&rest[..lt], !stack.is_empty())?;
+        rest = &rest[lt..];
+        if let Some(body) = rest.strip_prefix("<?") {
+            let end = body.find("?>").ok_or("unterminated processing instruction")?;
+            rest = &body[end + 2..];
+        } else if let Some(body) = rest.strip_prefix("<!--") {
+            let end = body.find("-->").ok_or("unterminated comment")?;
+            if body[..end].contains("--") {
+                return Err("`--` inside a comment".into());
+            }
+            rest = &body[end + 3..];
+        } else if let Some(body) = rest.strip_prefix("<![CDATA[") {
+            if stack.is_empty() {
+                return Err("CDATA outside the root element".into());
+            }
+            let end = body.find("]]>").ok_or("unterminated CDATA section")?;
+            rest = &body[end + 3..];
+        } else if let Some(body) = rest.strip_prefix("<!") {
+            if roots > 0 || !stack.is_empty() {
+                return Err("a declaration after the root element started".into());
+            }
+            let end = body.find('>').ok_or("unterminated declaration")?;
+            rest = &body[end + 1..];
+        } else if let Some(body) = rest.strip_prefix("</") {
+            let end = body.find('>').ok_or("unterminated end tag")?;
+            let name = body[..end].trim_end();
+            match stack.pop() {
+                Some(open) if open == name => {}
+                open => return Err(format!("</{name}> closes {open:?}")),
+            }
+            rest = &body[end + 1..];
+        } else {
+            let (name, empty, after) = start_tag(&rest[1..])?;
+            if stack.is_empty() {
+                roots += 1;
+                if roots > 1 {
+                    return Err(format!("a second root element <{name}>"));
+                }
+                if name != "svg" {
+                    return Err(format!("the root element is <{name}>, not <svg>"));
+                }
+            }
+            if !empty {
+                stack.push(name);
+            }
+            rest = after;
+        }
+    }
+    match (stack.last(), roots) {
+        (Some(open), _) => Err(format!("<{open}> is never closed")),
+        (None, 0) => Err("no root element".into()),
+        (None, _) => Ok(()),
+    }
+}
+
+/// Parses a start tag after its `<`: its name, whether it is empty (`/>`) and the text
+/// after it.
+fn start_tag(text: &str) -> Result<(&str, bool, &str), String> {
+    let name_len = text.find(|c: char| c.is_whitespace() || c == '>' || c == '/').ok_or("unterminated tag")?;
+    let name = &text[..name_len];
+    if !is_name(name) {
+        return Err(format!("bad element name {name:?}"));
+    }
+    let mut rest = &text[name_len..];
+    let mut seen: Vec<&str> = Vec::new();
+    loop {
+        let trimmed = rest.trim_start();
+        let had_space = trimmed.len() < rest.len();
+        rest = trimmed;
+        if let Some(after) = rest.strip_prefix("/>") {
+            return Ok((name, true, after));
+        }
+        if let Some(after) = rest.strip_prefix('>') {
+            return Ok((name, false, after));
+        }
+        if !had_space {
+            return Err(format!("<{name}>: attributes must be separated by white space"));
+        }
+        let eq = rest.find('=').ok_or_else(|| format!("<{name}>: attribute without a value"))?;
+        let attribute = rest[..eq].trim_end();
+        if !is_name(attribute) {
+            return Err(format!("<{name}>: bad attribute name {attribute:?}"));
+        }
+        if seen.contains(&attribute) {
+            return Err(format!("<{name}>: attribute {attribute} repeated"));
+        }
+        seen.push(attribute);
+        let value = rest[eq + 1..].trim_start();
+        let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'');
+        let quote = quote.ok_or_else(|| format!("<{name}>: {attribute} is not quoted"))?;
+        let end = value[1..].find(quote).ok_or_else(|| format!("<{name}>: {attribute} is not closed"))?;
+        let content = &value[1..1 + end];
+        if content.contains('<') {
+            return Err(format!("<{name}>: `<` in the value of {attribute}"));
+        }
+        check_references(content)?;
+        rest = &value[end + 2..];
+    }
+}
+
+/// Character data: no stray markup, valid references, and nothing but white space
+/// outside the root element.
+fn check_text(text: &str, inside: bool) -> Result<(), String> {
+    if !inside && !text.trim().is_empty() {
+        return Err(format!("text outside the root element: {:?}", text.trim()));
+    }
+    if text.contains("]]>") {
+        return Err("`]]>` in character data".into());
+    }
+    check_references(text)
+}
+
+/// Every `&` starts a predefined entity or a character reference.
+fn check_references(text: &str) -> Result<(), String> {
+    let mut rest = text;
+    while let Some(amp) = rest.find('&') {
+        rest = &rest[amp + 1..];
+        let end = rest.find(';').ok_or("`&` without `;`")?;
+        let reference = &rest[..end];
+        let valid = match reference.strip_prefix('#') {
+            Some(hex) if hex.starts_with('x') => {
+                u32::from_str_radix(&hex[1..], 16).ok().and_then(char::from_u32).is_some()
+            }
+            Some(dec) => dec.parse::<u32>().ok().and_then(char::from_u32).is_some(),
+            None => ["amp", "lt", "gt", "quot", "apos"].contains(&reference),
+        };
+        if !valid {
+            return Err(format!("bad reference &{reference};"));
+        }
+        rest = &rest[end + 1..];
+    }
+    Ok(())
+}
+
+/// An XML name, restricted to what SVG uses: letters, digits, `_`, `-`, `.`, `:`, not
+/// starting with a digit, `-` or `.`.
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Checks that every element is closed in order: enough to catch a broken writer.
     fn balanced(xml: &str) -> Result<(), String> {
-        let mut stack: Vec<String> = Vec::new();
-        let mut rest = xml;
-        while let Some(start) = rest.find('<') {
-            let end = rest[start..].find('>').ok_or("unterminated tag")? + start;
-            let tag = &rest[start + 1..end];
-            rest = &rest[end + 1..];
-            if tag.starts_with('?') || tag.starts_with('!') {
-                continue;
-            }
-            if let Some(name) = tag.strip_prefix('/') {
-                match stack.pop() {
-                    Some(open) if open == name.trim() => {}
-                    other => return Err(format!("</{name}> closes {other:?}")),
-                }
-            } else if !tag.ends_with('/') {
-                let name = tag.split_whitespace().next().ok_or("empty tag")?;
-                stack.push(name.to_string());
-            }
-        }
-        if stack.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("unclosed {stack:?}"))
-        }
+        check_well_formed(xml)
     }
 
     fn sample() -> Plot {
@@ -387,5 +520,27 @@ mod tests {
     fn escape_handles_all_markup_characters() {
         assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
         assert_eq!(escape("bell\u{7}"), "bell ");
+    }
+
+    #[test]
+    fn the_xml_checker_tells_good_from_bad() {
+        let good = "<?xml version=\"1.0\"?>\n<!-- a plot -->\n<svg a=\"1\" b='x &amp; y'><g><text>1 &lt; 2 &#956;s</text></g><line x=\"1\"/></svg>\n";
+        assert_eq!(check_well_formed(good), Ok(()));
+        for bad in [
+            "<svg><g></svg></g>",
+            "<svg>",
+            "<svg a=1></svg>",
+            "<svg a=\"1\" a=\"2\"></svg>",
+            "<svg a=\"1\"b=\"2\"></svg>",
+            "<svg>a & b</svg>",
+            "<svg>&nbsp;</svg>",
+            "<svg></svg><svg></svg>",
+            "<html></html>",
+            "text<svg></svg>",
+            "<svg a=\"<\"></svg>",
+            "",
+        ] {
+            assert!(check_well_formed(bad).is_err(), "{bad:?} passed");
+        }
     }
 }

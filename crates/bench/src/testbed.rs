@@ -1316,25 +1316,8 @@ mod tests {
 
     use super::*;
 
-    /// Every element closed in order: enough to catch a broken writer (the CLI's test
-    /// checks the files with a real tokenizer).
     fn balanced(xml: &str) -> bool {
-        let mut stack: Vec<&str> = Vec::new();
-        let mut rest = xml;
-        while let Some(start) = rest.find('<') {
-            let Some(len) = rest[start..].find('>') else { return false };
-            let tag = &rest[start + 1..start + len];
-            rest = &rest[start + len + 1..];
-            if tag.starts_with('?') || tag.starts_with('!') || tag.ends_with('/') {
-                continue;
-            }
-            match tag.strip_prefix('/') {
-                Some(name) if stack.pop() != Some(name.trim()) => return false,
-                Some(_) => {}
-                None => stack.push(tag.split_whitespace().next().unwrap_or("")),
-            }
-        }
-        stack.is_empty()
+        crate::svg::check_well_formed(xml).is_ok()
     }
 
     fn sample_json() -> Value {
