@@ -37,7 +37,6 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::conditions::Conditions;
-use crate::ipc::svg_path_for;
 use crate::report::{Better, Headline, PaperFigure, Report};
 use crate::stats::Throughput;
 use crate::svg::escape;
@@ -1271,20 +1270,9 @@ pub fn plot_svg(report: &Report) -> String {
     let (y_max, step) = nice_axis(top);
     let py = |v: f64| TOP + plot_h - (v.clamp(0.0, y_max) / y_max) * plot_h;
 
-    let mut svg = String::new();
-    // `write!` into a String cannot fail; the results are ignored on purpose.
-    let _ = writeln!(
-        svg,
-        r#"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
-<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>
-<text x="{:.1}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
-        LEFT + plot_w / 2.0,
-        escape(&format!(
-            "fileread: read throughput per method (median, min-max){}",
-            if report.quick { " [quick]" } else { "" }
-        ))
-    );
+    let title =
+        format!("fileread: read throughput per method (median, min-max){}", if report.quick { " [quick]" } else { "" });
+    let mut svg = crate::svg::open_document(W, H, LEFT + plot_w / 2.0, &title);
     let ticks = (y_max / step).round() as usize;
     for k in 0..=ticks {
         let v = k as f64 * step;
@@ -1651,10 +1639,7 @@ pub fn run(opts: &FilereadOptions) -> Result<Report, BenchError> {
     report.notes.extend(notes);
 
     if let Some(path) = &opts.json {
-        report.write_json(path).map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-        let svg_path = svg_path_for(path);
-        std::fs::write(&svg_path, plot_svg(&report))
-            .map_err(|e| BenchError::io(format!("writing {}", svg_path.display()), e))?;
+        report.write_json_and_plot(path, &plot_svg(&report))?;
     }
     Ok(report)
 }

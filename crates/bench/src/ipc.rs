@@ -15,7 +15,7 @@
 //! 0.160 ms").
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::json;
@@ -25,6 +25,7 @@ use crate::fit::{fit_cost, CostFit};
 use crate::peers::{memcpy_bandwidth, FutexPeer, PipePeer, SeqpacketPeer};
 use crate::pin::{self, PinPlan};
 use crate::ports::{NullPair, PortMode, PortTransport};
+pub use crate::report::svg_path_for;
 use crate::report::{Better, Headline, PaperFigure, Report};
 use crate::stats::{LatencyRecorder, Throughput};
 use crate::svg::{Axis, Plot, Scale, Series, TickFormat};
@@ -261,24 +262,9 @@ pub fn run(opts: &IpcOptions) -> Result<Report, BenchError> {
     report.notes.extend(notes);
 
     if let Some(path) = &opts.json {
-        report.write_json(path).map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-        let svg_path = svg_path_for(path);
-        std::fs::write(&svg_path, plot_svg(&report))
-            .map_err(|e| BenchError::io(format!("writing {}", svg_path.display()), e))?;
+        report.write_json_and_plot(path, &plot_svg(&report))?;
     }
     Ok(report)
-}
-
-/// The plot's path for a JSON path: same name, `.svg` extension.
-pub fn svg_path_for(json: &Path) -> PathBuf {
-    let svg = json.with_extension("svg");
-    if svg == json {
-        let mut name = json.as_os_str().to_owned();
-        name.push(".svg");
-        PathBuf::from(name)
-    } else {
-        svg
-    }
 }
 
 /// Runs every size, transports interleaved in rounds.
@@ -530,6 +516,7 @@ fn add_stub_overhead(report: &mut Report, pair: &crate::ports::NullTimes) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn plans_shrink_with_size_and_stay_bounded() {

@@ -196,6 +196,14 @@ impl Report {
         std::fs::write(path, text)
     }
 
+    /// Writes the JSON to `path` and a plot beside it (same name, `.svg` extension),
+    /// as `--json FILE` promises for every experiment.
+    pub fn write_json_and_plot(&self, path: &Path, svg: &str) -> Result<(), crate::BenchError> {
+        self.write_json(path).map_err(|e| crate::BenchError::io(format!("writing {}", path.display()), e))?;
+        let svg_path = svg_path_for(path);
+        std::fs::write(&svg_path, svg).map_err(|e| crate::BenchError::io(format!("writing {}", svg_path.display()), e))
+    }
+
     /// Prints the readable table to standard output.
     pub fn print_table(&self) {
         let mut out = io::stdout().lock();
@@ -385,6 +393,18 @@ fn write_aligned(out: &mut dyn Write, lines: &[Vec<String>]) -> io::Result<()> {
         writeln!(out, "{}", text.trim_end())?;
     }
     Ok(())
+}
+
+/// The plot's path for a JSON path: same name, `.svg` extension.
+pub fn svg_path_for(json: &Path) -> std::path::PathBuf {
+    let svg = json.with_extension("svg");
+    if svg == json {
+        let mut name = json.as_os_str().to_owned();
+        name.push(".svg");
+        std::path::PathBuf::from(name)
+    } else {
+        svg
+    }
 }
 
 #[cfg(test)]

@@ -173,6 +173,19 @@ fn trim_number(v: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// The opening of a standalone plot: XML declaration, the `<svg>` root of this size on a
+/// white background, and the title centred at `title_x`. The caller closes `</svg>`.
+pub fn open_document(width: f64, height: f64, title_x: f64, title: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n\
+         <text x=\"{title_x:.1}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
+        escape(title)
+    )
+}
+
 /// Escapes text for XML content and attribute values.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -216,17 +229,7 @@ impl Plot {
         let px = |t: f64| LEFT + (t - xr.lo) / (xr.hi - xr.lo) * plot_w;
         let py = |t: f64| TOP + plot_h - (t - yr.lo) / (yr.hi - yr.lo) * plot_h;
 
-        let mut svg = String::new();
-        // `write!` into a String cannot fail; the results are ignored on purpose.
-        let _ = writeln!(
-            svg,
-            r#"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
-<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>
-<text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
-            LEFT + plot_w / 2.0,
-            escape(&self.title)
-        );
+        let mut svg = open_document(WIDTH, HEIGHT, LEFT + plot_w / 2.0, &self.title);
 
         // Grid, ticks and tick labels.
         for t in self.x.scale.ticks(xr) {
