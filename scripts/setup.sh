@@ -4,8 +4,9 @@
 set -euo pipefail
 
 need_apt=()
-# Debian packages ictus needs. (Later parts add rt-tests, xvfb, …)
-for pkg in ${ICTUS_APT_PACKAGES:-}; do
+# Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
+# experiments (alarm, midi). ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
