@@ -16,15 +16,19 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests"
 cargo test --workspace --locked
 
-step "fuzz: the message decoder, 30 s"
+step "fuzz: every parser of untrusted input (cargo-fuzz targets), ${ICTUS_FUZZ_SECONDS:-20} s each"
 if cargo +nightly --version >/dev/null 2>&1; then
   if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     cargo install --locked cargo-fuzz
   fi
-  corpus="$(mktemp -d)"
-  # New inputs go to a scratch corpus; the committed seeds are read, never written.
-  (cd fuzz && cargo +nightly fuzz run decode "$corpus" corpus/decode -- -max_total_time=30)
-  rm -rf "$corpus"
+  for target in $(cd fuzz && cargo +nightly fuzz list); do
+    corpus="$(mktemp -d)"
+    mkdir -p "fuzz/corpus/$target"
+    # New inputs go to a scratch corpus; the committed seeds are read, never written.
+    (cd fuzz && cargo +nightly fuzz run "$target" "$corpus" "corpus/$target" -- \
+      -max_total_time="${ICTUS_FUZZ_SECONDS:-20}")
+    rm -rf "$corpus"
+  done
 else
   echo "skipped: no nightly toolchain here (the corpus is still replayed by the tests)" >&2
 fi
