@@ -14,6 +14,8 @@
 //!   Liu–Layland bound for comparison.
 //! - [`sim`]: a dispatcher driven on a virtual clock, for tests and experiments.
 //! - [`clock`]: `CLOCK_MONOTONIC` and `CLOCK_REALTIME`, for the shells.
+//! - [`runtime`]: Real-Time Upcalls on the real clock: a dispatcher thread with a
+//!   `SCHED_DEADLINE` reservation when permitted, create/run/suspend/destroy from any thread.
 //! - [`thread`]: real-time thread control (`SCHED_FIFO`/`SCHED_RR`/`SCHED_DEADLINE`,
 //!   affinity, `mlockall`, timer slack), granted as far as permitted and reported.
 //!
@@ -29,6 +31,7 @@
 pub mod admission;
 pub mod alarm;
 pub mod clock;
+pub mod runtime;
 pub mod sim;
 pub mod thread;
 pub mod time;
