@@ -1,0 +1,782 @@
+//! The clock server: an alarm queue, a timer, and the two ports.
+//!
+//! One thread polls four things: the stop channel, a port set (the clock port, the
+//! control port and the notify port), a `timerfd` armed with `TFD_TIMER_ABSTIME` on
+//! `CLOCK_MONOTONIC` for the queue's next deadline, and, when it has one, the control
+//! socket ([`crate::control`]). Requests on the clock port go to a generated
+//! [`ClockServer`]; requests on the control port to one that answers [`ClockControl`]
+//! too, so a control request on the clock port is `MIG_BAD_ID`. [`Clock::sleep`] is
+//! intercepted before the generated code: the server keeps the reply right in the queue
+//! and answers when the time comes.
+//!
+//! # Rights and references
+//!
+//! Every pending alarm holds the user reference of its port's right that the request
+//! brought (send rights to the same port coalesce to one name with several references;
+//! each send-once right has a name of its own); every pending sleep holds its reply
+//! right. For each such name the server arms one dead-name request (a count per name,
+//! cancelled when the last entry for it goes), so that a client that dies — even by
+//! `kill -9` — has its alarms and sleeps removed from the queue when the kernel closes
+//! its connections, not when they come due. Sending an alarm to a port that turns out
+//! to be dead does the same at once. Alarm messages and sleep replies are sent without
+//! waiting (a full queue drops the alarm and counts it), so no client can stall the
+//! clock.
+//!
+//! # Quotas
+//!
+//! Pending alarms and sleeps are counted per client, a client being the
+//! kernel-verified pid of the request's sender; over its quota a request is refused
+//! with [`ClockError::QuotaExceeded`], and the whole queue holds at most
+//! [`MAX_PENDING`].
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ictus_abi::{Name, NotifyId};
+use ictus_idl::{Context, DeadNameWatches, Decode, Dispatched, Encode, Encoder, Outcome, Service, ServicePorts};
+use ictus_ipc::{
+    Credentials, ReceiveError, ReceiveOptions, Received, ReceivedRight, RightKind, RightsError, SendError, SendOptions,
+    Space,
+};
+use ictus_name_server::socket::{ListenError, Listener};
+use ictus_rt::{clock, AlarmId, AlarmQueue, Time};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+
+use crate::protocol::{
+    AlarmMessage, AlarmPort, Clock, ClockControl, ClockControlServer, ClockError, ClockServer, ClockStats, WireTime,
+    WireWhen, DEFAULT_CLIENT_QUOTA, MAX_CLIENT_QUOTA, MAX_PENDING, MAX_RESOLUTION, SLEEP,
+};
+
+/// Why the server could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Allocating or arranging the server's ports failed.
+    #[error("setting up the clock server's ports: {0}")]
+    Rights(#[from] RightsError),
+    /// Another clock server holds the control socket's path.
+    #[error("a clock server is already running with the control socket {0}")]
+    AlreadyRunning(PathBuf),
+    /// The control socket could not be set up.
+    #[error("the clock-control socket: {0}")]
+    Listen(ListenError),
+    /// The timer could not be made or armed.
+    #[error("the clock server's timer: {0}")]
+    Timer(Errno),
+    /// Receiving failed persistently.
+    #[error("receiving requests: {0}")]
+    Receive(ReceiveError),
+    /// Waiting for work failed.
+    #[error("waiting for requests: {0}")]
+    Poll(Errno),
+    /// Setting up the stop channel or the signal handlers failed.
+    #[error("setting up signal handling: {0}")]
+    Signals(std::io::Error),
+    /// The server thread could not be started.
+    #[error("starting the server thread: {0}")]
+    Thread(std::io::Error),
+    /// The server thread panicked.
+    #[error("the clock server thread panicked")]
+    Panicked,
+}
+
+impl From<ListenError> for ServeError {
+    fn from(e: ListenError) -> ServeError {
+        // The socket code is the name server's, and so are its messages; say "clock".
+        match e {
+            ListenError::AlreadyRunning(p) => ServeError::AlreadyRunning(p),
+            e => ServeError::Listen(e),
+        }
+    }
+}
+
+/// Consecutive receive failures (other than malformed messages) after which the server
+/// gives up instead of spinning.
+const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
+/// Messages handled per wake-up before looking at the timer again.
+const BATCH: usize = 64;
+
+/// What waits in the queue.
+#[derive(Debug)]
+enum Pending {
+    /// An alarm message to send.
+    Alarm { port: Name, kind: RightKind, owner: Credentials, tag: u64, requested: Time },
+    /// A sleeping client's reply.
+    Sleep { reply: ReceivedRight, owner: Credentials },
+}
+
+impl Pending {
+    fn right(&self) -> Name {
+        match self {
+            Pending::Alarm { port, .. } => *port,
+            Pending::Sleep { reply, .. } => reply.name,
+        }
+    }
+
+    fn owner(&self) -> Credentials {
+        match self {
+            Pending::Alarm { owner, .. } | Pending::Sleep { owner, .. } => *owner,
+        }
+    }
+}
+
+/// The queue and everything counted beside it.
+#[derive(Debug)]
+struct Table {
+    queue: AlarmQueue<Pending>,
+    /// Pending entries per client pid.
+    per_client: HashMap<u32, u32>,
+    /// Armed dead-name requests: entries per right name.
+    watched: DeadNameWatches,
+    quota: u32,
+    alarms_sent: u64,
+    alarms_dropped: u64,
+    sleeps_answered: u64,
+}
+
+impl Table {
+    fn admit(&self, pid: u32) -> Result<(), ClockError> {
+        if self.queue.len() >= MAX_PENDING {
+            return Err(ClockError::Full);
+        }
+        if self.per_client.get(&pid).copied().unwrap_or(0) >= self.quota {
+            return Err(ClockError::QuotaExceeded);
+        }
+        Ok(())
+    }
+
+    fn charge(&mut self, pid: u32) {
+        *self.per_client.entry(pid).or_insert(0) += 1;
+    }
+
+    fn refund(&mut self, pid: u32) {
+        if let Some(n) = self.per_client.get_mut(&pid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_client.remove(&pid);
+            }
+        }
+    }
+
+    fn stats(&self) -> ClockStats {
+        let sleeps = self.queue.iter().filter(|(_, _, p)| matches!(p, Pending::Sleep { .. })).count() as u64;
+        ClockStats {
+            pending_alarms: self.queue.len() as u64 - sleeps,
+            pending_sleeps: sleeps,
+            alarms_sent: self.alarms_sent,
+            alarms_dropped: self.alarms_dropped,
+            sleeps_answered: self.sleeps_answered,
+            clients: self.per_client.len() as u64,
+            client_quota: self.quota,
+            resolution: WireTime::from_duration(self.queue.resolution()),
+        }
+    }
+}
+
+/// The server's state, shared by the generated services and the server's own loop. Only
+/// the server's thread touches it; the lock is what lets both hold it.
+#[derive(Debug)]
+struct State {
+    space: Space,
+    notify: Name,
+    control: Name,
+    table: Mutex<Table>,
+}
+
+impl State {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_dead(&self, right: Name) -> bool {
+        match self.space.right_kinds(right) {
+            Ok(k) => k.contains(&RightKind::DeadName),
+            Err(_) => true,
+        }
+    }
+
+    /// The port behind `right` died: drop every entry that uses it, and the dead name.
+    fn purge(&self, t: &mut Table, right: Name) {
+        let removed = t.queue.remove_if(|p| p.right() == right);
+        for (_, p) in &removed {
+            t.refund(p.owner().pid);
+            if matches!(p, Pending::Alarm { .. }) {
+                t.alarms_dropped += 1;
+            }
+        }
+        t.watched.forget(&self.space, right);
+        if self.is_dead(right) {
+            let _ = self.space.destroy(right);
+        } else {
+            for _ in &removed {
+                let _ = self.space.deallocate(right);
+            }
+        }
+    }
+
+    /// Release a pending entry that will not be carried out (cancelled, or the server
+    /// stopping): its dead-name count, its right.
+    fn release(&self, t: &mut Table, p: Pending) {
+        t.refund(p.owner().pid);
+        let right = p.right();
+        t.watched.unwatch(&self.space, right);
+        let _ = self.space.deallocate(right);
+    }
+
+    /// Carry out everything due at `now`.
+    fn fire(&self, now: Time) {
+        let mut t = self.table();
+        let due = t.queue.pop_due(now);
+        for (id, p) in due {
+            t.refund(p.owner().pid);
+            match p {
+                Pending::Alarm { port, kind, tag, requested, .. } => {
+                    let msg = AlarmMessage { alarm: id.as_raw(), tag, requested, sent: clock::now() };
+                    // The watch goes before the right is used up or released.
+                    t.watched.unwatch(&self.space, port);
+                    let sent =
+                        self.space.send(port, &mut msg.to_message(), SendOptions { timeout: Some(Duration::ZERO) });
+                    match sent {
+                        Ok(()) => t.alarms_sent += 1,
+                        Err(_) => t.alarms_dropped += 1,
+                    }
+                    // A send right keeps its reference after a send; a send-once right
+                    // is used up by one that went.
+                    if kind == RightKind::Send || sent.is_err() {
+                        let _ = self.space.deallocate(port);
+                    }
+                    if matches!(sent, Err(SendError::InvalidDest(_))) {
+                        // The port died: its other alarms go too, and the dead name.
+                        self.purge(&mut t, port);
+                    }
+                }
+                Pending::Sleep { reply, .. } => {
+                    t.watched.unwatch(&self.space, reply.name);
+                    let mut enc = Encoder::new(ictus_idl::reply_id(SLEEP));
+                    let encoded =
+                        0u32.encode(&mut enc).and_then(|()| WireTime::from_time(clock::now()).encode(&mut enc));
+                    let sent = encoded.is_ok()
+                        && self
+                            .space
+                            .send(reply.name, &mut enc.into_message(), SendOptions { timeout: Some(Duration::ZERO) })
+                            .is_ok();
+                    if sent {
+                        t.sleeps_answered += 1;
+                    }
+                    if !sent || reply.kind != RightKind::SendOnce {
+                        let _ = self.space.deallocate(reply.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A dead-name notification named `name`.
+    fn dead_name(&self, name: Name) {
+        if self.space.right_kinds(name).is_ok_and(|k| k == [RightKind::DeadName]) {
+            self.purge(&mut self.table(), name);
+        }
+    }
+
+    /// A sleep request, with its reply deferred until it is due.
+    fn sleep_request(&self, req: &mut Received) -> Outcome {
+        if req.reply.is_none() {
+            return Outcome::BadRequest(ictus_idl::DecodeError::NoReplyRight);
+        }
+        let when = {
+            let mut dec = ictus_idl::Decoder::new(req);
+            WireWhen::decode(&mut dec).and_then(|w| dec.finish().map(|()| w))
+        };
+        let when = match when {
+            Ok(w) => w,
+            Err(e) => return Outcome::BadRequest(e),
+        };
+        let arrival = clock::now();
+        let when = match when.to_when() {
+            Ok(w) => w,
+            Err(e) => return ictus_idl::reply::<WireTime, ClockError>(req, SLEEP, Err(e)),
+        };
+        let at = when.resolve(arrival);
+        let mut t = self.table();
+        if let Err(e) = t.admit(req.sender.pid) {
+            return ictus_idl::reply::<WireTime, ClockError>(req, SLEEP, Err(e));
+        }
+        if at.round_up(t.queue.resolution()) <= arrival {
+            t.sleeps_answered += 1;
+            return ictus_idl::reply::<WireTime, ClockError>(req, SLEEP, Ok(WireTime::from_time(clock::now())));
+        }
+        let Some(reply) = req.reply.take() else {
+            return Outcome::BadRequest(ictus_idl::DecodeError::NoReplyRight);
+        };
+        let owner = req.sender;
+        // Best effort: a reply right that cannot be watched is still answered when due.
+        let _ = t.watched.watch(&self.space, reply.name, self.notify).map_err(|_| ClockError::DeadPort);
+        match t.queue.insert(at, Pending::Sleep { reply, owner }) {
+            Ok(_) => {
+                t.charge(owner.pid);
+                Outcome::OneWay
+            }
+            Err(e) => {
+                let Pending::Sleep { reply, .. } = e.into_payload() else { unreachable!("a sleep came back") };
+                t.watched.unwatch(&self.space, reply.name);
+                req.reply = Some(reply);
+                ictus_idl::reply::<WireTime, ClockError>(req, SLEEP, Err(ClockError::Full))
+            }
+        }
+    }
+
+    fn set_alarm_inner(
+        &self,
+        t: &mut Table,
+        sender: Credentials,
+        when: WireWhen,
+        port: AlarmPort,
+        tag: u64,
+    ) -> Result<(u64, WireTime), ClockError> {
+        let arrival = clock::now();
+        let at = when.to_when()?.resolve(arrival);
+        t.admit(sender.pid)?;
+        let name = port.name();
+        if self.is_dead(name) {
+            return Err(ClockError::DeadPort);
+        }
+        t.watched.watch(&self.space, name, self.notify).map_err(|_| ClockError::DeadPort)?;
+        let pending = Pending::Alarm { port: name, kind: port.kind(), owner: sender, tag, requested: at };
+        match t.queue.insert(at, pending) {
+            Ok(id) => {
+                t.charge(sender.pid);
+                Ok((id.as_raw(), WireTime::from_time(at)))
+            }
+            Err(_) => {
+                t.watched.unwatch(&self.space, name);
+                Err(ClockError::Full)
+            }
+        }
+    }
+
+    fn release_all(&self) {
+        let mut t = self.table();
+        let all = t.queue.remove_if(|_| true);
+        for (_, p) in all {
+            self.release(&mut t, p);
+        }
+    }
+}
+
+/// The clock port's methods. Rights a request brings belong to the method: an alarm's
+/// port is kept while the alarm is pending and released when it is refused.
+impl Clock for Arc<State> {
+    fn read(&self) -> Result<(WireTime, WireTime), ClockError> {
+        Ok((WireTime::from_time(clock::now()), WireTime::from_time(clock::wall())))
+    }
+
+    fn sleep(&self, _cx: &Context, _when: WireWhen) -> Result<WireTime, ClockError> {
+        // Reached only without the server's loop, which defers the reply.
+        Err(ClockError::NotHere)
+    }
+
+    fn set_alarm(
+        &self,
+        cx: &Context,
+        when: WireWhen,
+        port: AlarmPort,
+        tag: u64,
+    ) -> Result<(u64, WireTime), ClockError> {
+        let mut t = self.table();
+        let result = self.set_alarm_inner(&mut t, cx.sender, when, port, tag);
+        if result.is_err() {
+            let _ = self.space.deallocate(port.name());
+        }
+        result
+    }
+
+    fn cancel_alarm(&self, cx: &Context, alarm: u64) -> Result<(), ClockError> {
+        let mut t = self.table();
+        let id = AlarmId::from_raw(alarm);
+        let owner = match t.queue.get(id) {
+            Some((_, Pending::Alarm { owner, .. })) => *owner,
+            // Sleeps have ids in the same sequence but are not alarms.
+            _ => return Err(ClockError::NoSuchAlarm),
+        };
+        let by_owner = owner.pid == cx.sender.pid && owner.uid == cx.sender.uid;
+        if !by_owner && cx.port != self.control {
+            return Err(ClockError::NotOwner);
+        }
+        if let Some(p) = t.queue.cancel(id) {
+            self.release(&mut t, p);
+        }
+        Ok(())
+    }
+
+    fn resolution(&self) -> Result<WireTime, ClockError> {
+        Ok(WireTime::from_duration(self.table().queue.resolution()))
+    }
+}
+
+impl ClockControl for Arc<State> {
+    fn set_resolution(&self, resolution: WireTime) -> Result<WireTime, ClockError> {
+        let d = resolution.to_duration()?;
+        if d > MAX_RESOLUTION {
+            return Err(ClockError::BadResolution);
+        }
+        let mut t = self.table();
+        let previous = t.queue.resolution();
+        t.queue.set_resolution(d);
+        Ok(WireTime::from_duration(previous))
+    }
+
+    fn stats(&self) -> Result<ClockStats, ClockError> {
+        Ok(self.table().stats())
+    }
+
+    fn set_client_quota(&self, quota: u32) -> Result<u32, ClockError> {
+        if !(1..=MAX_CLIENT_QUOTA).contains(&quota) {
+            return Err(ClockError::BadResolution);
+        }
+        let mut t = self.table();
+        Ok(std::mem::replace(&mut t.quota, quota))
+    }
+}
+
+/// The generated [`ClockServer`], with [`Clock::sleep`] taken aside so that its reply
+/// can wait.
+struct ClockService {
+    state: Arc<State>,
+    generated: ClockServer<Arc<State>>,
+}
+
+impl Service for ClockService {
+    fn ids(&self) -> RangeInclusive<i32> {
+        self.generated.ids()
+    }
+
+    fn dispatch(&self, space: &Space, req: &mut Received) -> Outcome {
+        if req.id == SLEEP {
+            return self.state.sleep_request(req);
+        }
+        self.generated.dispatch(space, req)
+    }
+}
+
+/// A shared view of a server's counters, usable from other threads.
+#[derive(Clone, Debug)]
+pub struct StatsHandle(Arc<State>);
+
+impl StatsHandle {
+    /// The counters now.
+    pub fn stats(&self) -> ClockStats {
+        self.0.table().stats()
+    }
+}
+
+/// The clock server: its ports, its queue and its timer. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    space: Space,
+    pid: u32,
+    state: Arc<State>,
+    clock_requests: ictus_idl::Server,
+    control_requests: ictus_idl::Server,
+    timer: crate::timer::Timer,
+    malformed: u64,
+    consecutive_errors: u32,
+    // Last: dropped after `Drop for Server` has released the pending rights.
+    ports: ServicePorts<2>,
+}
+
+impl Server {
+    /// A server with its ports allocated in `space` (the process's own,
+    /// [`Space::task`], for a real server).
+    pub fn new(space: Space) -> Result<Server, ServeError> {
+        let ports = ServicePorts::allocate(&space)?;
+        let table = Table {
+            queue: AlarmQueue::new(MAX_PENDING),
+            per_client: HashMap::new(),
+            watched: DeadNameWatches::new(),
+            quota: DEFAULT_CLIENT_QUOTA,
+            alarms_sent: 0,
+            alarms_dropped: 0,
+            sleeps_answered: 0,
+        };
+        let state = Arc::new(State {
+            space: space.clone(),
+            notify: ports.notify(),
+            control: ports.service(1),
+            table: Mutex::new(table),
+        });
+        let service = || ClockService { state: Arc::clone(&state), generated: ClockServer(Arc::clone(&state)) };
+        // Replies never wait: a client that stops reading must not stall the clock.
+        let clock_requests =
+            ictus_idl::Server::new(&space, ports.set()).with(service()).with_reply_timeout(Duration::ZERO);
+        let control_requests = ictus_idl::Server::new(&space, ports.set())
+            .with(service())
+            .with(ClockControlServer(Arc::clone(&state)))
+            .with_reply_timeout(Duration::ZERO);
+        let timer = crate::timer::Timer::new().map_err(ServeError::Timer)?;
+        Ok(Server {
+            space,
+            pid: std::process::id(),
+            state,
+            clock_requests,
+            control_requests,
+            timer,
+            malformed: 0,
+            consecutive_errors: 0,
+            ports,
+        })
+    }
+
+    /// The space the server's rights live in.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The clock port's receive right, in [`Server::space`].
+    pub fn clock_port(&self) -> Name {
+        self.ports.service(0)
+    }
+
+    /// The clock-control port's receive right, in [`Server::space`].
+    pub fn control_port(&self) -> Name {
+        self.ports.service(1)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ClockStats {
+        self.state.table().stats()
+    }
+
+    /// A handle to the counters for other threads.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(Arc::clone(&self.state))
+    }
+
+    /// Malformed messages received (and destroyed by the nucleus) so far.
+    pub fn malformed(&self) -> u64 {
+        self.malformed
+    }
+
+    /// Serve until `stop` becomes readable (a byte written, or its peer closed): ports,
+    /// the timer, and the control socket if there is one.
+    pub fn run(&mut self, control: Option<&Listener>, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
+        let ports = self.space.pollable_fd(self.ports.set())?;
+        let mut rcv = Received::new();
+        loop {
+            let next = self.state.table().queue.next_deadline();
+            self.timer.arm(next).map_err(ServeError::Timer)?;
+            let (stop_ready, ports_ready, timer_ready, listen_ready) = {
+                let mut fds = vec![
+                    PollFd::from_borrowed_fd(stop, PollFlags::IN),
+                    PollFd::new(&ports, PollFlags::IN),
+                    PollFd::from_borrowed_fd(self.timer.as_fd(), PollFlags::IN),
+                ];
+                if let Some(l) = control {
+                    fds.push(PollFd::from_borrowed_fd(l.as_fd(), PollFlags::IN));
+                }
+                match poll(&mut fds, None) {
+                    Ok(_) => {}
+                    Err(Errno::INTR) => continue,
+                    Err(e) => return Err(ServeError::Poll(e)),
+                }
+                let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+                (ready(0), ready(1), ready(2), ready(3))
+            };
+            if stop_ready {
+                return Ok(());
+            }
+            if timer_ready {
+                self.timer.clear();
+                self.state.fire(clock::now());
+            }
+            if ports_ready {
+                self.handle_pending(&mut rcv, BATCH)?;
+            }
+            if let (true, Some(l)) = (listen_ready, control) {
+                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service(1)).ok());
+                if refused > 0 {
+                    eprintln!(
+                        "ictus clock-server: refused the control port to {refused} connection(s) from another user"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Receive and handle up to `max` messages that are already waiting; returns how
+    /// many were handled.
+    pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
+        let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
+        let mut handled = 0;
+        while handled < max {
+            match self.space.receive(self.ports.set(), rcv, now) {
+                Ok(()) => {
+                    self.consecutive_errors = 0;
+                    self.handle(rcv);
+                    handled += 1;
+                }
+                Err(ReceiveError::TimedOut) => break,
+                Err(e @ ReceiveError::Malformed { .. }) => {
+                    self.malformed += 1;
+                    if self.malformed.is_power_of_two() {
+                        eprintln!("ictus clock-server: dropped a malformed message ({} so far): {e}", self.malformed);
+                    }
+                }
+                Err(e) => {
+                    self.consecutive_errors += 1;
+                    if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+                        return Err(ServeError::Receive(e));
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    /// Handle one received message: a notification on the notify port, a request on
+    /// the clock or control port.
+    pub fn handle(&self, msg: &mut Received) -> Dispatched {
+        if msg.port == self.ports.notify() {
+            // Only this process's notifier sends here; the kernel stamps the pid.
+            if msg.sender.pid == self.pid && msg.id == NotifyId::DeadName.id() {
+                if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
+                    self.state.dead_name(name);
+                }
+            }
+            ictus_idl::release_rights(&self.space, msg);
+            return Dispatched::OneWay;
+        }
+        if msg.port == self.ports.service(1) {
+            self.control_requests.handle(msg)
+        } else {
+            self.clock_requests.handle(msg)
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Pending rights first (sleepers see their call fail when the reply rights go);
+        // the ports go with `self.ports` afterwards.
+        self.state.release_all();
+    }
+}
+
+/// How [`spawn`] starts a server.
+#[derive(Default)]
+pub struct Options {
+    /// Hand the control port out on this socket ([`crate::control`]).
+    pub control_socket: Option<PathBuf>,
+    /// Run on the server thread before serving (for example, to raise its priority).
+    pub setup: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("control_socket", &self.control_socket)
+            .field("setup", &self.setup.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+/// A server running on a thread of this process (for tests, benchmarks, and programs
+/// that embed one). Dropping it stops the server.
+#[derive(Debug)]
+#[must_use = "dropping a Running stops the server"]
+pub struct Running {
+    thread: Option<JoinHandle<Result<(), ServeError>>>,
+    stop: Option<UnixStream>,
+    space: Space,
+    clock: Name,
+    control: Name,
+    stats: StatsHandle,
+    path: Option<PathBuf>,
+}
+
+/// Start a server on a new thread, its ports in `space`. When this returns the control
+/// socket (if any) is listening.
+pub fn spawn(space: Space, options: Options) -> Result<Running, ServeError> {
+    let listener = options.control_socket.as_deref().map(Listener::bind).transpose()?;
+    let mut server = Server::new(space.clone())?;
+    let (clock, control, stats) = (server.clock_port(), server.control_port(), server.stats_handle());
+    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
+    let setup = options.setup;
+    let thread = std::thread::Builder::new()
+        .name("ictus-clock-server".into())
+        .spawn(move || {
+            if let Some(f) = setup {
+                f();
+            }
+            let r = server.run(listener.as_ref(), stop_r.as_fd());
+            drop(server);
+            drop(listener);
+            r
+        })
+        .map_err(ServeError::Thread)?;
+    Ok(Running { thread: Some(thread), stop: Some(stop_w), space, clock, control, stats, path: options.control_socket })
+}
+
+impl Running {
+    /// The space the server's rights live in.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The clock port's receive right in [`Running::space`].
+    pub fn clock_port(&self) -> Name {
+        self.clock
+    }
+
+    /// The control port's receive right in [`Running::space`].
+    pub fn control_port(&self) -> Name {
+        self.control
+    }
+
+    /// The control socket, if the server listens on one.
+    pub fn control_socket(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// A new send right to the clock port, as a descriptor (for
+    /// [`Space::insert_send_fd`]).
+    pub fn clock_fd(&self) -> Result<OwnedFd, RightsError> {
+        self.space.send_right_fd(self.clock)
+    }
+
+    /// A new send right to the control port, as a descriptor.
+    pub fn control_fd(&self) -> Result<OwnedFd, RightsError> {
+        self.space.send_right_fd(self.control)
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> ClockStats {
+        self.stats.stats()
+    }
+
+    /// Stop the server, wait for its thread, and report how it ended. Its ports die
+    /// (sleeping clients' calls fail with `ServerDied`) and its socket path is removed.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), ServeError> {
+        drop(self.stop.take());
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| ServeError::Panicked)?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
