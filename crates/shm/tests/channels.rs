@@ -1,0 +1,185 @@
+//! Channels within one process: set-up over a port, round trips, loans, wrap-around,
+//! the pollable descriptors, and clean teardown.
+#![cfg(not(loom))] // the channels need the real atomics; `tests/loom.rs` is the model
+
+mod common;
+
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use common::*;
+use ictus_shm::{CloseReason, Event, RecvError, SendError, ServerConfig, SleepMode, WaitConfig};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+#[test]
+fn records_of_every_size_go_round_and_wrap() {
+    let server = EchoServer::start(ServerConfig::default());
+    let mut c = server.client(options(geometry(0)));
+    let Event::Opened { client, credentials, .. } = server.event() else { panic!("not an open") };
+    assert_eq!(credentials.pid, std::process::id());
+    let max = c.geometry().request.max_payload() as usize;
+    for n in 0..400usize {
+        let len = (n * 37) % (max + 1);
+        let data = pattern(len, n as u8);
+        let (tag, back) = round_trip(&mut c, n as u32, &data);
+        assert_eq!(tag, n as u32 + 1);
+        assert_eq!(back, data, "record {n} of {len} bytes");
+    }
+    assert!(matches!(c.send(0, &vec![0; max + 1]), Err(SendError::TooLarge { .. })));
+    drop(c);
+    assert_eq!(server.event(), Event::Closed { client, reason: CloseReason::PeerGone });
+}
+
+#[test]
+fn loans_write_in_place_and_pool_buffers_come_back() {
+    let server = EchoServer::start(ServerConfig::default());
+    let mut c = server.client(options(geometry(3)));
+    // In the ring: written in place, truncated, committed.
+    let mut loan = c.loan(100).expect("loan");
+    loan[..5].copy_from_slice(b"hello");
+    loan.truncate(5);
+    loan.commit(7);
+    let r = c.recv(Some(WATCHDOG)).expect("reply");
+    assert_eq!((r.tag(), r.to_vec()), (8, b"hello".to_vec()));
+    drop(r);
+    // A loan dropped uncommitted sends nothing.
+    {
+        let _abandoned = c.loan(10).expect("loan");
+    }
+    // Pool buffers: more frames than buffers, so they must come back to be reused.
+    for frame in 0..20u8 {
+        let len = 60_000 + usize::from(frame);
+        let data = pattern(len, frame);
+        let mut p = loop {
+            match c.loan_pool(len) {
+                Ok(p) => break p,
+                Err(SendError::Full) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("pool loan: {e}"),
+            }
+        };
+        p.copy_from_slice(&data);
+        p.commit(100).expect("commit");
+        let r = c.recv(Some(WATCHDOG)).expect("digest");
+        assert_eq!(r.to_vec(), digest(&data));
+    }
+    eventually("every pool buffer returned", || c.pool_free() == 3);
+    assert!(matches!(c.loan_pool(1 << 20), Err(SendError::TooLarge { .. })));
+}
+
+#[test]
+fn blocking_waits_on_both_sides_and_poll_mode_server() {
+    for sleep in [SleepMode::Futex, SleepMode::Poll] {
+        let wait = WaitConfig { spin: Duration::ZERO, liveness: Duration::from_millis(20) };
+        let server = EchoServer::start(ServerConfig { sleep, wait, ..ServerConfig::default() });
+        let mut opts = options(geometry(0));
+        opts.wait = wait;
+        let mut c = server.client(opts);
+        for n in 0..200u32 {
+            let (tag, back) = round_trip(&mut c, n, &n.to_le_bytes());
+            assert_eq!((tag, back), (n + 1, n.to_le_bytes().to_vec()));
+        }
+        assert!(c.stats().wakeups > 0, "a sleeping server was woken: {:?}", c.stats());
+        assert!(c.stats().wakeups <= c.stats().sent);
+    }
+}
+
+#[test]
+fn a_full_ring_waits_for_room() {
+    let server = EchoServer::start(ServerConfig::default());
+    let mut c = server.client(options(geometry(0)));
+    // Far more than the ring holds, without reading replies in between would fill the
+    // reply ring too; read them as they come.
+    let mut got = 0;
+    for n in 0..2000u32 {
+        loop {
+            match c.send(n, &[1; 200]) {
+                Ok(()) => break,
+                Err(SendError::Full) => {
+                    while let Some(r) = c.try_recv().expect("recv") {
+                        assert_eq!(r.tag(), got + 1);
+                        got += 1;
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    while got < 2000 {
+        let r = c.recv(Some(WATCHDOG)).expect("reply");
+        assert_eq!(r.tag(), got + 1);
+        got += 1;
+    }
+}
+
+#[test]
+fn the_client_descriptor_polls_for_replies_and_hang_ups() {
+    let server = EchoServer::start(ServerConfig::default());
+    let mut c = server.client(options(geometry(0)));
+    c.send(1, b"x").expect("send");
+    // Wait in poll, beside any other descriptor.
+    loop {
+        if !c.arm() {
+            break;
+        }
+        let mut fds = [PollFd::new(&c, PollFlags::IN)];
+        let ts = Timespec { tv_sec: WATCHDOG.as_secs() as i64, tv_nsec: 0 };
+        assert_eq!(poll(&mut fds, Some(&ts)).expect("poll"), 1, "readable within the watchdog");
+        if c.try_recv().expect("recv").is_some() {
+            break;
+        }
+    }
+    let _ = c.try_recv();
+    // The server going away makes the descriptor readable, and receives fail.
+    let srv = server.stop();
+    drop(srv);
+    let mut fds = [PollFd::new(&c, PollFlags::IN)];
+    let ts = Timespec { tv_sec: WATCHDOG.as_secs() as i64, tv_nsec: 0 };
+    assert_eq!(poll(&mut fds, Some(&ts)).expect("poll"), 1);
+    assert_eq!(c.recv(Some(WATCHDOG)).err(), Some(RecvError::Closed(CloseReason::PeerGone)));
+}
+
+#[test]
+fn a_refused_geometry_is_refused_with_a_reason() {
+    let server = EchoServer::start(ServerConfig { max_channel_bytes: 1 << 20, ..ServerConfig::default() });
+    let space = ictus_ipc::Space::new();
+    let fd = rustix::io::fcntl_dupfd_cloexec(server.service.as_fd(), 0).expect("dup");
+    let name = space.insert_send_fd(fd).expect("insert");
+    let big = ictus_shm::Geometry::new(4096, 4096, 64, 1 << 20).expect("valid");
+    match ictus_shm::Client::connect(&space, name, options(big)) {
+        Err(ictus_shm::ConnectError::Refused(why)) => assert!(why.contains("limit"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn replies_sent_before_the_server_went_away_are_still_delivered() {
+    let space = ictus_ipc::Space::new();
+    let mut server = ictus_shm::Server::new(&space, ServerConfig::default()).expect("server");
+    let service = space.send_right_fd(server.service()).expect("send right");
+    let h = std::thread::spawn(move || connect(&service, options(geometry(0))));
+    eventually("the client connects", || {
+        server.poll_control();
+        while server.try_next().is_some() {}
+        h.is_finished()
+    });
+    let mut c = h.join().expect("client");
+    for n in 0..3u32 {
+        c.send(n, &[n as u8; 10]).expect("send");
+    }
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let mut served = 0;
+    eventually("three records served", || {
+        while let Some(next) = server.try_next() {
+            served += usize::from(matches!(next, ictus_shm::Next::Record(_)));
+            echo(next, &tx);
+        }
+        served == 3
+    });
+    drop(server);
+    for n in 0..3u32 {
+        let r = c.recv(Some(WATCHDOG)).expect("a reply sent before the server went");
+        assert_eq!((r.tag(), r.to_vec()), (n + 1, vec![n as u8; 10]));
+    }
+    assert_eq!(c.recv(Some(WATCHDOG)).err(), Some(RecvError::Closed(CloseReason::PeerGone)));
+}
