@@ -1,0 +1,55 @@
+//! Real-time IPC for ictus (Kitayama, Nakajima, Tokuda, *RT-IPC: An IPC Extension for
+//! Real-Time Mach*, 1993).
+//!
+//! A **real-time port** is chosen at allocation with the paper's attributes
+//! ([`PortAttrs`]): queueing FIFO, by priority, or by priority with basic priority
+//! inheritance; hand-off off, from the sender, or from the message header; dispatch to
+//! the longest-waiting receiver or by priority; and a number of message buffers of a
+//! size, all allocated with the port so that sending and receiving never allocate.
+//! Receiver threads [associate](RtSpace::associate) with the port before receiving.
+//! Clients [connect](RtSpace::connect) and [`call`](RtClient::call) (synchronous: the
+//! priority follows the request through nested calls) or [`send`](RtClient::send)
+//! (asynchronous: only the first receiver is affected).
+//!
+//! The kernel enforces the priorities: hand-off is `sched_setattr` on the receiver's
+//! thread before it is woken, and inheritance is a PI futex (`FUTEX_LOCK_PI`) whose
+//! owner is the receiver, so Linux's `rt_mutex` chain raises it — and whatever it is
+//! itself waiting for — and lowers it again when the waiter leaves or dies.
+//! `doc/rt-ipc.md` explains the design and what happens without real-time privileges.
+//!
+//! ```no_run
+//! use ictus_rtipc::{PortAttrs, RtSpace, SendOptions};
+//! let rt = RtSpace::new(ictus_ipc::Space::new());
+//! let port = rt.allocate(PortAttrs::PRIO_ON)?;
+//! let server_rt = rt.clone();
+//! std::thread::spawn(move || {
+//!     let mut rx = server_rt.associate(port, None).expect("an RT port");
+//!     let mut req = rx.request_buffer();
+//!     while rx.receive(&mut req, None).is_ok() {
+//!         let _ = rx.reply(&mut req, b"done");
+//!     }
+//! });
+//! let mut client = rt.connect(port)?;
+//! let mut reply = [0u8; 16];
+//! let n = client.call(b"work", &mut reply, SendOptions::default())?;
+//! assert_eq!(&reply[..n], b"done");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(unsafe_code)]
+
+pub mod attr;
+mod client;
+mod error;
+mod port;
+pub mod prio;
+pub mod queue;
+mod space;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod wire;
+
+pub use attr::{Dispatch, Handoff, PortAttrs, Priority, Queueing, MAX_BUFFERS, MAX_MESSAGE, MAX_PRIORITY};
+pub use client::{RtClient, SendOptions};
+pub use error::{AllocateError, AssociateError, ReceiveError, ReplyError, SendError};
+pub use port::{PortStats, Receiver, Request, MAX_CONNECTIONS, MAX_RECEIVERS};
+pub use space::{RtSpace, DEFAULT_CONNECT_TIMEOUT};
