@@ -1,0 +1,629 @@
+//! The output library: the paper's `libmtmidi` (000 §4.2) in Rust form.
+//!
+//! [`Output::open`] takes a [`Device`] and starts two threads:
+//!
+//! - the **timer thread** serves the *timed queue*: it sleeps until the head message is
+//!   due (`clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`, see
+//!   [`crate::device::sleep_until`]), then, when the byte sender is idle and nothing is
+//!   waiting for it, writes the due messages itself, one non-blocking write each (a
+//!   message goes out one thread wake-up after its time, not two: the paper's timer
+//!   thread signalled its sender every time, and that second switch was most of the
+//!   lateness measured by `ictus bench midi`); otherwise, or for whatever the device does
+//!   not take at once, it moves them to the immediate queue and signals the sender. With
+//!   the timed queue empty it waits on a condition variable for [`Output::put`];
+//! - the **byte sender** serves the *immediate queue*: it writes each message's bytes to
+//!   the device; when the device is full (`WouldBlock`) it sleeps a short while
+//!   ([`OutputOptions::retry_sleep`], 1 ms by default; the paper slept "a few
+//!   milliseconds" for the MPU-401) and tries again.
+//!
+//! [`Output::put`] with a time that has already come (a *late* message) or that is
+//! earlier than the last message in the timed queue (an *out-of-order* message) puts it
+//! straight into the immediate queue, as the paper does: the timed queue is a FIFO in
+//! time order, never searched or sorted, so a put costs O(1) under the lock. Both cases
+//! are counted in [`OutputStats`].
+//!
+//! [`Output::close`] with [`Close::Drain`] lets every queued message go out at its time
+//! and then ends the threads (waiting for the device as long as it takes: a receiver that
+//! never reads holds a drain up); with [`Close::Discard`] nothing that has not started to
+//! go out is sent (a message already partly written is finished, so the line is never
+//! left in the middle of a message, unless the device takes nothing more for a second).
+//! Either way the threads are joined: none outlives the `Output`, and dropping an
+//! `Output` without closing it discards.
+//!
+//! Both threads ask for [`OutputOptions::thread`] (by default `SCHED_FIFO` 70 and 1 ns
+//! of timer slack) through [`ictus_rt::thread::configure_current_thread`], which never
+//! fails: what the system refused is reported once on standard error and in
+//! [`Output::granted`].
+//!
+//! # Waking the timer thread on close
+//!
+//! The paper's timer thread checks whether its `mi_id` was closed each time it wakes.
+//! Here it sleeps at most [`CLOSE_POLL`] at a time, so a close is seen within that even
+//! when the head of the queue is minutes away; the last sleep before a message is still
+//! one absolute sleep to its exact time. (Interrupting `clock_nanosleep` with a signal
+//! was rejected: a library must not take a signal from its host program.)
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ictus_rt::thread::{configure_current_thread, Granted, Policy, ThreadRequest};
+use ictus_rt::Time;
+
+use crate::device::{sleep_until, Device};
+use crate::parse::{Encoder, Message};
+
+/// The longest the timer thread sleeps before looking whether the output was closed.
+pub const CLOSE_POLL: Duration = Duration::from_millis(50);
+
+/// How an [`Output`] runs.
+#[derive(Clone, Debug)]
+pub struct OutputOptions {
+    /// What both output threads ask of the scheduler (default: `SCHED_FIFO` 70, timer
+    /// slack 1 ns; refused parts are reported, never fatal).
+    pub thread: ThreadRequest,
+    /// How long the byte sender sleeps when the device is full.
+    pub retry_sleep: Duration,
+    /// The most messages queued (timed and immediate together); beyond, `put` fails.
+    pub max_queued: usize,
+    /// Leave out repeated channel status bytes (running status).
+    pub running_status: bool,
+}
+
+impl Default for OutputOptions {
+    fn default() -> OutputOptions {
+        OutputOptions {
+            thread: ThreadRequest {
+                policy: Some(Policy::Fifo { priority: 70 }),
+                timer_slack: Some(Duration::from_nanos(1)),
+                ..ThreadRequest::default()
+            },
+            retry_sleep: Duration::from_millis(1),
+            max_queued: 1 << 20,
+            running_status: false,
+        }
+    }
+}
+
+impl OutputOptions {
+    /// The defaults, but timesharing: for tests and for programs that must not ask for
+    /// real-time priority.
+    pub fn timesharing() -> OutputOptions {
+        OutputOptions { thread: ThreadRequest::default(), ..OutputOptions::default() }
+    }
+}
+
+/// How to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Close {
+    /// Send everything queued, each message at its time, then stop.
+    Drain,
+    /// Send nothing more (but finish a message already partly written), then stop.
+    Discard,
+}
+
+/// Where [`Output::put`] placed a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In the timed queue, to go out at its time.
+    Timed,
+    /// In the immediate queue: its time had come (`late` if it had passed).
+    Immediate {
+        /// Its time was already in the past.
+        late: bool,
+    },
+    /// In the immediate queue because it was earlier than the last timed message.
+    OutOfOrder,
+}
+
+/// Why [`Output::put`] refused a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PutError {
+    /// The output is closing or closed.
+    #[error("the MIDI output is closed")]
+    Closed,
+    /// The queues hold [`OutputOptions::max_queued`] messages already.
+    #[error("the MIDI output queues are full ({0} messages)")]
+    Full(usize),
+}
+
+/// Why [`Output::open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A thread could not be started.
+    #[error("starting the MIDI output threads: {0}")]
+    Spawn(#[source] io::Error),
+}
+
+/// Counts kept by an [`Output`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutputStats {
+    /// Messages accepted by `put`.
+    pub put: u64,
+    /// Of those, put in the timed queue.
+    pub timed: u64,
+    /// Put in the immediate queue because their time had passed.
+    pub late: u64,
+    /// Put in the immediate queue because they were earlier than the last timed message.
+    pub out_of_order: u64,
+    /// Messages written completely.
+    pub sent: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Times the device was full and the sender slept.
+    pub full_retries: u64,
+    /// Messages dropped by [`Close::Discard`] (or by dropping the `Output`).
+    pub discarded: u64,
+    /// Messages dropped because the device failed.
+    pub write_errors: u64,
+    /// The last device error, in words.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    at: Time,
+    message: Message,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    timed: VecDeque<Queued>,
+    immediate: VecDeque<Message>,
+    closing: Option<Close>,
+    timer_done: bool,
+    /// A thread (the byte sender, or the timer thread writing due messages itself) is
+    /// writing to the device; the other keeps off, which keeps the bytes in order.
+    sending: bool,
+    /// The writer holds the unwritten rest of a message, for the byte sender to finish
+    /// before anything else.
+    partial: bool,
+    stats: OutputStats,
+    granted: Vec<(&'static str, Granted)>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when the timed queue gains a message or the output closes.
+    timed_changed: Condvar,
+    /// Signalled when the immediate queue gains a message or the output closes.
+    immediate_changed: Condvar,
+    /// Signalled when a thread has recorded what the scheduler granted it.
+    granted_changed: Condvar,
+    /// Set by `close(Discard)`: read by the sender between retries without the lock.
+    discard: AtomicBool,
+    /// The device and what writing to it needs. Taken by whichever thread `sending`
+    /// names; never held while `state` is being waited for.
+    writer: Mutex<Writer>,
+}
+
+/// The device side of an output, shared by the two threads (one at a time).
+struct Writer {
+    device: Option<Box<dyn Device>>,
+    encoder: Encoder,
+    /// The unwritten rest of a message the timer thread began: bytes and offset.
+    pending: Option<(Vec<u8>, usize)>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").field("pending", &self.pending.as_ref().map(|(b, o)| b.len() - o)).finish()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic in one of our threads must not take the host program down with it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What [`Output::close`] gives back.
+#[derive(Debug)]
+pub struct Closed {
+    /// The final counts.
+    pub stats: OutputStats,
+    /// The device, for the caller to reuse or inspect (`None` only if the sender
+    /// thread panicked).
+    pub device: Option<Box<dyn Device>>,
+}
+
+/// An open MIDI output (the paper's `mi_id`, output side). See the module documentation.
+pub struct Output {
+    id: u64,
+    shared: Arc<Shared>,
+    timer: Option<JoinHandle<()>>,
+    sender: Option<JoinHandle<Box<dyn Device>>>,
+    describe: String,
+    max_queued: usize,
+}
+
+impl fmt::Debug for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Output").field("id", &self.id).field("device", &self.describe).finish_non_exhaustive()
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Output {
+    /// Start the output threads on `device`.
+    pub fn open(device: Box<dyn Device>, options: OutputOptions) -> Result<Output, OpenError> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let describe = device.describe();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            timed_changed: Condvar::new(),
+            immediate_changed: Condvar::new(),
+            granted_changed: Condvar::new(),
+            discard: AtomicBool::new(false),
+            writer: Mutex::new(Writer {
+                device: Some(device),
+                encoder: if options.running_status { Encoder::with_running_status() } else { Encoder::new() },
+                pending: None,
+            }),
+        });
+        let timer = {
+            let shared = Arc::clone(&shared);
+            let req = options.thread.clone();
+            std::thread::Builder::new()
+                .name(Output::thread_name(id, "timer"))
+                .spawn(move || timer_thread(&shared, &req))
+                .map_err(OpenError::Spawn)?
+        };
+        let sender = {
+            let shared = Arc::clone(&shared);
+            let opts = options.clone();
+            std::thread::Builder::new()
+                .name(Output::thread_name(id, "send"))
+                .spawn(move || sender_thread(&shared, &opts))
+        };
+        let sender = match sender {
+            Ok(s) => s,
+            Err(e) => {
+                {
+                    let mut st = shared.lock();
+                    st.closing = Some(Close::Discard);
+                }
+                shared.discard.store(true, Ordering::SeqCst);
+                shared.timed_changed.notify_all();
+                let _ = timer.join();
+                return Err(OpenError::Spawn(e));
+            }
+        };
+        Ok(Output { id, shared, timer: Some(timer), sender: Some(sender), describe, max_queued: options.max_queued })
+    }
+
+    /// This output's number in the process (its threads are named `mo<ID>-timer` and
+    /// `mo<ID>-send`).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The name of one of this output's threads (`role` is `timer` or `send`).
+    pub fn thread_name(id: u64, role: &str) -> String {
+        format!("mo{id}-{role}")
+    }
+
+    /// The device, in words.
+    pub fn device(&self) -> &str {
+        &self.describe
+    }
+
+    /// Queue `message` to be sent at `at` (`CLOCK_MONOTONIC`, see
+    /// [`ictus_rt::clock::now`]). The message's own time is ignored.
+    pub fn put(&self, message: Message, at: Time) -> Result<Placement, PutError> {
+        self.enqueue(message, Some(at))
+    }
+
+    /// Queue `message` to be sent at once (not counted as late).
+    pub fn put_now(&self, message: Message) -> Result<Placement, PutError> {
+        self.enqueue(message, None)
+    }
+
+    fn enqueue(&self, message: Message, at: Option<Time>) -> Result<Placement, PutError> {
+        let mut st = self.shared.lock();
+        if st.closing.is_some() {
+            return Err(PutError::Closed);
+        }
+        let queued = st.timed.len() + st.immediate.len();
+        if queued >= self.max_queued {
+            return Err(PutError::Full(queued));
+        }
+        st.stats.put += 1;
+        let now = ictus_rt::clock::now();
+        let at = at.unwrap_or(now);
+        let placement = if at <= now {
+            if at < now {
+                st.stats.late += 1;
+            }
+            Placement::Immediate { late: at < now }
+        } else if st.timed.back().is_some_and(|last| at < last.at) {
+            st.stats.out_of_order += 1;
+            Placement::OutOfOrder
+        } else {
+            Placement::Timed
+        };
+        if placement == Placement::Timed {
+            st.stats.timed += 1;
+            let was_empty = st.timed.is_empty();
+            st.timed.push_back(Queued { at, message });
+            drop(st);
+            if was_empty {
+                self.shared.timed_changed.notify_one();
+            }
+        } else {
+            st.immediate.push_back(message);
+            drop(st);
+            self.shared.immediate_changed.notify_one();
+        }
+        Ok(placement)
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> OutputStats {
+        self.shared.lock().stats.clone()
+    }
+
+    /// Messages queued and not yet written.
+    pub fn queued(&self) -> usize {
+        let st = self.shared.lock();
+        st.timed.len() + st.immediate.len()
+    }
+
+    /// What the scheduler granted each thread (`("timer", …)`, `("send", …)`), waiting
+    /// until both have started.
+    pub fn granted(&self) -> Vec<(&'static str, Granted)> {
+        let mut st = self.shared.lock();
+        while st.granted.len() < 2 && !(st.timer_done && st.closing.is_some()) {
+            st = self.shared.granted_changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.granted.clone()
+    }
+
+    /// Close: drain or discard what is queued (see [`Close`]), end and join both
+    /// threads, and give back the device and the final counts.
+    pub fn close(mut self, how: Close) -> Closed {
+        self.shutdown(how)
+    }
+
+    fn shutdown(&mut self, how: Close) -> Closed {
+        {
+            let mut st = self.shared.lock();
+            st.closing = Some(how);
+            if how == Close::Discard {
+                self.shared.discard.store(true, Ordering::SeqCst);
+            }
+        }
+        self.shared.timed_changed.notify_all();
+        self.shared.immediate_changed.notify_all();
+        if let Some(t) = self.timer.take() {
+            let _ = t.join();
+        }
+        let device = self.sender.take().map(|s| s.join());
+        let mut st = self.shared.lock();
+        let left = (st.timed.len() + st.immediate.len()) as u64;
+        st.stats.discarded += left;
+        st.timed.clear();
+        st.immediate.clear();
+        let stats = st.stats.clone();
+        drop(st);
+        Closed { stats, device: device.and_then(Result::ok) }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if self.timer.is_some() || self.sender.is_some() {
+            self.shutdown(Close::Discard);
+        }
+    }
+}
+
+fn record_granted(shared: &Shared, role: &'static str, req: &ThreadRequest) {
+    let g = configure_current_thread(req);
+    shared.lock().granted.push((role, g));
+    shared.granted_changed.notify_all();
+}
+
+fn timer_thread(shared: &Shared, req: &ThreadRequest) {
+    record_granted(shared, "timer", req);
+    let mut st = shared.lock();
+    loop {
+        if st.closing == Some(Close::Discard) {
+            break;
+        }
+        let Some(head) = st.timed.front().map(|q| q.at) else {
+            if st.closing.is_some() {
+                break;
+            }
+            st = shared.timed_changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            continue;
+        };
+        let now = ictus_rt::clock::now();
+        if head <= now {
+            let mut due = VecDeque::new();
+            while st.timed.front().is_some_and(|q| q.at <= now) {
+                if let Some(q) = st.timed.pop_front() {
+                    due.push_back(q.message);
+                }
+            }
+            if st.immediate.is_empty() && !st.sending && !st.partial {
+                // Nothing is waiting for the byte sender and it is idle: write the due
+                // messages from here, saving the sender's wake-up (a second thread
+                // switch per message, the largest part of the lateness).
+                st.sending = true;
+                drop(st);
+                let rest = write_due(shared, due);
+                st = shared.lock();
+                for m in rest.into_iter().rev() {
+                    st.immediate.push_front(m);
+                }
+                st.sending = false;
+            } else {
+                st.immediate.extend(due);
+            }
+            shared.immediate_changed.notify_one();
+            continue;
+        }
+        let wake = head.min(now + CLOSE_POLL);
+        drop(st);
+        sleep_until(wake);
+        st = shared.lock();
+    }
+    st.timer_done = true;
+    drop(st);
+    shared.immediate_changed.notify_all();
+    shared.granted_changed.notify_all();
+}
+
+/// The timer thread's direct path: one non-blocking write per due message, in order.
+/// A message the device does not take whole becomes the writer's pending remainder
+/// (finished by the byte sender, which retries and sleeps); it and every message after
+/// it are handed back, to go to the front of the immediate queue.
+fn write_due(shared: &Shared, mut due: VecDeque<Message>) -> VecDeque<Message> {
+    let mut w = shared.writer();
+    let mut sent = 0;
+    let mut bytes = 0;
+    let mut full = 0;
+    let mut error = None;
+    while w.pending.is_none() {
+        let Some(message) = due.pop_front() else { break };
+        let Writer { device, encoder, .. } = &mut *w;
+        let Some(device) = device.as_mut() else {
+            due.push_front(message);
+            break;
+        };
+        let mut buf = Vec::with_capacity(4);
+        encoder.encode(&message, &mut buf);
+        match device.write(&buf) {
+            Ok(n) if n == buf.len() => {
+                sent += 1;
+                bytes += n as u64;
+            }
+            Ok(n) => {
+                bytes += n as u64;
+                w.pending = Some((buf, n));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                full += 1;
+                w.pending = Some((buf, 0));
+            }
+            Err(e) => {
+                error = Some(format!("{}: {e}", device.describe()));
+                encoder.reset();
+            }
+        }
+    }
+    let partial = w.pending.is_some();
+    drop(w);
+    let mut st = shared.lock();
+    st.stats.sent += sent;
+    st.stats.bytes += bytes;
+    st.stats.full_retries += full;
+    if let Some(e) = error {
+        st.stats.write_errors += 1;
+        st.stats.last_error = Some(e);
+    }
+    st.partial = partial;
+    due
+}
+
+/// What the byte sender writes next.
+enum Work {
+    /// A message from the immediate queue.
+    Message(Message),
+    /// The rest of a message the timer thread began.
+    Pending,
+}
+
+fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
+    record_granted(shared, "send", &opts.thread);
+    let give_back = || shared.writer().device.take().expect("the sender hands the device back once");
+    loop {
+        let work = {
+            let mut st = shared.lock();
+            loop {
+                if st.closing == Some(Close::Discard) && !st.sending {
+                    return give_back();
+                }
+                if !st.sending {
+                    if st.partial {
+                        st.sending = true;
+                        break Work::Pending;
+                    }
+                    if let Some(m) = st.immediate.pop_front() {
+                        st.sending = true;
+                        break Work::Message(m);
+                    }
+                    if st.closing == Some(Close::Drain) && st.timer_done {
+                        return give_back();
+                    }
+                }
+                st = shared.immediate_changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let mut w = shared.writer();
+        let Writer { device, encoder, pending } = &mut *w;
+        let device = device.as_mut().expect("the device stays until the sender ends");
+        let (buf, mut off) = match work {
+            Work::Message(message) => {
+                let mut buf = Vec::with_capacity(4);
+                encoder.encode(&message, &mut buf);
+                (buf, 0)
+            }
+            Work::Pending => pending.take().unwrap_or_default(),
+        };
+        let mut stuck = Duration::ZERO;
+        let mut failed = None;
+        while off < buf.len() {
+            match device.write(&buf[off..]) {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                    // Discarding: give up a message not started, or one the device has
+                    // refused to take more of for a second.
+                    if shared.discard.load(Ordering::SeqCst) {
+                        if off == 0 || stuck >= Duration::from_secs(1) {
+                            break;
+                        }
+                        stuck += opts.retry_sleep;
+                    }
+                    // Counted as it happens, so a caller can see a full device. (Lock
+                    // order: writer, then state; `state` holders never wait for the
+                    // writer while `sending` is set.)
+                    shared.lock().stats.full_retries += 1;
+                    std::thread::sleep(opts.retry_sleep);
+                }
+                Err(e) => {
+                    failed = Some(format!("{}: {e}", device.describe()));
+                    break;
+                }
+            }
+        }
+        if failed.is_some() || off < buf.len() {
+            encoder.reset();
+        }
+        drop(w);
+        let mut st = shared.lock();
+        st.stats.bytes += off as u64;
+        match failed {
+            Some(e) => {
+                st.stats.write_errors += 1;
+                st.stats.last_error = Some(e);
+            }
+            None if off == buf.len() => st.stats.sent += 1,
+            None => st.stats.discarded += 1,
+        }
+        st.partial = false;
+        st.sending = false;
+    }
+}
