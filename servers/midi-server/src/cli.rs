@@ -1,0 +1,221 @@
+//! What `ictus midi-server` and `ictus midi monitor` do. The argument structs are
+//! `clap::Args`, so the `ictus` binary embeds them as they are.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ictus_ipc::Space;
+use ictus_midi::device::DeviceSpec;
+use ictus_midi::Kind;
+
+use crate::monitor::{self, MonitorOptions, Source, Summary};
+use crate::protocol::{MidiInputClient, SERVICE_NAME};
+use crate::server::{Options, ServeError, Server};
+
+/// `ictus midi-server`: the MIDI input server.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// The device to read: `cable:NAME` (the virtual cable), `/dev/snd/midiCxDy`,
+    /// `serial:/dev/ttyX[,BAUD]`.
+    #[arg(long, default_value = "cable:midi-in")]
+    pub device: String,
+    /// The name server's socket [default: as for `ictus name-server`].
+    #[arg(long)]
+    pub name_server: Option<PathBuf>,
+    /// The name to register under.
+    #[arg(long, default_value = SERVICE_NAME)]
+    pub name: String,
+    /// Do not ask for real-time priority for the driver and server threads.
+    #[arg(long)]
+    pub timesharing: bool,
+    /// Print the counters of the server registered under --name as JSON, and exit.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Why `ictus midi-server` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The device could not be opened.
+    #[error(transparent)]
+    Device(#[from] ictus_midi::device::OpenError),
+    /// Serving failed.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The name server could not be reached.
+    #[error("reaching the name server: {0} (start `ictus name-server` first)")]
+    NameServer(#[from] ictus_name_server::ConnectError),
+    /// The name server refused the registration or look-up.
+    #[error("{what} {name:?} with the name server: {source}")]
+    Names {
+        /// Registering or looking up.
+        what: &'static str,
+        /// The name.
+        name: String,
+        /// Why.
+        source: ictus_name_server::ClientError,
+    },
+    /// The server did not answer.
+    #[error("asking the MIDI input server: {0}")]
+    Request(#[from] crate::client::RequestError),
+    /// The monitor failed.
+    #[error(transparent)]
+    Monitor(#[from] monitor::MonitorError),
+    /// A bad argument.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// `ictus midi-server`: open the device, register with the name server, serve until
+/// `SIGINT` or `SIGTERM` (or print a running server's counters with `--stats`).
+pub fn serve(args: ServerArgs) -> Result<(), CliError> {
+    if args.stats {
+        return print_stats(&args);
+    }
+    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
+    let mut ids = Vec::new();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let w = stop_w.try_clone().map_err(ServeError::Signals)?;
+        ids.push(signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?);
+    }
+    let result = serve_until(&args, &stop_r);
+    for id in ids {
+        signal_hook::low_level::unregister(id);
+    }
+    result
+}
+
+fn serve_until(args: &ServerArgs, stop: &UnixStream) -> Result<(), CliError> {
+    let spec = DeviceSpec::parse(&args.device)?;
+    let device = spec.open_input()?;
+    let space = Space::task();
+    let options = if args.timesharing { Options::timesharing() } else { Options::default() };
+    let mut server = Server::new(space.clone(), device, &options)?;
+    let ns = match &args.name_server {
+        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
+        None => ictus_name_server::Client::connect(&space)?,
+    };
+    ns.register(&args.name, server.service_port()).map_err(|source| CliError::Names {
+        what: "registering",
+        name: args.name.clone(),
+        source,
+    })?;
+    eprintln!("ictus midi-server: reading {spec}, registered as {:?} (pid {})", args.name, std::process::id());
+    let result = server.run(stop.as_fd());
+    let _ = ns.unregister(&args.name);
+    let stats = server.stats();
+    drop(server);
+    eprintln!("ictus midi-server: stopped; {}", stats.to_json());
+    Ok(result?)
+}
+
+fn print_stats(args: &ServerArgs) -> Result<(), CliError> {
+    let space = Space::task();
+    let ns = match &args.name_server {
+        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
+        None => ictus_name_server::Client::connect(&space)?,
+    };
+    let right = ns.lookup(&args.name).map_err(|source| CliError::Names {
+        what: "looking up",
+        name: args.name.clone(),
+        source,
+    })?;
+    let stubs = MidiInputClient::new(&space, right).with_timeout(Duration::from_secs(10));
+    let stats = stubs.stats()?;
+    let device = stubs.device()?;
+    let mut v = stats.to_json();
+    v["device"] = device.into();
+    println!("{v}");
+    Ok(())
+}
+
+/// `ictus midi monitor`: the timing monitor.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MonitorArgs {
+    /// The device to listen to (`cable:NAME`, `/dev/snd/midiCxDy`, `serial:…`).
+    #[arg(long, default_value = "cable:midi-monitor", conflicts_with = "server")]
+    pub device: String,
+    /// Listen through the MIDI input server (its timestamps) instead of a device.
+    #[arg(long)]
+    pub server: bool,
+    /// With --server: the name it is registered under.
+    #[arg(long, default_value = SERVICE_NAME)]
+    pub name: String,
+    /// With --server: the name server's socket.
+    #[arg(long)]
+    pub name_server: Option<PathBuf>,
+    /// Stop after this many intervals.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Rows of the plot, one millisecond each.
+    #[arg(long, default_value_t = 20)]
+    pub rows: usize,
+    /// Columns of the plot [default: the terminal's width].
+    #[arg(long)]
+    pub columns: Option<usize>,
+    /// Only these kinds of message (`note_on`, `clock`, …; repeatable) [default: all
+    /// but active sensing].
+    #[arg(long = "kind")]
+    pub kinds: Vec<String>,
+    /// Write the plot (the paper's Figure 1) as SVG.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Write the intervals and their summary as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Do not draw live, even on a terminal.
+    #[arg(long)]
+    pub no_live: bool,
+}
+
+/// `ictus midi monitor`: listen, draw, summarise.
+pub fn monitor(args: MonitorArgs) -> Result<(), CliError> {
+    let kinds = args
+        .kinds
+        .iter()
+        .map(|k| Kind::from_name(k).ok_or_else(|| CliError::Usage(format!("unknown kind {k:?}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let duration = match args.duration {
+        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s.min(1e9))),
+        Some(_) => return Err(CliError::Usage("--duration must be a positive number of seconds".into())),
+        None => None,
+    };
+    if args.rows == 0 || args.rows > 10_000 {
+        return Err(CliError::Usage("--rows must be 1 to 10000".into()));
+    }
+    let source = if args.server {
+        Source::Server { name_server: args.name_server.clone(), name: args.name.clone() }
+    } else {
+        Source::Device(DeviceSpec::parse(&args.device)?)
+    };
+    let opts = MonitorOptions {
+        source,
+        count: args.count,
+        duration,
+        rows: args.rows,
+        columns: args.columns.filter(|&c| c > 0).map(|c| c.min(100_000)),
+        kinds,
+        svg: args.svg.clone(),
+        json: args.json.clone(),
+        live: !args.no_live && monitor::stdout_is_terminal(),
+    };
+    let r = monitor::run(&opts)?;
+    match Summary::of(&r.intervals) {
+        Some(s) => println!(
+            "{} messages, {} intervals: min {:.3} ms, p50 {:.3} ms, p99 {:.3} ms, worst case {:.3} ms",
+            r.messages,
+            s.count,
+            s.min_ns as f64 / 1e6,
+            s.p50_ns as f64 / 1e6,
+            s.p99_ns as f64 / 1e6,
+            s.max_ns as f64 / 1e6
+        ),
+        None => println!("{} messages, no intervals", r.messages),
+    }
+    Ok(())
+}

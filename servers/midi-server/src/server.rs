@@ -1,0 +1,668 @@
+//! The input server: a driver thread, a ring, a parser, and the subscribers.
+//!
+//! - The **driver thread** (the paper's interrupt handler) reads the device, stamps
+//!   each read with `CLOCK_MONOTONIC`, and puts the bytes in the ring
+//!   ([`crate::ring`]), ringing the bell when the server sleeps. It runs at a real-time
+//!   priority above the server's when it may ([`Options::driver_thread`]).
+//! - The **server thread** waits in one `poll` on the bell, its port set (the service
+//!   port and the notify port) and a stop channel. It drains the ring through the
+//!   MIDI parser ([`ictus_midi::Parser`], each byte stamped with its read's time) and
+//!   sends every message to the subscribers of its class: normal messages in-line,
+//!   system exclusive out-of-line ([`crate::protocol::Delivery`]), without ever
+//!   waiting for a client (a full queue drops that delivery and counts it). Requests
+//!   go to the generated [`MidiInputServer`].
+//! - A subscriber's port that dies — its task exits or is killed, even by `kill -9` —
+//!   is dropped through its **dead-name notification** (the server arms one per port
+//!   name, counted, on its notify port, and believes only notifications whose
+//!   kernel-verified sender is itself), or at once if a delivery finds it dead.
+//!
+//! # Rights
+//!
+//! Each subscription holds one user reference of the send right its request brought;
+//! subscriptions of one port to both classes share the name (two references) and one
+//! dead-name request. Unsubscribing, purging and stopping release exactly what was
+//! taken.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ictus_abi::{Name, NotifyId};
+use ictus_idl::{Context, DeadNameWatches, Dispatched, SendRight, ServicePorts};
+use ictus_ipc::{
+    Credentials, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError, SendOptions, Space,
+};
+use ictus_midi::device::Device;
+use ictus_midi::{Message, Parser};
+use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
+use ictus_rt::{clock, Time};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
+
+use crate::protocol::{
+    Class, Delivery, InputStats, MidiError, MidiInput, MidiInputServer, MAX_PER_CLIENT, MAX_SUBSCRIPTIONS,
+};
+use crate::ring::{self, Consumer, Producer, RingError};
+
+/// Why the server could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Allocating or arranging the server's ports failed.
+    #[error("setting up the MIDI input server's ports: {0}")]
+    Rights(#[from] RightsError),
+    /// The ring could not be made.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// Receiving failed persistently.
+    #[error("receiving requests: {0}")]
+    Receive(ReceiveError),
+    /// Waiting for work failed.
+    #[error("waiting for work: {0}")]
+    Poll(Errno),
+    /// A thread could not be started.
+    #[error("starting a thread: {0}")]
+    Thread(std::io::Error),
+    /// Setting up the stop channel failed.
+    #[error("setting up the stop channel: {0}")]
+    Signals(std::io::Error),
+    /// The server thread panicked.
+    #[error("the MIDI input server thread panicked")]
+    Panicked,
+}
+
+/// How the server runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Slots in the ring ([`ring::DEFAULT_SLOTS`]).
+    pub ring_slots: usize,
+    /// What the driver thread asks of the scheduler (default `SCHED_FIFO` 85, timer
+    /// slack 1 ns; refusals are reported once and never fatal).
+    pub driver_thread: ThreadRequest,
+    /// What the server thread asks (default `SCHED_FIFO` 80).
+    pub server_thread: ThreadRequest,
+    /// The parser's bound on a system-exclusive message, in bytes.
+    pub max_sysex: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        let rt = |priority| ThreadRequest {
+            policy: Some(Policy::Fifo { priority }),
+            timer_slack: Some(Duration::from_nanos(1)),
+            ..ThreadRequest::default()
+        };
+        Options {
+            ring_slots: ring::DEFAULT_SLOTS,
+            driver_thread: rt(85),
+            server_thread: rt(80),
+            max_sysex: ictus_midi::parse::DEFAULT_MAX_SYSEX,
+        }
+    }
+}
+
+impl Options {
+    /// The defaults, with both threads timesharing (tests, unprivileged use).
+    pub fn timesharing() -> Options {
+        Options {
+            driver_thread: ThreadRequest::default(),
+            server_thread: ThreadRequest::default(),
+            ..Options::default()
+        }
+    }
+}
+
+/// Consecutive receive failures (other than malformed messages) after which the server
+/// gives up instead of spinning.
+const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
+/// Messages handled per wake-up before looking at the ring again.
+const BATCH: usize = 64;
+/// How long a driver read waits before looking at the stop flag.
+const DRIVER_POLL: Duration = Duration::from_millis(100);
+
+/// One subscription.
+#[derive(Debug)]
+struct Sub {
+    id: u64,
+    port: Name,
+    class: Class,
+    owner: Credentials,
+    seq: u64,
+}
+
+/// Subscriptions, dead-name counts, and the counters the subscription side keeps.
+#[derive(Debug, Default)]
+struct Table {
+    subs: Vec<Sub>,
+    watched: DeadNameWatches,
+    stats: InputStats,
+    next_id: u64,
+}
+
+/// What the driver thread reports.
+#[derive(Debug, Default)]
+struct DriverCounters {
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    ended: AtomicBool,
+    wakeups: AtomicU64,
+    granted: Mutex<String>,
+}
+
+/// Shared by the interface's methods and the server's loop (both on the server
+/// thread; the lock lets both hold it, and lets [`Running::stats`] read it).
+#[derive(Debug)]
+struct State {
+    space: Space,
+    notify: Name,
+    pid: u32,
+    device: String,
+    table: Mutex<Table>,
+    /// The parser's and the ring's counters, as of the last drain.
+    parse: Mutex<InputStats>,
+    driver: Arc<DriverCounters>,
+}
+
+impl State {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_dead(&self, right: Name) -> bool {
+        match self.space.right_kinds(right) {
+            Ok(k) => k.contains(&RightKind::DeadName),
+            Err(_) => true,
+        }
+    }
+
+    fn snapshot(&self) -> InputStats {
+        let t = self.table();
+        let mut s = *self.parse.lock().unwrap_or_else(PoisonError::into_inner);
+        s.normal_clients = t.subs.iter().filter(|x| x.class == Class::Normal).count() as u64;
+        s.sysex_clients = t.subs.iter().filter(|x| x.class == Class::Sysex).count() as u64;
+        s.subscribed = t.stats.subscribed;
+        s.unsubscribed = t.stats.unsubscribed;
+        s.dropped_dead = t.stats.dropped_dead;
+        s.delivered = t.stats.delivered;
+        s.queue_full = t.stats.queue_full;
+        s.send_errors = t.stats.send_errors;
+        s.refused += t.stats.refused;
+        s.device_bytes = self.driver.bytes.load(Ordering::Relaxed);
+        s.device_errors = self.driver.errors.load(Ordering::Relaxed);
+        s.device_ended = u64::from(self.driver.ended.load(Ordering::Relaxed));
+        s.ring_wakeups = self.driver.wakeups.load(Ordering::Relaxed);
+        s
+    }
+
+    /// The port behind `right` died: drop its subscriptions and the dead name.
+    fn purge(&self, t: &mut Table, right: Name) {
+        let before = t.subs.len();
+        t.subs.retain(|s| s.port != right);
+        let removed = before - t.subs.len();
+        t.stats.dropped_dead += removed as u64;
+        t.watched.forget(&self.space, right);
+        if self.is_dead(right) {
+            let _ = self.space.destroy(right);
+        } else {
+            for _ in 0..removed {
+                let _ = self.space.deallocate(right);
+            }
+        }
+    }
+
+    fn dead_name(&self, name: Name) {
+        if self.space.right_kinds(name).is_ok_and(|k| k == [RightKind::DeadName]) {
+            self.purge(&mut self.table(), name);
+        }
+    }
+
+    /// Send `m` to every subscriber of its class, never waiting.
+    fn deliver(&self, m: &Message, overflow: u64) {
+        let class = Class::of(m);
+        let mut t = self.table();
+        let mut dead = Vec::new();
+        let mut delivered = 0;
+        let mut full = 0;
+        let mut errors = 0;
+        for sub in t.subs.iter_mut().filter(|s| s.class == class) {
+            let seq = sub.seq;
+            sub.seq += 1;
+            let mut msg = match Delivery::to_message(m, seq, overflow) {
+                Ok(msg) => msg,
+                Err(_) => {
+                    errors += 1;
+                    continue;
+                }
+            };
+            match self.space.send(sub.port, &mut msg, SendOptions::NONBLOCKING) {
+                Ok(()) => delivered += 1,
+                Err(SendError::TimedOut) => full += 1,
+                Err(SendError::InvalidDest(_)) => dead.push(sub.port),
+                Err(_) => errors += 1,
+            }
+        }
+        t.stats.delivered += delivered;
+        t.stats.queue_full += full;
+        t.stats.send_errors += errors;
+        for port in dead {
+            if t.subs.iter().any(|s| s.port == port) {
+                self.purge(&mut t, port);
+            }
+        }
+    }
+
+    /// Let go of every subscription (the server is stopping).
+    fn release_all(&self) {
+        let mut t = self.table();
+        let subs = std::mem::take(&mut t.subs);
+        t.watched.forget_all(&self.space);
+        for s in subs {
+            if self.is_dead(s.port) {
+                let _ = self.space.destroy(s.port);
+            } else {
+                let _ = self.space.deallocate(s.port);
+            }
+        }
+    }
+}
+
+/// The interface's methods. Each `SendRight` argument is a reference the request
+/// brought: kept by a subscription, else released here.
+impl MidiInput for Arc<State> {
+    fn subscribe(&self, cx: &Context, class: u8, port: SendRight) -> Result<(u32, u64), MidiError> {
+        let result = (|| {
+            let class = Class::from_wire(class).ok_or(MidiError::BadClass)?;
+            let mut t = self.table();
+            if self.is_dead(port.name) {
+                return Err(MidiError::DeadPort);
+            }
+            if t.subs.iter().any(|s| s.port == port.name && s.class == class) {
+                return Err(MidiError::AlreadySubscribed);
+            }
+            if t.subs.len() >= MAX_SUBSCRIPTIONS {
+                return Err(MidiError::Full);
+            }
+            if t.subs.iter().filter(|s| s.owner.pid == cx.sender.pid).count() >= MAX_PER_CLIENT {
+                return Err(MidiError::QuotaExceeded);
+            }
+            t.watched.watch(&self.space, port.name, self.notify).map_err(|_| MidiError::DeadPort)?;
+            t.next_id += 1;
+            let id = t.next_id;
+            t.subs.push(Sub { id, port: port.name, class, owner: cx.sender, seq: 0 });
+            t.stats.subscribed += 1;
+            Ok((self.pid, id))
+        })();
+        if result.is_err() {
+            if self.is_dead(port.name) && !self.table().subs.iter().any(|s| s.port == port.name) {
+                let _ = self.space.destroy(port.name);
+            } else {
+                let _ = self.space.deallocate(port.name);
+            }
+        }
+        result
+    }
+
+    fn unsubscribe(&self, cx: &Context, id: u64) -> Result<(), MidiError> {
+        let mut t = self.table();
+        let i = t.subs.iter().position(|s| s.id == id).ok_or(MidiError::NotSubscribed)?;
+        let owner = t.subs[i].owner;
+        if owner.pid != cx.sender.pid || owner.uid != cx.sender.uid {
+            return Err(MidiError::NotOwner);
+        }
+        let sub = t.subs.remove(i);
+        t.stats.unsubscribed += 1;
+        t.watched.unwatch(&self.space, sub.port);
+        let _ = self.space.deallocate(sub.port);
+        Ok(())
+    }
+
+    fn stats(&self) -> Result<InputStats, MidiError> {
+        Ok(self.snapshot())
+    }
+
+    fn device(&self) -> Result<String, MidiError> {
+        Ok(self.device.clone())
+    }
+}
+
+/// The driver thread, stopped and joined on drop.
+#[derive(Debug)]
+struct Driver {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn driver_thread(
+    mut device: Box<dyn Device>,
+    mut producer: Producer,
+    stop: &AtomicBool,
+    counters: &DriverCounters,
+    req: &ThreadRequest,
+) {
+    let granted = configure_current_thread(req);
+    *counters.granted.lock().unwrap_or_else(PoisonError::into_inner) = granted.describe();
+    let mut buf = vec![0u8; ictus_midi::device::cable::MAX_DATAGRAM];
+    let mut consecutive = 0u32;
+    while !stop.load(Ordering::SeqCst) {
+        match device.read(&mut buf, Some(DRIVER_POLL)) {
+            Ok(0) => {
+                counters.ended.store(true, Ordering::SeqCst);
+                break;
+            }
+            Ok(n) => {
+                let t = clock::now();
+                // Counted before publishing: the server's Acquire of the ring's head then
+                // sees the count, so its stats never lag what it delivered.
+                counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                producer.push(t, &buf[..n]);
+                counters.wakeups.store(producer.rings(), Ordering::Relaxed);
+                consecutive = 0;
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {}
+            Err(_) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                consecutive += 1;
+                if consecutive >= MAX_CONSECUTIVE_ERRORS {
+                    counters.ended.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// The input server. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    space: Space,
+    state: Arc<State>,
+    requests: ictus_idl::Server,
+    consumer: Consumer,
+    parser: Parser,
+    server_thread: ThreadRequest,
+    malformed: u64,
+    consecutive_errors: u32,
+    _driver: Driver,
+    // Last: dropped after `Drop for Server` has released the subscriptions.
+    ports: ServicePorts<1>,
+}
+
+impl Server {
+    /// A server reading `device`, its ports in `space` ([`Space::task`] for a real
+    /// server). Starts the driver thread.
+    pub fn new(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Server, ServeError> {
+        let ports = ServicePorts::allocate(&space)?;
+        let (producer, consumer) = ring::ring(options.ring_slots)?;
+        let counters = Arc::new(DriverCounters::default());
+        let state = Arc::new(State {
+            space: space.clone(),
+            notify: ports.notify(),
+            pid: std::process::id(),
+            device: device.describe(),
+            table: Mutex::default(),
+            parse: Mutex::default(),
+            driver: Arc::clone(&counters),
+        });
+        let requests = ictus_idl::Server::new(&space, ports.set())
+            .with(MidiInputServer(Arc::clone(&state)))
+            // Replies never wait: a client that stops reading must not stall the only thread.
+            .with_reply_timeout(Duration::ZERO);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let req = options.driver_thread.clone();
+            std::thread::Builder::new()
+                .name("midi-driver".into())
+                .spawn(move || driver_thread(device, producer, &stop, &counters, &req))
+                .map_err(ServeError::Thread)?
+        };
+        Ok(Server {
+            space,
+            state,
+            requests,
+            consumer,
+            parser: Parser::with_max_sysex(options.max_sysex),
+            server_thread: options.server_thread.clone(),
+            malformed: 0,
+            consecutive_errors: 0,
+            _driver: Driver { stop, thread: Some(thread) },
+            ports,
+        })
+    }
+
+    /// The space the server's rights live in.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The service port's receive right in [`Server::space`].
+    pub fn service_port(&self) -> Name {
+        self.ports.service(0)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> InputStats {
+        self.state.snapshot()
+    }
+
+    /// What the driver thread was granted by the scheduler (empty until it started).
+    pub fn driver_granted(&self) -> String {
+        self.state.driver.granted.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Serve until `stop` becomes readable (a byte written, or its peer closed).
+    /// Applies [`Options::server_thread`] to the calling thread.
+    pub fn run(&mut self, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
+        configure_current_thread(&self.server_thread);
+        let set_fd: OwnedFd = self.space.pollable_fd(self.ports.set())?;
+        let mut rcv = Received::new();
+        loop {
+            self.drain_ring();
+            let handled = self.handle_pending(&mut rcv, BATCH)?;
+            if handled == BATCH || !self.consumer.prepare_sleep() {
+                continue;
+            }
+            let (stop_ready, bell_ready) = {
+                let bell = self.consumer.bell();
+                let mut fds = [
+                    PollFd::new(&stop, PollFlags::IN),
+                    PollFd::new(&bell, PollFlags::IN),
+                    PollFd::new(&set_fd, PollFlags::IN),
+                ];
+                match poll(&mut fds, None) {
+                    Ok(_) | Err(Errno::INTR) => {}
+                    Err(e) => return Err(ServeError::Poll(e)),
+                }
+                (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+            };
+            if stop_ready {
+                return Ok(());
+            }
+            if bell_ready {
+                self.consumer.clear_bell();
+            }
+        }
+    }
+
+    /// Parse and deliver everything in the ring.
+    fn drain_ring(&mut self) {
+        let mut any = false;
+        while let Some(chunk) = self.consumer.pop() {
+            any = true;
+            for &b in chunk.bytes() {
+                for m in self.parser.feed(b, chunk.time) {
+                    let overflow = m.overflow();
+                    self.state.deliver(&m, overflow);
+                }
+            }
+        }
+        if any || self.consumer.corrupt() > 0 {
+            let p = self.parser.stats();
+            let mut s = self.state.parse.lock().unwrap_or_else(PoisonError::into_inner);
+            s.parsed_bytes = p.bytes;
+            s.messages = p.messages;
+            s.running_status = p.running_status;
+            s.stray_data = p.stray_data;
+            s.undefined = p.undefined;
+            s.stray_eox = p.stray_eox;
+            s.incomplete = p.incomplete;
+            s.sysex_overflow = p.sysex_overflow;
+            s.sysex_unterminated = p.sysex_unterminated;
+            s.ring_overflow = self.consumer.overflow();
+            s.ring_corrupt = self.consumer.corrupt();
+            s.refused = self.malformed;
+        }
+    }
+
+    /// Receive and handle up to `max` messages already waiting; how many.
+    pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
+        let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
+        let mut handled = 0;
+        while handled < max {
+            match self.space.receive(self.ports.set(), rcv, now) {
+                Ok(()) => {
+                    self.consecutive_errors = 0;
+                    self.handle(rcv);
+                    handled += 1;
+                }
+                Err(ReceiveError::TimedOut) => break,
+                Err(ReceiveError::Malformed { .. }) => {
+                    self.malformed += 1;
+                    self.state.parse.lock().unwrap_or_else(PoisonError::into_inner).refused = self.malformed;
+                }
+                Err(e) => {
+                    self.consecutive_errors += 1;
+                    if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+                        return Err(ServeError::Receive(e));
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    /// Handle one message: a notification on the notify port, or a request.
+    pub fn handle(&self, msg: &mut Received) -> Dispatched {
+        if msg.port == self.ports.notify() {
+            // Only this process's notifier sends here; the kernel stamps the pid.
+            if msg.sender.pid == self.state.pid && msg.id == NotifyId::DeadName.id() {
+                if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
+                    self.state.dead_name(name);
+                }
+            }
+            ictus_idl::release_rights(&self.space, msg);
+            return Dispatched::OneWay;
+        }
+        let d = self.requests.handle(msg);
+        if matches!(d, Dispatched::BadRequest(_) | Dispatched::NotMine) {
+            self.state.table().stats.refused += 1;
+        }
+        d
+    }
+
+    /// Feed bytes to the parser as if the driver had read them at `time` (for tests of
+    /// delivery without a device).
+    #[doc(hidden)]
+    pub fn inject_for_test(&mut self, bytes: &[u8], time: Time) {
+        for &b in bytes {
+            for m in self.parser.feed(b, time) {
+                let overflow = m.overflow();
+                self.state.deliver(&m, overflow);
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.state.release_all();
+    }
+}
+
+/// A server running on a thread of this process (tests, programs that embed one).
+/// Dropping it stops the server.
+#[derive(Debug)]
+#[must_use = "dropping a Running stops the server"]
+pub struct Running {
+    thread: Option<JoinHandle<Result<(), ServeError>>>,
+    stop: Option<UnixStream>,
+    space: Space,
+    service: Name,
+    state: Arc<State>,
+}
+
+/// Start a server reading `device` on a new thread, its ports in `space`.
+pub fn spawn(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Running, ServeError> {
+    let mut server = Server::new(space.clone(), device, options)?;
+    let service = server.service_port();
+    let state = Arc::clone(&server.state);
+    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
+    let thread = std::thread::Builder::new()
+        .name("midi-server".into())
+        .spawn(move || {
+            let r = server.run(stop_r.as_fd());
+            drop(server);
+            r
+        })
+        .map_err(ServeError::Thread)?;
+    Ok(Running { thread: Some(thread), stop: Some(stop_w), space, service, state })
+}
+
+impl Running {
+    /// The space the server's rights live in.
+    pub fn space(&self) -> &Space {
+        &self.space
+    }
+
+    /// The service port's receive right in [`Running::space`].
+    pub fn service_port(&self) -> Name {
+        self.service
+    }
+
+    /// A new send right to the service port, as a descriptor.
+    pub fn service_fd(&self) -> Result<OwnedFd, RightsError> {
+        self.space.send_right_fd(self.service)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> InputStats {
+        self.state.snapshot()
+    }
+
+    /// What the driver thread was granted by the scheduler (empty until it started).
+    pub fn driver_granted(&self) -> String {
+        self.state.driver.granted.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Stop the server and wait for it.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), ServeError> {
+        drop(self.stop.take());
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| ServeError::Panicked)?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
