@@ -55,7 +55,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ictus_abi::{Name, NotifyId};
-use ictus_idl::{Context, Dispatched, SendRight, ServerStats};
+use ictus_idl::{Context, Dispatched, SendRight, ServerStats, ServicePorts};
 use ictus_ipc::{
     Credentials, Disposition, NotifyKind, PortArg, ReceiveError, ReceiveOptions, Received, RightKind, RightsError,
     Space,
@@ -271,46 +271,6 @@ impl Names for Arc<Registry> {
     }
 }
 
-/// The server's receive rights: a port set holding the service and notify ports.
-/// Dropping it destroys them.
-#[derive(Debug)]
-struct Ports {
-    space: Space,
-    set: Name,
-    service: Name,
-    notify: Name,
-}
-
-impl Ports {
-    fn allocate(space: &Space) -> Result<Ports, ServeError> {
-        // Dropping `p` on an error releases whatever was made.
-        let mut p = Ports { space: space.clone(), set: Name::NULL, service: Name::NULL, notify: Name::NULL };
-        p.set = space.allocate_port_set()?;
-        p.service = space.allocate_port()?;
-        p.notify = space.allocate_port()?;
-        space.move_member(p.service, p.set)?;
-        space.move_member(p.notify, p.set)?;
-        Ok(p)
-    }
-}
-
-impl Drop for Ports {
-    fn drop(&mut self) {
-        for port in [self.service, self.notify] {
-            if port != Name::NULL {
-                // Out of the set first: destroying a receive right that is a set member
-                // deadlocks in the nucleus (`destroy_receive` holds the port's lock
-                // while removing it from its set).
-                let _ = self.space.move_member(port, Name::NULL);
-                let _ = self.space.mod_refs(port, RightKind::Receive, -1);
-            }
-        }
-        if self.set != Name::NULL {
-            let _ = self.space.mod_refs(self.set, RightKind::PortSet, -1);
-        }
-    }
-}
-
 /// The name server: its ports and its table. See the module documentation.
 #[derive(Debug)]
 pub struct Server {
@@ -322,17 +282,17 @@ pub struct Server {
     malformed: u64,
     consecutive_errors: u32,
     // Last: dropped after `Drop for Server` has released the registered rights.
-    ports: Ports,
+    ports: ServicePorts<1>,
 }
 
 impl Server {
     /// A server with its ports allocated in `space` (the process's own,
     /// [`Space::task`], for a real server).
     pub fn new(space: Space) -> Result<Server, ServeError> {
-        let ports = Ports::allocate(&space)?;
-        let registry = Arc::new(Registry { space: space.clone(), notify: ports.notify, table: Mutex::default() });
+        let ports = ServicePorts::allocate(&space)?;
+        let registry = Arc::new(Registry { space: space.clone(), notify: ports.notify(), table: Mutex::default() });
         // Replies never wait: a client that stops reading must not stall the only thread.
-        let requests = ictus_idl::Server::new(&space, ports.set)
+        let requests = ictus_idl::Server::new(&space, ports.set())
             .with(NamesServer(Arc::clone(&registry)))
             .with_reply_timeout(std::time::Duration::ZERO);
         Ok(Server { space, pid: std::process::id(), registry, requests, malformed: 0, consecutive_errors: 0, ports })
@@ -346,7 +306,7 @@ impl Server {
     /// The service port's receive right, in [`Server::space`]. Make send rights from it
     /// to hand out (for example with [`Space::give_bootstrap`]).
     pub fn service_port(&self) -> Name {
-        self.ports.service
+        self.ports.service(0)
     }
 
     /// The registered names, sorted.
@@ -368,7 +328,7 @@ impl Server {
     /// Serve until `stop` becomes readable (a byte written, or its peer closed): ports,
     /// and the well-known socket if there is one.
     pub fn run(&mut self, listener: Option<&Listener>, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
-        let ports = self.space.pollable_fd(self.ports.set)?;
+        let ports = self.space.pollable_fd(self.ports.set())?;
         let mut rcv = Received::new();
         loop {
             let (stop_ready, ports_ready, listen_ready) = {
@@ -391,7 +351,7 @@ impl Server {
                 self.handle_pending(&mut rcv, BATCH)?;
             }
             if let (true, Some(l)) = (listen_ready, listener) {
-                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service).ok());
+                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service(0)).ok());
                 if refused > 0 {
                     eprintln!("ictus name-server: refused {refused} connection(s) from another user");
                 }
@@ -405,7 +365,7 @@ impl Server {
         let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
         let mut handled = 0;
         while handled < max {
-            match self.space.receive(self.ports.set, rcv, now) {
+            match self.space.receive(self.ports.set(), rcv, now) {
                 Ok(()) => {
                     self.consecutive_errors = 0;
                     self.handle(rcv);
@@ -435,7 +395,7 @@ impl Server {
     /// the service port, which the generated [`NamesServer`] decodes, carries out and
     /// answers (or refuses). Whatever the message carried and nobody keeps is released.
     pub fn handle(&self, msg: &mut Received) -> Dispatched {
-        if msg.port == self.ports.notify {
+        if msg.port == self.ports.notify() {
             self.handle_notification(msg);
             ictus_idl::release_rights(&self.space, msg);
             return Dispatched::OneWay;
