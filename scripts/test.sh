@@ -16,6 +16,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests"
 cargo test --workspace --locked
 
+step "loom: the shared-memory ring and wake-up protocol, every interleaving"
+# --cfg loom rebuilds every crate, so it gets a target directory of its own.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --locked -p ictus-shm --release --test loom
+
 step "fuzz: every parser of untrusted input (cargo-fuzz targets), ${ICTUS_FUZZ_SECONDS:-20} s each"
 if cargo +nightly --version >/dev/null 2>&1; then
   if ! cargo +nightly fuzz --version >/dev/null 2>&1; then

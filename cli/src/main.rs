@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod load;
+mod midi;
+
 /// ictus: a Mach-style microkernel personality in user space on Linux.
 ///
 /// Tasks talk through ports whose rights the kernel enforces; services are server
@@ -24,6 +27,34 @@ enum Command {
         /// or /tmp/ictus-$UID/name-server.sock without XDG_RUNTIME_DIR].
         #[arg(long)]
         socket: Option<PathBuf>,
+    },
+    /// Run the clock server (000 §3.1): time, sleeps and alarm messages on the clock port
+    /// (registered with the name server as "clock"); resolution and quotas on the
+    /// clock-control port, handed only to this user and root on the control socket.
+    ClockServer {
+        /// The name server's socket [default: as for `ictus name-server`].
+        #[arg(long)]
+        name_server: Option<PathBuf>,
+        /// The control socket [default: clock-control.sock beside the name server's socket].
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
+        /// The name to register the clock port under.
+        #[arg(long, default_value = "clock")]
+        name: String,
+        /// Serve at this SCHED_FIFO priority (1-99); if refused, serve anyway and say so.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
+        fifo: Option<u8>,
+    },
+    /// Ask the clock server: the time (clock port), or its counters or resolution (control port).
+    Clock {
+        /// The name server's socket [default: as for `ictus name-server`].
+        #[arg(long)]
+        name_server: Option<PathBuf>,
+        /// The control socket [default: as for `ictus clock-server`].
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
+        #[command(subcommand)]
+        query: ClockQuery,
     },
     /// List the names registered with the name server.
     Names {
@@ -46,6 +77,13 @@ enum Command {
         #[arg(long, num_args = 1..)]
         only: Vec<String>,
     },
+    /// Run a background load for a while (cpu, disk, net or mem), for experiments under load.
+    Load(load::LoadArgs),
+    /// MIDI: decode captures, play and conduct Standard MIDI Files, make the demo file.
+    Midi(midi::MidiArgs),
+    /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
+    /// send each message to the clients subscribed to its class; registered as "midi_inputport".
+    MidiServer(ictus_midi_server::cli::ServerArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench {
         /// List the experiments, one per line, and exit.
@@ -57,6 +95,19 @@ enum Command {
 }
 
 #[derive(Subcommand, Debug)]
+enum ClockQuery {
+    /// The time since boot and the wall time.
+    Now,
+    /// The server's counters (needs the control port).
+    Stats,
+    /// Set the alarm resolution in microseconds, 0 for exact (needs the control port).
+    SetResolution {
+        /// Microseconds.
+        us: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum Experiment {
     /// Transfer costs (000 §8, Figure 3): port round trips in-line and out-of-line
     /// from 1 B to 16 MiB beside socketpair, pipe and futex peers, and memcpy.
@@ -64,11 +115,36 @@ enum Experiment {
     /// File read methods (000 Table 2): stdio-style, block, mapped, mapio, O_DIRECT and
     /// io_uring reads, cached and uncached.
     Fileread(BenchArgs),
+    /// Wake-up lateness (000 §3.1, §5): in-process sleep-until, clock-server alarm messages
+    /// and upcalls at 100 Hz and 1 kHz, timesharing and fixed priority, under loads, beside
+    /// cyclictest in the same window.
+    Alarm(BenchArgs),
+    /// Timer overhead (000 §6): a background loop's work lost to a timer waking a thread
+    /// at 100 Hz, 1 kHz and 10 kHz (clock_nanosleep and upcalls beside timerfd).
+    TimerOverhead(BenchArgs),
+    /// Periodic streams (001 Table 3): three upcalls of 60, 75 and 120 ms doing stream work,
+    /// with and without CPU load, counting deadline misses, beside timesharing threads.
+    Rtu(BenchArgs),
+    /// Real-time IPC message cost (003 §5.1): round trips through real-time ports under
+    /// FIFO/OFF, PRIO/OFF, PRIO/ON and BPI/ON beside a plain port, several sizes.
+    Rtipc(BenchArgs),
+    /// Distributed Hartstone (003 Table 2): breakdown utilization of DHScl and DHSpq on one
+    /// CPU for plain ports, FIFO/OFF, PRIO/ON and BPI/ON.
+    Dhs(BenchArgs),
+    /// Shared-memory channels (002 §3, 000 §8.4): 64 B round trips spinning and blocking,
+    /// small-record throughput, wake-ups per message with 8 clients, frames through loans,
+    /// beside iceoryx2, a raw futex ping-pong and ictus ports.
+    Shm(BenchArgs),
+    /// MIDI latency under load (000 Table 1, Figure 1): 100 messages/s through the output
+    /// library onto the virtual cable, timesharing / fixed priority / deadline, under loads,
+    /// beside cyclictest in the same window.
+    Midi(BenchArgs),
 }
 
 impl Experiment {
     /// Every experiment, as `ictus bench NAME` spells it.
-    const NAMES: &'static [&'static str] = &["ipc", "fileread"];
+    const NAMES: &'static [&'static str] =
+        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"];
 }
 
 #[derive(clap::Args, Debug)]
@@ -112,10 +188,30 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
+        Command::ClockServer { name_server, control_socket, name, fifo } => {
+            ictus_clock_server::cli::serve(ictus_clock_server::cli::ServeOptions {
+                name_server,
+                control_socket,
+                name: Some(name),
+                fifo,
+            })
+            .map_err(Into::into)
+        }
+        Command::Clock { name_server, control_socket, query } => {
+            let q = match query {
+                ClockQuery::Now => ictus_clock_server::cli::Query::Now,
+                ClockQuery::Stats => ictus_clock_server::cli::Query::Stats,
+                ClockQuery::SetResolution { us } => ictus_clock_server::cli::Query::SetResolution(us),
+            };
+            ictus_clock_server::cli::query(q, name_server, control_socket).map_err(Into::into)
+        }
         Command::Names { socket, json } => ictus_name_server::cli::list(socket, json).map_err(Into::into),
         Command::Testbed { quick, out, only } => {
             ictus_bench::testbed::main(&ictus_bench::testbed::TestbedOptions { quick, out, only }).map_err(Into::into)
         }
+        Command::Load(a) => load::main(a),
+        Command::Midi(a) => midi::main(a),
+        Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {
                 println!("{e}");
@@ -126,6 +222,17 @@ fn main() -> ExitCode {
         Command::Bench { experiment: Some(e), .. } => match e {
             Experiment::Ipc(a) => bench_ipc(a),
             Experiment::Fileread(a) => ictus_bench::fileread::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Alarm(a) => ictus_bench::alarm::main(a.quick, a.json).map_err(Into::into),
+            Experiment::TimerOverhead(a) => ictus_bench::timer_overhead::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Rtu(a) => ictus_bench::rtu::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Rtipc(a) => {
+                a.pin().and_then(|pin| ictus_bench::rtipc::main(a.quick, a.json.clone(), pin)).map_err(Into::into)
+            }
+            Experiment::Dhs(a) => {
+                a.pin().and_then(|pin| ictus_bench::dhs::main(a.quick, a.json.clone(), pin)).map_err(Into::into)
+            }
+            Experiment::Shm(a) => ictus_bench::shm::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Midi(a) => ictus_bench::midi::main(a.quick, a.json).map_err(Into::into),
         },
     };
     match result {

@@ -30,6 +30,13 @@ pub static ROLES: &[(&str, RoleFn)] = &[
     ("pipe-echo", crate::peers::pipe_server),
     ("futex-echo", crate::peers::futex_server),
     ("port-echo", crate::ports::port_server),
+    ("shm-echo", crate::shm::shm_server),
+    ("iceoryx2-echo", crate::shm::iceoryx2_server),
+    ("port-burst", crate::shm::port_burst_server),
+    ("load", crate::load::load_role),
+    ("clock-server", crate::alarm::clock_server_role),
+    ("rtipc-echo", crate::rtipc::rt_echo_server),
+    ("midi-receiver", crate::midi::receiver_role),
 ];
 
 /// Spawns `current_exe() __bench-child <role> <args…>`.

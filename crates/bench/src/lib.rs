@@ -17,18 +17,26 @@
 //! A binary that embeds the harness must call [`child::maybe_run_child`] first thing in
 //! `main`, because measurements re-execute the current binary to run their servers.
 
+pub mod alarm;
 pub mod child;
 pub mod conditions;
+pub mod dhs;
 pub mod fileread;
 pub mod fit;
 pub mod ipc;
+pub mod load;
+pub mod midi;
 pub mod peers;
 pub mod pin;
 pub mod ports;
 pub mod report;
+pub mod rtipc;
+pub mod rtu;
+pub mod shm;
 pub mod stats;
 pub mod svg;
 pub mod testbed;
+pub mod timer_overhead;
 
 pub use child::maybe_run_child;
 pub use conditions::Conditions;
