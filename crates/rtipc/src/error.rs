@@ -40,6 +40,10 @@ pub enum AssociateError {
     /// The port has been destroyed.
     #[error("the port is dead")]
     PortDied,
+    /// The port is a member of a real-time port set: its messages are received through
+    /// the set (associate with the set instead).
+    #[error("the port is in a real-time port set; associate with the set")]
+    InSet,
 }
 
 impl AssociateError {
@@ -49,6 +53,46 @@ impl AssociateError {
             AssociateError::InvalidName(_) => ReturnCode::InvalidName,
             AssociateError::AlreadyAssociated => ReturnCode::InvalidArgument,
             AssociateError::PortDied => ReturnCode::InvalidName,
+            AssociateError::InSet => ReturnCode::InvalidRight,
+        }
+    }
+}
+
+/// Why a port could not be moved into or out of a real-time port set
+/// (`mach_port_move_member` on real-time rights).
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    /// The name denotes nothing here (`KERN_INVALID_NAME`).
+    #[error("{0} denotes no right here")]
+    InvalidName(Name),
+    /// The name denotes the wrong kind of right: a plain port where a real-time port
+    /// is needed, a plain (nucleus) port set where a real-time port set is needed
+    /// (`KERN_INVALID_RIGHT`).
+    #[error("{0} is not a real-time port or real-time port set held here")]
+    InvalidRight(Name),
+    /// The port has receivers of its own associated; dissociate them first.
+    #[error("{0} has receivers associated with it")]
+    Associated(Name),
+    /// The port is not a member of that set (`KERN_NOT_IN_SET`).
+    #[error("{0} is not in that port set")]
+    NotInSet(Name),
+    /// The set has as many members as it may.
+    #[error("the port set is full")]
+    Full,
+    /// The kernel refused (adding the port to the set's `epoll`).
+    #[error("kernel: {0}")]
+    Os(#[from] std::io::Error),
+}
+
+impl MemberError {
+    /// The Mach return code.
+    pub fn code(&self) -> ReturnCode {
+        match self {
+            MemberError::InvalidName(_) => ReturnCode::InvalidName,
+            MemberError::InvalidRight(_) | MemberError::Associated(_) => ReturnCode::InvalidRight,
+            MemberError::NotInSet(_) => ReturnCode::NotInSet,
+            MemberError::Full => ReturnCode::NoSpace,
+            MemberError::Os(_) => ReturnCode::ResourceShortage,
         }
     }
 }

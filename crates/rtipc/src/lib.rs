@@ -7,6 +7,12 @@
 //! the longest-waiting receiver or by priority; and a number of message buffers of a
 //! size, all allocated with the port so that sending and receiving never allocate.
 //! Receiver threads [associate](RtSpace::associate) with the port before receiving.
+//! A **real-time port set** ([`RtSpace::allocate_set`], [`RtSpace::move_member`])
+//! gathers real-time ports: a thread [associated](RtSpace::associate_set) with the set
+//! ([`SetReceiver`]) receives from every member, the most urgent message first (by
+//! priority across priority-ordered members; a FIFO member's messages count as
+//! priority 0 and keep their arrival order), raised and inherited into under the
+//! member port's policies as a port's own receiver would be.
 //! Clients [connect](RtSpace::connect) and [`call`](RtClient::call) (synchronous: the
 //! priority follows the request through nested calls) or [`send`](RtClient::send)
 //! (asynchronous: only the first receiver is affected).
@@ -43,6 +49,7 @@ mod error;
 mod port;
 pub mod prio;
 pub mod queue;
+mod set;
 mod space;
 #[allow(unsafe_code)]
 pub mod sys;
@@ -50,6 +57,7 @@ pub mod wire;
 
 pub use attr::{Dispatch, Handoff, PortAttrs, Priority, Queueing, MAX_BUFFERS, MAX_MESSAGE, MAX_PRIORITY};
 pub use client::{RtClient, SendOptions};
-pub use error::{AllocateError, AssociateError, ReceiveError, ReplyError, SendError};
+pub use error::{AllocateError, AssociateError, MemberError, ReceiveError, ReplyError, SendError};
 pub use port::{PortStats, Receiver, Request, MAX_CONNECTIONS, MAX_RECEIVERS};
+pub use set::{SetReceiver, MAX_MEMBERS};
 pub use space::{RtSpace, DEFAULT_CONNECT_TIMEOUT};

@@ -42,8 +42,8 @@ pub const MAX_RECEIVERS: usize = 64;
 /// A connection from one client thread.
 #[derive(Debug, Clone)]
 pub(crate) struct Conn {
-    fd: Arc<OwnedFd>,
-    page: Arc<SharedPage>,
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) page: Arc<SharedPage>,
 }
 
 #[derive(Debug)]
@@ -61,14 +61,17 @@ struct ReceiverSlot {
 }
 
 #[derive(Debug)]
-struct State {
+pub(crate) struct State {
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
-    queue: MessageQueue,
+    pub(crate) queue: MessageQueue,
     receivers: Vec<Option<ReceiverSlot>>,
     waiting: Vec<Waiting>,
     poller: Option<usize>,
     ready: Vec<u64>,
+    /// The real-time port set this port is a member of: its receivers are the set's,
+    /// and it has none of its own.
+    pub(crate) in_set: bool,
 }
 
 /// Counters of a port, for tests and diagnostics.
@@ -94,12 +97,12 @@ pub(crate) struct PortInner {
     pub(crate) attrs: PortAttrs,
     main_recv: OwnedFd,
     send_source: OwnedFd,
-    epoll: OwnedFd,
+    pub(crate) epoll: OwnedFd,
     wake: OwnedFd,
     status_fd: OwnedFd,
-    status: SharedPage,
+    pub(crate) status: SharedPage,
     state: Mutex<State>,
-    dead: AtomicBool,
+    pub(crate) dead: AtomicBool,
     malformed: AtomicU64,
 }
 
@@ -130,6 +133,7 @@ impl PortInner {
             waiting: Vec::with_capacity(MAX_RECEIVERS),
             poller: None,
             ready: Vec::with_capacity(MAX_CONNECTIONS + 2),
+            in_set: false,
         };
         Ok(Arc::new(PortInner {
             attrs,
@@ -145,7 +149,7 @@ impl PortInner {
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -164,6 +168,11 @@ impl PortInner {
             receivers: st.receivers.iter().flatten().count(),
             malformed: self.malformed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether receivers of its own are associated.
+    pub(crate) fn has_receivers(st: &State) -> bool {
+        st.receivers.iter().any(Option::is_some)
     }
 
     /// Destroys the port: receivers get `PortDied`, clients a hang-up.
@@ -204,6 +213,9 @@ impl PortInner {
         let base = sys::thread_policy(0).unwrap_or(Policy::DEFAULT);
         let assoc = prio::priority_of(base);
         let mut st = self.lock();
+        if st.in_set {
+            return Err(AssociateError::InSet);
+        }
         if st.receivers.iter().flatten().count() >= MAX_RECEIVERS {
             return Err(AssociateError::AlreadyAssociated);
         }
@@ -270,7 +282,7 @@ impl PortInner {
         self.accept(&mut st, conn_fd, page_fd)
     }
 
-    fn conn(&self, st: &State, tok: u64) -> Option<Conn> {
+    pub(crate) fn conn(&self, st: &State, tok: u64) -> Option<Conn> {
         let index = (tok & 0xffff_ffff) as usize;
         let generation = (tok >> 32) as u32;
         if st.generations.get(index) != Some(&generation) {
@@ -300,7 +312,7 @@ impl PortInner {
 
     /// Reads what is ready: connection requests on the main connection, one message
     /// from each ready connection (level-triggered `epoll` reports the rest again).
-    fn drain(&self, st: &mut State) {
+    pub(crate) fn drain(&self, st: &mut State) {
         let mut i = 0;
         while i < st.ready.len() {
             let tok = st.ready[i];
@@ -402,7 +414,7 @@ impl PortInner {
     }
 
     /// Waits in `epoll` (up to `timeout`) and adds what is ready to the ready list.
-    fn poll_ready(&self, st: &mut State, timeout: Option<Duration>) {
+    pub(crate) fn poll_ready(&self, st: &mut State, timeout: Option<Duration>) {
         let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 16];
         let ts = timeout
             .map(|l| rustix::event::Timespec { tv_sec: l.as_secs() as i64, tv_nsec: i64::from(l.subsec_nanos()) });
@@ -449,15 +461,18 @@ fn check_header(head: &[u8; RT_HEADER_LEN], body_len: usize, nfds: usize) -> Res
 /// and reuse it: receiving never allocates.
 #[derive(Debug)]
 pub struct Request {
-    buf: Vec<u8>,
-    len: usize,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) len: usize,
     /// The message's priority (as claimed by the sender, capped by the port's ceiling).
     pub priority: Priority,
     /// Whether the sender waits for a reply (synchronous mode).
     pub sync: bool,
-    seq: u32,
-    conn: Option<Conn>,
-    replied: bool,
+    pub(crate) seq: u32,
+    pub(crate) conn: Option<Conn>,
+    pub(crate) replied: bool,
+    /// Whether it came from a priority-inheritance port (its client may wait in a PI
+    /// futex naming a receiver).
+    pub(crate) inherit: bool,
 }
 
 impl Request {
@@ -488,6 +503,7 @@ impl Receiver {
             seq: 0,
             conn: None,
             replied: false,
+            inherit: false,
         }
     }
 
@@ -598,6 +614,7 @@ impl Receiver {
         req.seq = entry.seq;
         req.replied = false;
         req.conn = port.conn(&st, entry.conn);
+        req.inherit = port.attrs.queueing == Queueing::PriorityInheritance;
         port.status.word(W_BUSY).store(self.tid, Ordering::SeqCst);
         // If we were the poller and others wait, hand the polling on.
         if st.poller.is_none() {
@@ -640,42 +657,17 @@ impl Receiver {
 
     /// Answers a synchronous request and ends the inheritance its sender gave us.
     pub fn reply(&mut self, req: &mut Request, body: &[u8]) -> Result<(), ReplyError> {
-        if !req.sync {
-            return Err(ReplyError::NotSynchronous);
-        }
-        if req.replied {
-            return Err(ReplyError::AlreadyReplied);
-        }
-        if body.len() > crate::attr::MAX_MESSAGE as usize {
-            return Err(ReplyError::TooLarge(body.len()));
-        }
-        req.replied = true;
-        let conn = req.conn.take().ok_or(ReplyError::ClientGone)?;
-        let head = RtHeader { kind: Kind::Reply, flags: 0, priority: 0, seq: req.seq, len: body.len() as u32 }.encode();
-        // Never block on a client: a synchronous client has room for its one reply.
-        let sent = sys::send(conn.fd.as_fd(), &[IoSlice::new(&head), IoSlice::new(body)], &[], true)?;
-        // SYNC POINT: the reply is queued before we look at the client's PI word; the
-        // client stores the word before it looks for the reply (see client.rs).
-        fence(Ordering::SeqCst);
-        if self.port.attrs.queueing == Queueing::PriorityInheritance {
-            let w = conn.page.word(C_PI).load(Ordering::SeqCst) & FUTEX_TID_MASK;
-            if w == self.tid {
-                release_pi(&conn.page, self.tid);
-            } else if w != 0 {
-                // It inherited into another receiver of this port: that one lets go
-                // when it next receives.
-                let mut st = self.port.lock();
-                if let Some(r) = st.receivers.iter_mut().flatten().find(|r| r.tid == w) {
-                    if r.releases.len() < r.releases.capacity() {
-                        r.releases.push(Arc::clone(&conn.page));
-                    }
+        let port = &self.port;
+        send_reply(req, body, self.tid, |w, page| {
+            // It inherited into another receiver of this port: that one lets go when it
+            // next receives.
+            let mut st = port.lock();
+            if let Some(r) = st.receivers.iter_mut().flatten().find(|r| r.tid == w) {
+                if r.releases.len() < r.releases.capacity() {
+                    r.releases.push(page);
                 }
             }
-        }
-        match sent {
-            Sent::Ok => Ok(()),
-            Sent::WouldBlock | Sent::Dead => Err(ReplyError::ClientGone),
-        }
+        })
     }
 
     /// Breaks the association (`rt_mach_port_not_associate`) and returns the thread to
@@ -714,9 +706,49 @@ impl Drop for Receiver {
     }
 }
 
+/// Sends the reply to a synchronous request received by thread `tid`, and ends the
+/// inheritance its sender gave: if the client's PI word names `tid` it is released now;
+/// if it names another receiver, `elsewhere(that tid, page)` records it for that one.
+pub(crate) fn send_reply(
+    req: &mut Request,
+    body: &[u8],
+    tid: u32,
+    elsewhere: impl FnOnce(u32, Arc<SharedPage>),
+) -> Result<(), ReplyError> {
+    if !req.sync {
+        return Err(ReplyError::NotSynchronous);
+    }
+    if req.replied {
+        return Err(ReplyError::AlreadyReplied);
+    }
+    if body.len() > crate::attr::MAX_MESSAGE as usize {
+        return Err(ReplyError::TooLarge(body.len()));
+    }
+    req.replied = true;
+    let conn = req.conn.take().ok_or(ReplyError::ClientGone)?;
+    let head = RtHeader { kind: Kind::Reply, flags: 0, priority: 0, seq: req.seq, len: body.len() as u32 }.encode();
+    // Never block on a client: a synchronous client has room for its one reply.
+    let sent = sys::send(conn.fd.as_fd(), &[IoSlice::new(&head), IoSlice::new(body)], &[], true)?;
+    // SYNC POINT: the reply is queued before we look at the client's PI word; the
+    // client stores the word before it looks for the reply (see client.rs).
+    fence(Ordering::SeqCst);
+    if req.inherit {
+        let w = conn.page.word(C_PI).load(Ordering::SeqCst) & FUTEX_TID_MASK;
+        if w == tid {
+            release_pi(&conn.page, tid);
+        } else if w != 0 {
+            elsewhere(w, Arc::clone(&conn.page));
+        }
+    }
+    match sent {
+        Sent::Ok => Ok(()),
+        Sent::WouldBlock | Sent::Dead => Err(ReplyError::ClientGone),
+    }
+}
+
 /// Lets go of a connection's PI word if it names `tid`: its waiting client gets it (and
 /// the kernel ends the boost), or it is cleared if nobody waits yet.
-fn release_pi(page: &SharedPage, tid: u32) {
+pub(crate) fn release_pi(page: &SharedPage, tid: u32) {
     let w = page.word(C_PI);
     for _ in 0..8 {
         let v = w.load(Ordering::SeqCst);

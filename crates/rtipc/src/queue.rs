@@ -1,7 +1,13 @@
 //! The pure core: a queue of preallocated message buffers, ordered FIFO or by priority,
 //! and the choice of a receiver. No system calls; the port drives it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::attr::{Dispatch, Priority, Queueing};
+
+/// Arrival numbers are process-wide, so that the messages of different ports (the
+/// members of a port set) can be ordered by arrival too.
+static ARRIVALS: AtomicU64 = AtomicU64::new(0);
 
 /// A message waiting in the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,7 +18,7 @@ pub struct Entry {
     pub conn: u64,
     /// Its priority (already capped by the port's ceiling).
     pub priority: Priority,
-    /// Arrival order, for FIFO and for ties.
+    /// Arrival order, for FIFO and for ties (process-wide: comparable across queues).
     pub arrival: u64,
     /// The sender's sequence number.
     pub seq: u32,
@@ -42,7 +48,6 @@ pub struct MessageQueue {
     free: Vec<u32>,
     /// Sorted so that the next message to take is last.
     waiting: Vec<Entry>,
-    arrivals: u64,
 }
 
 impl MessageQueue {
@@ -55,7 +60,6 @@ impl MessageQueue {
             storage: vec![0; n * size as usize],
             free: (0..buffers).rev().collect(),
             waiting: Vec::with_capacity(n),
-            arrivals: 0,
         }
     }
 
@@ -112,8 +116,8 @@ impl MessageQueue {
             self.release(slot);
             return Err(QueueError::TooLarge(len as usize));
         }
-        self.arrivals += 1;
-        let e = Entry { slot, conn, priority, arrival: self.arrivals, seq, sync, len };
+        let arrival = ARRIVALS.fetch_add(1, Ordering::Relaxed) + 1;
+        let e = Entry { slot, conn, priority, arrival, seq, sync, len };
         // Keep the next message last: ascending "urgency".
         let key = |x: &Entry| self.key(x);
         let k = key(&e);
@@ -133,11 +137,7 @@ impl MessageQueue {
     }
 
     fn key(&self, e: &Entry) -> (u8, u64) {
-        // Higher key = taken sooner. Earlier arrival = larger `!arrival`.
-        match self.order {
-            Queueing::Fifo => (0, !e.arrival),
-            Queueing::Priority | Queueing::PriorityInheritance => (e.priority, !e.arrival),
-        }
+        order_key(self.order, e)
     }
 
     /// The next message, without taking it.
@@ -169,6 +169,18 @@ impl MessageQueue {
             }
         }
         before - self.waiting.len()
+    }
+}
+
+/// The order of messages: a higher key is taken sooner. A FIFO queue ignores priorities
+/// (every message counts as priority 0), a priority queue orders by priority; earlier
+/// arrival first among equals. A port set compares its members' next messages with the
+/// same key, each under its own port's queueing.
+pub fn order_key(order: Queueing, e: &Entry) -> (u8, u64) {
+    // Earlier arrival = larger `!arrival`.
+    match order {
+        Queueing::Fifo => (0, !e.arrival),
+        Queueing::Priority | Queueing::PriorityInheritance => (e.priority, !e.arrival),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Real-time ports between processes: the priority-inversion test of the issue, crash
-//! tests (`kill -9` of a client that a server inherits from, and of a server a client
-//! inherits into), and the unprivileged path.
+//! tests (`kill -9` of a client that a server inherits from — serving a port or a port
+//! set — and of a server a client inherits into), and the unprivileged path.
 //!
 //! Own `main` (harness = false): the test re-executes itself as the server, the
 //! clients, and an unprivileged child. Scenarios that need `SCHED_FIFO` print why they
@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use ictus_ipc::{Disposition, Message, Name, PortArg, ReceiveOptions, Received, SendOptions as IpcSend, Space};
 use ictus_rt::thread::Policy;
 use ictus_rtipc::sys::{effective_priority, pin_current_thread, set_current_policy};
-use ictus_rtipc::{Handoff, PortAttrs, Queueing, RtSpace, SendError, SendOptions};
+use ictus_rtipc::{
+    Handoff, PortAttrs, Queueing, ReceiveError, Receiver, ReplyError, Request, RtSpace, SendError, SendOptions,
+    SetReceiver,
+};
 
 const ROLE: &str = "RTIPC_TEST_ROLE";
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -54,9 +57,10 @@ fn main() {
         std::process::exit(code);
     }
     let args: Vec<String> = std::env::args().collect();
-    let tests: [(&str, TestFn); 5] = [
+    let tests: [(&str, TestFn); 6] = [
         ("inversion_is_bounded_by_handoff_and_inheritance", inversion_test),
-        ("killed_client_leaves_no_boost_and_no_buffer", killed_client_test),
+        ("killed_client_leaves_no_boost_and_no_buffer", || killed_client_test(false)),
+        ("killed_client_of_a_set_member_leaves_no_boost_and_no_buffer", || killed_client_test(true)),
         ("killed_server_releases_waiting_client", killed_server_test),
         ("unprivileged_ports_still_work_as_fifo_without_handoff", unprivileged_test),
         ("plain_port_in_another_task_is_an_invalid_destination", remote_plain_port_test),
@@ -131,10 +135,17 @@ struct Server {
 /// Starts a server process (pinned to CPU 0, `SCHED_FIFO SERVER_PRIO` when permitted)
 /// owning a real-time port with `label`'s policies; returns its port, here.
 fn start_server(label: &str) -> Result<Server, String> {
+    start_server_in(label, false)
+}
+
+/// As `start_server`; with `in_set` the server puts the port in a real-time port set and
+/// receives through the set.
+fn start_server_in(label: &str, in_set: bool) -> Result<Server, String> {
     let space = Space::new();
     let rt = RtSpace::new(space.clone());
     let back = space.allocate_port_with_send().map_err(|e| e.to_string())?;
-    let child = spawn(&space, "server", back, &[("RTIPC_ATTRS", label.to_string())]);
+    let set = if in_set { "1" } else { "0" }.to_string();
+    let child = spawn(&space, "server", back, &[("RTIPC_ATTRS", label.to_string()), ("RTIPC_SET", set)]);
     let mut m = Received::new();
     space
         .receive(back, &mut m, ReceiveOptions { timeout: Some(WATCHDOG), ..Default::default() })
@@ -153,6 +164,39 @@ fn opts() -> SendOptions {
     SendOptions { timeout: Some(WATCHDOG), ..SendOptions::default() }
 }
 
+/// A receiver of a port or of a port set.
+enum Rx {
+    Port(Receiver),
+    Set(SetReceiver),
+}
+
+impl Rx {
+    fn request_buffer(&self) -> Request {
+        match self {
+            Rx::Port(r) => r.request_buffer(),
+            Rx::Set(r) => r.request_buffer(),
+        }
+    }
+    fn receive(&mut self, req: &mut Request) -> Result<(), ReceiveError> {
+        match self {
+            Rx::Port(r) => r.receive(req, None),
+            Rx::Set(r) => r.receive(req, None).map(|_| ()),
+        }
+    }
+    fn reply(&mut self, req: &mut Request, body: &[u8]) -> Result<(), ReplyError> {
+        match self {
+            Rx::Port(r) => r.reply(req, body),
+            Rx::Set(r) => r.reply(req, body),
+        }
+    }
+    fn tid(&self) -> u32 {
+        match self {
+            Rx::Port(r) => r.tid(),
+            Rx::Set(r) => r.tid(),
+        }
+    }
+}
+
 fn server_role() -> i32 {
     let label = std::env::var("RTIPC_ATTRS").expect("attrs");
     let _ = pin_current_thread(0);
@@ -164,10 +208,16 @@ fn server_role() -> i32 {
     let mut m = Message::new(1, Vec::new());
     m.ports.push(PortArg::new(port, Disposition::CopySend));
     space.send(back, &mut m, IpcSend::default()).expect("send port");
-    let mut r = rt.associate(port, None).expect("associate");
+    let mut r = if std::env::var("RTIPC_SET").as_deref() == Ok("1") {
+        let set = rt.allocate_set().expect("allocate set");
+        rt.move_member(port, set).expect("move into the set");
+        Rx::Set(rt.associate_set(set, None).expect("associate with the set"))
+    } else {
+        Rx::Port(rt.associate(port, None).expect("associate"))
+    };
     let mut req = r.request_buffer();
     loop {
-        if r.receive(&mut req, None).is_err() {
+        if r.receive(&mut req).is_err() {
             return 0;
         }
         let data = req.data().to_vec();
@@ -328,8 +378,9 @@ fn stats(rt: &RtSpace, port: Name) -> Result<(u32, u32, u32), String> {
 
 /// A high-priority client that the server inherits from (BPI) is killed with `kill -9`:
 /// the kernel drops the boost, and the server frees the client's buffer and connection.
-fn killed_client_test() -> Result<(), String> {
-    let server = start_server("BPI/OFF")?;
+/// With `in_set` the server receives through a real-time port set holding the port.
+fn killed_client_test(in_set: bool) -> Result<(), String> {
+    let server = start_server_in("BPI/OFF", in_set)?;
     let base = effective_priority(server.pid, server.tid).ok_or("no /proc stat")?;
     let flag = std::env::temp_dir().join(format!("rtipc-hold-{}", std::process::id()));
     let _ = std::fs::remove_file(&flag);
