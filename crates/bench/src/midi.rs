@@ -422,6 +422,18 @@ fn start_cyclictest(sched: Sched, loops: u64) -> std::io::Result<Child> {
     crate::alarm::spawn_cyclictest(policy, prio, INTERVAL, loops)
 }
 
+/// The load of a window. The CPU load is four busy threads per CPU: the paper's
+/// computation load kept its one CPU busy with more work than it could run, and one
+/// thread per CPU on today's two CPUs leaves the scheduler (EEVDF) an idle-enough machine
+/// that timesharing's worst case is the VM's own stalls, not the load's.
+fn load_config(kind: LoadKind) -> load::LoadConfig {
+    let threads = match kind {
+        LoadKind::Cpu => std::thread::available_parallelism().map_or(1, usize::from).checked_mul(4),
+        _ => None,
+    };
+    load::LoadConfig { threads, ..load::LoadConfig::default() }
+}
+
 fn unique_cable() -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -588,7 +600,7 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
         let load_name = load.map_or("none", LoadKind::name);
         let per_load = Duration::from_secs((secs + 3) * (Sched::ALL.len() * rounds) as u64 + 20);
         let running = match load {
-            Some(kind) => match load::spawn(*kind, per_load) {
+            Some(kind) => match load::spawn_with(*kind, per_load, &load_config(*kind)) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     notes.push(format!("{load_name} load could not start: {e}; skipped"));
