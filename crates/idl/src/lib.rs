@@ -25,7 +25,7 @@ mod server;
 pub use codec::{Decode, DecodeError, Decoder, Encode, EncodeError, Encoder, ReceiveRight, SendOnceRight, SendRight};
 pub use ictus_idl_macros::interface;
 pub use ictus_ipc;
-pub use ports::{DeadNameWatches, ServicePorts};
+pub use ports::{DeadNameWatches, ReceiveCounts, ServicePorts, MAX_CONSECUTIVE_ERRORS};
 pub use server::{reply, Context, Dispatched, Outcome, Server, ServerStats, Service};
 
 use std::cell::RefCell;

@@ -41,8 +41,7 @@ use std::time::Duration;
 use ictus_abi::{Name, NotifyId};
 use ictus_idl::{Context, DeadNameWatches, Decode, Dispatched, Encode, Encoder, Outcome, Service, ServicePorts};
 use ictus_ipc::{
-    Credentials, ReceiveError, ReceiveOptions, Received, ReceivedRight, RightKind, RightsError, SendError, SendOptions,
-    Space,
+    Credentials, ReceiveError, Received, ReceivedRight, RightKind, RightsError, SendError, SendOptions, Space,
 };
 use ictus_name_server::socket::{ListenError, Listener};
 use ictus_rt::{clock, AlarmId, AlarmQueue, Time};
@@ -96,9 +95,6 @@ impl From<ListenError> for ServeError {
     }
 }
 
-/// Consecutive receive failures (other than malformed messages) after which the server
-/// gives up instead of spinning.
-const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 /// Messages handled per wake-up before looking at the timer again.
 const BATCH: usize = 64;
 
@@ -484,8 +480,7 @@ pub struct Server {
     clock_requests: ictus_idl::Server,
     control_requests: ictus_idl::Server,
     timer: crate::timer::Timer,
-    malformed: u64,
-    consecutive_errors: u32,
+    counts: ictus_idl::ReceiveCounts,
     // Last: dropped after `Drop for Server` has released the pending rights.
     ports: ServicePorts<2>,
 }
@@ -526,8 +521,7 @@ impl Server {
             clock_requests,
             control_requests,
             timer,
-            malformed: 0,
-            consecutive_errors: 0,
+            counts: ictus_idl::ReceiveCounts::default(),
             ports,
         })
     }
@@ -559,7 +553,7 @@ impl Server {
 
     /// Malformed messages received (and destroyed by the nucleus) so far.
     pub fn malformed(&self) -> u64 {
-        self.malformed
+        self.counts.malformed
     }
 
     /// Serve until `stop` becomes readable (a byte written, or its peer closed): ports,
@@ -611,32 +605,22 @@ impl Server {
     /// Receive and handle up to `max` messages that are already waiting; returns how
     /// many were handled.
     pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
-        let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
-        let mut handled = 0;
-        while handled < max {
-            match self.space.receive(self.ports.set(), rcv, now) {
-                Ok(()) => {
-                    self.consecutive_errors = 0;
-                    self.handle(rcv);
-                    handled += 1;
+        let mut counts = self.counts;
+        let result = self.ports.handle_pending(
+            rcv,
+            max,
+            &mut counts,
+            |m| {
+                self.handle(m);
+            },
+            |n, e| {
+                if n.is_power_of_two() {
+                    eprintln!("ictus clock-server: dropped a malformed message ({n} so far): {e}");
                 }
-                Err(ReceiveError::TimedOut) => break,
-                Err(e @ ReceiveError::Malformed { .. }) => {
-                    self.malformed += 1;
-                    if self.malformed.is_power_of_two() {
-                        eprintln!("ictus clock-server: dropped a malformed message ({} so far): {e}", self.malformed);
-                    }
-                }
-                Err(e) => {
-                    self.consecutive_errors += 1;
-                    if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                        return Err(ServeError::Receive(e));
-                    }
-                    break;
-                }
-            }
-        }
-        Ok(handled)
+            },
+        );
+        self.counts = counts;
+        result.map_err(ServeError::Receive)
     }
 
     /// Handle one received message: a notification on the notify port, a request on

@@ -32,9 +32,7 @@ use std::time::Duration;
 
 use ictus_abi::{Name, NotifyId};
 use ictus_idl::{Context, DeadNameWatches, Dispatched, SendRight, ServicePorts};
-use ictus_ipc::{
-    Credentials, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError, SendOptions, Space,
-};
+use ictus_ipc::{Credentials, ReceiveError, Received, RightKind, RightsError, SendError, SendOptions, Space};
 use ictus_midi::device::Device;
 use ictus_midi::{Message, Parser};
 use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
@@ -114,8 +112,7 @@ impl Options {
     }
 }
 
-/// Consecutive receive failures (other than malformed messages) after which the server
-/// gives up instead of spinning.
+/// Device read failures in a row after which the driver gives up instead of spinning.
 const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 /// Messages handled per wake-up before looking at the ring again.
 const BATCH: usize = 64;
@@ -392,8 +389,7 @@ pub struct Server {
     consumer: Consumer,
     parser: Parser,
     server_thread: ThreadRequest,
-    malformed: u64,
-    consecutive_errors: u32,
+    counts: ictus_idl::ReceiveCounts,
     _driver: Driver,
     // Last: dropped after `Drop for Server` has released the subscriptions.
     ports: ServicePorts<1>,
@@ -435,8 +431,7 @@ impl Server {
             consumer,
             parser: Parser::with_max_sysex(options.max_sysex),
             server_thread: options.server_thread.clone(),
-            malformed: 0,
-            consecutive_errors: 0,
+            counts: ictus_idl::ReceiveCounts::default(),
             _driver: Driver { stop, thread: Some(thread) },
             ports,
         })
@@ -522,36 +517,26 @@ impl Server {
             s.sysex_unterminated = p.sysex_unterminated;
             s.ring_overflow = self.consumer.overflow();
             s.ring_corrupt = self.consumer.corrupt();
-            s.refused = self.malformed;
+            s.refused = self.counts.malformed;
         }
     }
 
     /// Receive and handle up to `max` messages already waiting; how many.
     pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
-        let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
-        let mut handled = 0;
-        while handled < max {
-            match self.space.receive(self.ports.set(), rcv, now) {
-                Ok(()) => {
-                    self.consecutive_errors = 0;
-                    self.handle(rcv);
-                    handled += 1;
-                }
-                Err(ReceiveError::TimedOut) => break,
-                Err(ReceiveError::Malformed { .. }) => {
-                    self.malformed += 1;
-                    self.state.parse.lock().unwrap_or_else(PoisonError::into_inner).refused = self.malformed;
-                }
-                Err(e) => {
-                    self.consecutive_errors += 1;
-                    if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                        return Err(ServeError::Receive(e));
-                    }
-                    break;
-                }
-            }
-        }
-        Ok(handled)
+        let mut counts = self.counts;
+        let result = self.ports.handle_pending(
+            rcv,
+            max,
+            &mut counts,
+            |m| {
+                self.handle(m);
+            },
+            |n, _| {
+                self.state.parse.lock().unwrap_or_else(PoisonError::into_inner).refused = n;
+            },
+        );
+        self.counts = counts;
+        result.map_err(ServeError::Receive)
     }
 
     /// Handle one message: a notification on the notify port, or a request.

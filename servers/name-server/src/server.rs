@@ -52,14 +52,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use ictus_abi::{Name, NotifyId};
 use ictus_idl::{Context, Dispatched, SendRight, ServerStats, ServicePorts};
-use ictus_ipc::{
-    Credentials, Disposition, NotifyKind, PortArg, ReceiveError, ReceiveOptions, Received, RightKind, RightsError,
-    Space,
-};
+use ictus_ipc::{Credentials, Disposition, NotifyKind, PortArg, ReceiveError, Received, RightKind, RightsError, Space};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 
@@ -103,9 +99,6 @@ struct Registration {
     owner: Credentials,
 }
 
-/// Consecutive receive failures (other than malformed messages) after which the server
-/// gives up instead of spinning.
-const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 /// Messages handled per wake-up before looking at the socket and the stop channel.
 const BATCH: usize = 64;
 
@@ -279,8 +272,7 @@ pub struct Server {
     registry: Arc<Registry>,
     /// The generated demultiplexer, [`NamesServer`], for requests on the service port.
     requests: ictus_idl::Server,
-    malformed: u64,
-    consecutive_errors: u32,
+    counts: ictus_idl::ReceiveCounts,
     // Last: dropped after `Drop for Server` has released the registered rights.
     ports: ServicePorts<1>,
 }
@@ -295,7 +287,14 @@ impl Server {
         let requests = ictus_idl::Server::new(&space, ports.set())
             .with(NamesServer(Arc::clone(&registry)))
             .with_reply_timeout(std::time::Duration::ZERO);
-        Ok(Server { space, pid: std::process::id(), registry, requests, malformed: 0, consecutive_errors: 0, ports })
+        Ok(Server {
+            space,
+            pid: std::process::id(),
+            registry,
+            requests,
+            counts: ictus_idl::ReceiveCounts::default(),
+            ports,
+        })
     }
 
     /// The space the server's rights live in.
@@ -316,7 +315,7 @@ impl Server {
 
     /// Malformed messages received (and destroyed by the nucleus) so far.
     pub fn malformed(&self) -> u64 {
-        self.malformed
+        self.counts.malformed
     }
 
     /// The request counters: handled, refused (`MIG_BAD_ID`, `MIG_BAD_ARGUMENTS`),
@@ -362,33 +361,23 @@ impl Server {
     /// Receive and handle up to `max` messages that are already waiting; returns how
     /// many were handled.
     pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
-        let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
-        let mut handled = 0;
-        while handled < max {
-            match self.space.receive(self.ports.set(), rcv, now) {
-                Ok(()) => {
-                    self.consecutive_errors = 0;
-                    self.handle(rcv);
-                    handled += 1;
+        let mut counts = self.counts;
+        let result = self.ports.handle_pending(
+            rcv,
+            max,
+            &mut counts,
+            |m| {
+                self.handle(m);
+            },
+            |n, e| {
+                // Say so, but do not let a hostile sender flood the log.
+                if n.is_power_of_two() {
+                    eprintln!("ictus name-server: dropped a malformed message ({n} so far): {e}");
                 }
-                Err(ReceiveError::TimedOut) => break,
-                Err(e @ ReceiveError::Malformed { .. }) => {
-                    self.malformed += 1;
-                    // Say so, but do not let a hostile sender flood the log.
-                    if self.malformed.is_power_of_two() {
-                        eprintln!("ictus name-server: dropped a malformed message ({} so far): {e}", self.malformed);
-                    }
-                }
-                Err(e) => {
-                    self.consecutive_errors += 1;
-                    if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                        return Err(ServeError::Receive(e));
-                    }
-                    break;
-                }
-            }
-        }
-        Ok(handled)
+            },
+        );
+        self.counts = counts;
+        result.map_err(ServeError::Receive)
     }
 
     /// Handle one received message: a notification on the notify port, or a request on
