@@ -57,7 +57,7 @@ struct ReceiverSlot {
     applied: Option<Priority>,
     /// Connection pages whose PI word names this receiver but whose request another
     /// receiver answered: released when this one next receives.
-    releases: Vec<Arc<SharedPage>>,
+    releases: Releases,
 }
 
 #[derive(Debug)]
@@ -226,7 +226,7 @@ impl PortInner {
             word: Arc::new(AtomicU32::new(0)),
             assigned: None,
             applied: None,
-            releases: Vec::with_capacity(MAX_CONNECTIONS.min(64)),
+            releases: Releases::with_capacity(MAX_CONNECTIONS.min(64)),
         };
         let id = match st.receivers.iter().position(Option::is_none) {
             Some(i) => {
@@ -649,10 +649,7 @@ impl Receiver {
     }
 
     fn release_pending(&self, st: &mut State) {
-        let slot = self.slot_mut(st);
-        while let Some(page) = slot.releases.pop() {
-            release_pi(&page, self.tid);
-        }
+        self.slot_mut(st).releases.release_all(self.tid);
     }
 
     /// Answers a synchronous request and ends the inheritance its sender gave us.
@@ -663,9 +660,7 @@ impl Receiver {
             // next receives.
             let mut st = port.lock();
             if let Some(r) = st.receivers.iter_mut().flatten().find(|r| r.tid == w) {
-                if r.releases.len() < r.releases.capacity() {
-                    r.releases.push(page);
-                }
+                r.releases.defer(page);
             }
         })
     }
@@ -743,6 +738,32 @@ pub(crate) fn send_reply(
     match sent {
         Sent::Ok => Ok(()),
         Sent::WouldBlock | Sent::Dead => Err(ReplyError::ClientGone),
+    }
+}
+
+/// PI words a receiver inherited through and must let go of when it next receives,
+/// because another receiver answered the request (bounded, allocated at association:
+/// nothing allocates on the receive path).
+#[derive(Debug)]
+pub(crate) struct Releases(Vec<Arc<SharedPage>>);
+
+impl Releases {
+    pub(crate) fn with_capacity(n: usize) -> Releases {
+        Releases(Vec::with_capacity(n))
+    }
+
+    /// Record `page` for later, if there is room (the capacity is fixed at association).
+    pub(crate) fn defer(&mut self, page: Arc<SharedPage>) {
+        if self.0.len() < self.0.capacity() {
+            self.0.push(page);
+        }
+    }
+
+    /// Let go of every recorded word that names `tid`.
+    pub(crate) fn release_all(&mut self, tid: u32) {
+        while let Some(page) = self.0.pop() {
+            release_pi(&page, tid);
+        }
     }
 }
 

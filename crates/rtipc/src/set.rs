@@ -28,10 +28,10 @@ use rustix::event::epoll;
 
 use crate::attr::{Handoff, Priority, MAX_MESSAGE, MAX_PRIORITY};
 use crate::error::{AssociateError, MemberError, ReceiveError, ReplyError};
-use crate::port::{release_pi, send_reply, PortInner, Request, W_BUSY, W_POLLER};
+use crate::port::{send_reply, PortInner, Releases, Request, W_BUSY, W_POLLER};
 use crate::prio;
 use crate::queue::{choose_receiver, order_key, Entry, Waiting};
-use crate::sys::{self, SharedPage};
+use crate::sys;
 use crate::MAX_RECEIVERS;
 
 /// Most ports one real-time port set may hold.
@@ -58,7 +58,7 @@ struct SetSlot {
     unknown: bool,
     /// Connection pages whose PI word names this receiver but whose request another
     /// receiver answered: released when this one next receives.
-    releases: Vec<Arc<SharedPage>>,
+    releases: Releases,
 }
 
 #[derive(Debug)]
@@ -216,7 +216,7 @@ impl SetInner {
             assigned: None,
             applied: None,
             unknown: false,
-            releases: Vec::with_capacity(64),
+            releases: Releases::with_capacity(64),
         };
         let id = match st.receivers.iter().position(Option::is_none) {
             Some(i) => {
@@ -476,10 +476,7 @@ impl SetReceiver {
     }
 
     fn release_pending(&self, st: &mut SetState) {
-        let slot = self.slot_mut(st);
-        while let Some(page) = slot.releases.pop() {
-            release_pi(&page, self.tid);
-        }
+        self.slot_mut(st).releases.release_all(self.tid);
     }
 
     /// Answers a synchronous request and ends the inheritance its sender gave us.
@@ -490,9 +487,7 @@ impl SetReceiver {
             // next receives.
             let mut st = set.lock();
             if let Some(r) = st.receivers.iter_mut().flatten().find(|r| r.tid == w) {
-                if r.releases.len() < r.releases.capacity() {
-                    r.releases.push(page);
-                }
+                r.releases.defer(page);
             }
         })
     }
