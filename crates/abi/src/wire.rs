@@ -5,7 +5,7 @@ use thiserror::Error;
 /// `"ICT1"` in little-endian: the first four bytes of every ictus message.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"ICT1");
 /// The wire version this crate speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 32;
 /// Bytes in one descriptor.
@@ -27,7 +27,8 @@ pub const DATAGRAM_MAX: usize = HEAD_MAX + INLINE_DATAGRAM_MAX;
 pub const OOL_MAX: u64 = 64 << 30;
 
 const FLAG_BIG_INLINE: u16 = 1 << 0;
-const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE;
+const FLAG_CHANNEL_KEPT: u16 = 1 << 1;
+const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE | FLAG_CHANNEL_KEPT;
 
 const RECV_HAS_SEND_SOURCE: u16 = 1 << 0;
 const RECV_KNOWN_FLAGS: u16 = RECV_HAS_SEND_SOURCE;
@@ -42,10 +43,13 @@ pub enum ReplyKind {
     Send = 1,
     /// A send-once right.
     SendOnce = 2,
-    /// A *call channel*: one end of a connection the sender made for its calls to this
-    /// port. The receiver adds it to the port; this request's reply, and every later
-    /// request arriving on it, is answered back through it.
+    /// A *call channel* offered: one end of a connection the sender made for the replies
+    /// to its calls to this port, with the header's `token` naming it. The receiver keeps
+    /// it under (sender's pid, token); this request's reply goes back through it.
     Channel = 3,
+    /// A request to be answered on the call channel the same sender offered earlier
+    /// under the header's `token`; no file descriptor travels.
+    OnChannel = 4,
 }
 
 impl ReplyKind {
@@ -55,6 +59,7 @@ impl ReplyKind {
             1 => Some(ReplyKind::Send),
             2 => Some(ReplyKind::SendOnce),
             3 => Some(ReplyKind::Channel),
+            4 => Some(ReplyKind::OnChannel),
             _ => None,
         }
     }
@@ -64,7 +69,8 @@ impl ReplyKind {
 ///
 /// ```text
 /// 0  magic u32 | 4 version u16 | 6 flags u16 | 8 id i32 | 12 reply u8 | 13 ndesc u8
-/// 14 nfds u8   | 15 zero u8    | 16 inline_len u32 | 20 zero u32 | 24 big_len u64
+/// 14 nfds u8   | 15 zero u8    | 16 inline_len u32 | 20 token u32 | 24 big_len u64
+/// flags: bit 0 big in-line, bit 1 channel kept.
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -72,6 +78,12 @@ pub struct Header {
     pub id: i32,
     /// What the reply slot carries.
     pub reply: ReplyKind,
+    /// The call channel's token: non-zero exactly when `reply` is
+    /// [`ReplyKind::Channel`] or [`ReplyKind::OnChannel`].
+    pub token: u32,
+    /// Set on a reply sent back on a call channel that the port keeps for the caller's
+    /// later calls (so the caller may name it by its token again).
+    pub kept: bool,
     /// Number of descriptors after the header.
     pub ndesc: u8,
     /// Number of file descriptors that travel beside the datagram.
@@ -331,6 +343,9 @@ pub enum DecodeError {
     /// A receive right whose state is inconsistent.
     #[error("bad receive right: {0}")]
     BadReceiveRight(&'static str),
+    /// A channel token where none may be, or none where one must be.
+    #[error("a call channel token must be given exactly with a channel reply kind")]
+    BadToken,
     /// More in-line bytes than a datagram may carry.
     #[error("{0} in-line bytes exceed the datagram limit of {INLINE_DATAGRAM_MAX}")]
     InlineTooLarge(usize),
@@ -340,7 +355,10 @@ impl Header {
     /// Encode into 32 bytes.
     pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
         *out = [0; HEADER_LEN];
-        let flags = if self.big_len != 0 { FLAG_BIG_INLINE } else { 0 };
+        let mut flags = if self.big_len != 0 { FLAG_BIG_INLINE } else { 0 };
+        if self.kept {
+            flags |= FLAG_CHANNEL_KEPT;
+        }
         out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         out[4..6].copy_from_slice(&VERSION.to_le_bytes());
         out[6..8].copy_from_slice(&flags.to_le_bytes());
@@ -349,6 +367,7 @@ impl Header {
         out[13] = self.ndesc;
         out[14] = self.nfds;
         out[16..20].copy_from_slice(&self.inline_len.to_le_bytes());
+        out[20..24].copy_from_slice(&self.token.to_le_bytes());
         out[24..32].copy_from_slice(&self.big_len.to_le_bytes());
     }
 
@@ -367,7 +386,7 @@ impl Header {
             return Err(DecodeError::BadVersion(version));
         }
         let flags = u16::from_le_bytes([raw[6], raw[7]]);
-        if flags & !KNOWN_FLAGS != 0 || raw[15] != 0 || raw[20..24] != [0; 4] {
+        if flags & !KNOWN_FLAGS != 0 || raw[15] != 0 {
             return Err(DecodeError::ReservedNonZero);
         }
         let id = i32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
@@ -375,7 +394,11 @@ impl Header {
         let ndesc = raw[13];
         let nfds = raw[14];
         let inline_len = u32::from_le_bytes(raw[16..20].try_into().expect("4 bytes"));
+        let token = u32::from_le_bytes(raw[20..24].try_into().expect("4 bytes"));
         let big_len = u64::from_le_bytes(raw[24..32].try_into().expect("8 bytes"));
+        if reply.has_token() != (token != 0) {
+            return Err(DecodeError::BadToken);
+        }
         if usize::from(ndesc) > MAX_DESCRIPTORS {
             return Err(DecodeError::TooManyDescriptors(usize::from(ndesc)));
         }
@@ -389,12 +412,51 @@ impl Header {
         if big != (big_len != 0) || big_len > BIG_INLINE_MAX || (big && inline_len != 0) {
             return Err(DecodeError::BadBigInline(big_len));
         }
-        Ok(Header { id, reply, ndesc, nfds, inline_len, big_len })
+        let kept = flags & FLAG_CHANNEL_KEPT != 0;
+        Ok(Header { id, reply, token, kept, ndesc, nfds, inline_len, big_len })
+    }
+
+    /// What of this header [`Datagram::encode_head`] takes, to encode it again.
+    pub fn head(&self) -> Head {
+        Head { id: self.id, reply: self.reply, token: self.token, kept: self.kept }
     }
 
     /// File descriptors taken by the reply right and the big in-line memfd.
     pub fn leading_fds(&self) -> usize {
-        usize::from(self.reply != ReplyKind::None) + usize::from(self.big_len != 0)
+        usize::from(self.reply.has_fd()) + usize::from(self.big_len != 0)
+    }
+}
+
+impl ReplyKind {
+    /// Whether a file descriptor travels for this reply slot.
+    pub fn has_fd(self) -> bool {
+        !matches!(self, ReplyKind::None | ReplyKind::OnChannel)
+    }
+
+    /// Whether the header's token names a call channel.
+    pub fn has_token(self) -> bool {
+        matches!(self, ReplyKind::Channel | ReplyKind::OnChannel)
+    }
+}
+
+/// The head of a message to encode: what the header says besides the lengths and
+/// counts, which [`Datagram::encode_head`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// The message id.
+    pub id: i32,
+    /// What the reply slot carries.
+    pub reply: ReplyKind,
+    /// The call channel's token (non-zero exactly for `Channel` and `OnChannel`).
+    pub token: u32,
+    /// The channel-kept flag of a reply.
+    pub kept: bool,
+}
+
+impl Head {
+    /// A head with this id and reply kind, no token, not kept.
+    pub fn new(id: i32, reply: ReplyKind) -> Head {
+        Head { id, reply, token: 0, kept: false }
     }
 }
 
@@ -447,8 +509,7 @@ impl<'a> Datagram<'a> {
     /// the file descriptors in the documented order; `ndesc`, `nfds` and `inline_len`
     /// are computed here.
     pub fn encode_head(
-        id: i32,
-        reply: ReplyKind,
+        head: Head,
         descriptors: &[Descriptor],
         inline_len: usize,
         big_len: u64,
@@ -466,15 +527,20 @@ impl<'a> Datagram<'a> {
         if big_len != 0 && (inline_len != 0 || big_len > BIG_INLINE_MAX) {
             return Err(DecodeError::BadBigInline(big_len));
         }
-        let nfds = usize::from(reply != ReplyKind::None)
+        if head.reply.has_token() != (head.token != 0) {
+            return Err(DecodeError::BadToken);
+        }
+        let nfds = usize::from(head.reply.has_fd())
             + usize::from(big_len != 0)
             + descriptors.iter().map(Descriptor::nfds).sum::<usize>();
         if nfds > MAX_FDS {
             return Err(DecodeError::TooManyFds(nfds));
         }
         let header = Header {
-            id,
-            reply,
+            id: head.id,
+            reply: head.reply,
+            token: head.token,
+            kept: head.kept,
             ndesc: descriptors.len() as u8,
             nfds: nfds as u8,
             inline_len: inline_len as u32,
@@ -495,17 +561,16 @@ impl<'a> Datagram<'a> {
 
     /// Encode a whole message (head and in-line bytes) into `out`, cleared first.
     pub fn encode(
-        id: i32,
-        reply: ReplyKind,
+        head: Head,
         descriptors: &[Descriptor],
         inline: &[u8],
         big_len: u64,
         out: &mut Vec<u8>,
     ) -> Result<Header, DecodeError> {
-        let mut head = [0u8; HEAD_MAX];
-        let (header, n) = Self::encode_head(id, reply, descriptors, inline.len(), big_len, &mut head)?;
+        let mut buf = [0u8; HEAD_MAX];
+        let (header, n) = Self::encode_head(head, descriptors, inline.len(), big_len, &mut buf)?;
         out.clear();
-        out.extend_from_slice(&head[..n]);
+        out.extend_from_slice(&buf[..n]);
         out.extend_from_slice(inline);
         Ok(header)
     }
@@ -517,8 +582,9 @@ mod tests {
     use proptest::prelude::*;
 
     fn encode(id: i32, reply: ReplyKind, d: &[Descriptor], inline: &[u8], big: u64) -> Vec<u8> {
+        let token = if reply.has_token() { 7 } else { 0 };
         let mut v = Vec::new();
-        Datagram::encode(id, reply, d, inline, big, &mut v).unwrap();
+        Datagram::encode(Head { id, reply, token, kept: false }, d, inline, big, &mut v).unwrap();
         v
     }
 
@@ -530,6 +596,26 @@ mod tests {
         assert_eq!(d.header.reply, ReplyKind::SendOnce);
         assert_eq!(d.descriptors, vec![Descriptor::Send, Descriptor::Ool { len: 4096 }]);
         assert_eq!(d.inline, b"hello");
+    }
+
+    #[test]
+    fn token_goes_with_channel_kinds_only() {
+        let mut v = Vec::new();
+        let head = |reply, token| Head { id: 1, reply, token, kept: false };
+        assert_eq!(Datagram::encode(head(ReplyKind::OnChannel, 0), &[], b"", 0, &mut v), Err(DecodeError::BadToken));
+        assert_eq!(Datagram::encode(head(ReplyKind::None, 9), &[], b"", 0, &mut v), Err(DecodeError::BadToken));
+        Datagram::encode(head(ReplyKind::OnChannel, 9), &[], b"x", 0, &mut v).unwrap();
+        let d = Datagram::parse(&v, 0).unwrap();
+        assert_eq!((d.header.reply, d.header.token), (ReplyKind::OnChannel, 9));
+        // A token under a kind that takes none is refused on the way in too.
+        v[12] = ReplyKind::None as u8;
+        assert_eq!(Datagram::parse(&v, 0), Err(DecodeError::BadToken));
+        v[12] = ReplyKind::OnChannel as u8;
+        v[20..24].copy_from_slice(&[0; 4]);
+        assert_eq!(Datagram::parse(&v, 0), Err(DecodeError::BadToken));
+        // The kept flag round-trips.
+        Datagram::encode(Head { kept: true, ..Head::new(2, ReplyKind::None) }, &[], b"", 0, &mut v).unwrap();
+        assert!(Datagram::parse(&v, 0).unwrap().header.kept);
     }
 
     #[test]
@@ -561,9 +647,10 @@ mod tests {
     #[test]
     fn big_inline_excludes_datagram_inline() {
         let mut v = Vec::new();
-        assert!(Datagram::encode(1, ReplyKind::None, &[], b"x", 10, &mut v).is_err());
-        assert!(Datagram::encode(1, ReplyKind::None, &[], b"", BIG_INLINE_MAX + 1, &mut v).is_err());
-        assert!(Datagram::encode(1, ReplyKind::None, &[], b"", 1 << 20, &mut v).is_ok());
+        let head = Head::new(1, ReplyKind::None);
+        assert!(Datagram::encode(head, &[], b"x", 10, &mut v).is_err());
+        assert!(Datagram::encode(head, &[], b"", BIG_INLINE_MAX + 1, &mut v).is_err());
+        assert!(Datagram::encode(head, &[], b"", 1 << 20, &mut v).is_ok());
         assert_eq!(Datagram::parse(&v, 1).unwrap().header.big_len, 1 << 20);
     }
 
@@ -590,14 +677,16 @@ mod tests {
         #[test]
         fn encode_then_parse_is_identity(
             id in any::<i32>(),
-            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce), Just(ReplyKind::Channel)],
+            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce), Just(ReplyKind::Channel), Just(ReplyKind::OnChannel)],
             descs in proptest::collection::vec(arb_descriptor(), 0..8),
             inline in proptest::collection::vec(any::<u8>(), 0..512),
         ) {
             let bytes = encode(id, reply, &descs, &inline, 0);
-            let nfds = usize::from(reply != ReplyKind::None) + descs.iter().map(Descriptor::nfds).sum::<usize>();
+            let nfds = usize::from(reply.has_fd()) + descs.iter().map(Descriptor::nfds).sum::<usize>();
             let d = Datagram::parse(&bytes, nfds).unwrap();
             prop_assert_eq!(d.header.id, id);
+            prop_assert_eq!(d.header.reply, reply);
+            prop_assert_eq!(d.header.token != 0, reply.has_token());
             prop_assert_eq!(d.descriptors, descs);
             prop_assert_eq!(d.inline, &inline[..]);
         }

@@ -14,18 +14,31 @@ use std::sync::{Arc, Mutex, Weak};
 use ictus_abi::Name;
 use rustix::event::{epoll, eventfd, EventfdFlags};
 
-use crate::port::{NotifyTarget, RecvPort};
+use crate::port::{ChannelKey, NotifyTarget, RecvPort};
 use crate::space::Inner;
 
 enum Watch {
-    DeadName { name: Name, fd: Arc<OwnedFd>, target: NotifyTarget },
-    NoSenders { port: Weak<RecvPort>, fd: Arc<OwnedFd> },
+    DeadName {
+        name: Name,
+        fd: Arc<OwnedFd>,
+        target: NotifyTarget,
+    },
+    NoSenders {
+        port: Weak<RecvPort>,
+        fd: Arc<OwnedFd>,
+    },
+    /// A call channel a port keeps: forgotten when the client's end hangs up.
+    Channel {
+        port: Weak<RecvPort>,
+        key: ChannelKey,
+        fd: Arc<OwnedFd>,
+    },
 }
 
 impl Watch {
     fn fd(&self) -> &Arc<OwnedFd> {
         match self {
-            Watch::DeadName { fd, .. } | Watch::NoSenders { fd, .. } => fd,
+            Watch::DeadName { fd, .. } | Watch::NoSenders { fd, .. } | Watch::Channel { fd, .. } => fd,
         }
     }
 }
@@ -78,6 +91,15 @@ impl Notifier {
 
     pub(crate) fn watch_no_senders(&self, port: &Arc<RecvPort>, fd: Arc<OwnedFd>) -> rustix::io::Result<u64> {
         self.watch(Watch::NoSenders { port: Arc::downgrade(port), fd })
+    }
+
+    pub(crate) fn watch_channel(
+        &self,
+        port: &Arc<RecvPort>,
+        key: ChannelKey,
+        fd: Arc<OwnedFd>,
+    ) -> rustix::io::Result<u64> {
+        self.watch(Watch::Channel { port: Arc::downgrade(port), key, fd })
     }
 
     pub(crate) fn cancel(&self, id: u64) {
@@ -156,6 +178,11 @@ fn run(shared: Arc<Shared>, space: Weak<Inner>) {
                 Watch::NoSenders { port, .. } => {
                     if let Some(p) = port.upgrade() {
                         inner.check_no_senders(&p);
+                    }
+                }
+                Watch::Channel { port, key, fd } => {
+                    if let Some(p) = port.upgrade() {
+                        inner.channel_hung_up(&p, key, &fd);
                     }
                 }
             }

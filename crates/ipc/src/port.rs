@@ -9,15 +9,19 @@
 //! - one **once** connection per outstanding send-once right, read at most once and
 //!   then closed, so the kernel itself enforces "once", and a send-once right dropped
 //!   unused shows as a hang-up: the send-once notification;
-//! - one **channel** per client that has made calls to the port: a connection the
-//!   client made and offered with its first request, on which its later requests
-//!   arrive and their replies go back, so a call costs no descriptor passing and no new
-//!   socket. A channel counts as a send right for no-senders.
+//! - one **call channel** per client that has made calls to the port: a connection the
+//!   client made and offered with its first request, kept under (the client's pid as
+//!   the kernel stamped it, the client's token). The client's later requests arrive on
+//!   the main connection naming the token, and their replies go back on the channel,
+//!   so a call costs no descriptor passing and no new socket, and the port's receiver
+//!   still waits on the main connection alone. A channel is not read by the port; it
+//!   counts as a send right for no-senders.
 //!
 //! The port keeps the main send end as its *send source* to make send rights from,
 //! unless a no-senders notification is armed: then it lets go of it, so the kernel
 //! reports a hang-up when the last send right anywhere is closed.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -53,8 +57,18 @@ pub(crate) enum ConnKind {
     Main,
     /// Reached by one send-once right; read at most once.
     Once,
-    /// A client's call channel; replies go back on it.
-    Channel,
+}
+
+/// Which call channel a request names: the sender's pid as the kernel stamped it
+/// (`SCM_CREDENTIALS`), and the token the sender gave the channel (the inode number of
+/// the sender's end of it, which the receiver can recompute from the kernel).
+pub(crate) type ChannelKey = (u32, u32);
+
+/// A call channel the port keeps: the receiver's end (replies are written to it) and
+/// the notifier watch that removes it when the client's end hangs up.
+pub(crate) struct Channel {
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) watch: Option<u64>,
 }
 
 pub(crate) struct Conn {
@@ -70,6 +84,8 @@ pub(crate) struct NotifyTarget {
 
 pub(crate) struct RecvState {
     pub(crate) conns: Vec<Conn>,
+    /// Call channels by (client pid, token).
+    pub(crate) channels: HashMap<ChannelKey, Channel>,
     pub(crate) send_source: Option<Arc<OwnedFd>>,
     pub(crate) ident: Option<Ident>,
     pub(crate) mscount: u32,
@@ -101,6 +117,9 @@ pub(crate) struct RecvPort {
 pub(crate) struct Packed {
     pub(crate) info: ictus_abi::ReceiveRightInfo,
     pub(crate) fds: Vec<Arc<OwnedFd>>,
+    /// The call channels (their descriptors are also the last of `fds`), kept so that
+    /// a failed move can put them back; their watches are cancelled once it succeeds.
+    pub(crate) channels: Vec<(ChannelKey, Channel)>,
 }
 
 impl RecvPort {
@@ -135,6 +154,7 @@ impl RecvPort {
             id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
             st: Mutex::new(RecvState {
                 conns,
+                channels: HashMap::new(),
                 send_source,
                 ident,
                 mscount,
@@ -258,7 +278,22 @@ impl RecvState {
     /// source and every main connection and call channel has hung up.
     pub(crate) fn no_senders_now(&self) -> bool {
         self.send_source.is_none()
-            && self.conns.iter().filter(|c| c.kind != ConnKind::Once).all(|c| sys::hung_up(c.fd.as_fd()))
+            && self.conns.iter().filter(|c| c.kind == ConnKind::Main).all(|c| sys::hung_up(c.fd.as_fd()))
+            && self.channels.values().all(|c| sys::hung_up(c.fd.as_fd()))
+    }
+
+    /// Keep a client's call channel under `key`. A channel already under that key
+    /// (only its own client could have put it there) is replaced and returned.
+    pub(crate) fn add_channel(&mut self, key: ChannelKey, channel: Channel) -> Option<Channel> {
+        self.channels.insert(key, channel)
+    }
+
+    /// Forget the call channel under `key` if it is still `fd`.
+    pub(crate) fn remove_channel(&mut self, key: ChannelKey, fd: &Arc<OwnedFd>) -> Option<Channel> {
+        match self.channels.get(&key) {
+            Some(c) if Arc::ptr_eq(&c.fd, fd) => self.channels.remove(&key),
+            _ => None,
+        }
     }
 
     /// Take the port's descriptors and state to move the receive right elsewhere.
@@ -289,7 +324,8 @@ impl RecvState {
         };
         let mains = count(ConnKind::Main, &mut fds) as u16;
         let onces = count(ConnKind::Once, &mut fds) as u8;
-        let channels = count(ConnKind::Channel, &mut fds) as u8;
+        let channels: Vec<(ChannelKey, Channel)> = self.channels.drain().collect();
+        fds.extend(channels.iter().map(|(_, c)| c.fd.clone()));
         if let Some(ep) = &self.epoll {
             for c in &conns {
                 let _ = epoll::delete(ep.as_fd(), c.fd.as_fd());
@@ -301,38 +337,44 @@ impl RecvState {
                 has_send_source,
                 main_conns: mains,
                 once_conns: onces,
-                channel_conns: channels,
+                channel_conns: u8::try_from(channels.len()).unwrap_or(u8::MAX),
                 seqno,
                 mscount: self.mscount,
                 qlimit: self.qlimit,
             },
             fds,
+            channels,
         }
     }
 
     /// Put back what [`RecvState::pack`] took, when the move failed.
     pub(crate) fn unpack(&mut self, p: Packed) {
+        let conns = usize::from(p.info.main_conns) + usize::from(p.info.once_conns);
         let mut fds = p.fds.into_iter();
         if p.info.has_send_source {
             self.send_source = fds.next();
         }
         self.dead = false;
-        for (i, fd) in fds.enumerate() {
-            let _ = self.add_conn(fd, conn_kind_at(&p.info, i));
+        for (i, fd) in fds.take(conns).enumerate() {
+            if let Some(kind) = conn_kind_at(&p.info, i) {
+                let _ = self.add_conn(fd, kind);
+            }
         }
+        self.channels.extend(p.channels);
     }
 }
 
-/// The kind of the `i`-th connection of a packed receive right (after its send source):
-/// main connections first, then once connections, then call channels.
-pub(crate) fn conn_kind_at(info: &ictus_abi::ReceiveRightInfo, i: usize) -> ConnKind {
+/// The kind of the `i`-th connection of a packed receive right (after its send source),
+/// main connections first, then once connections; `None` for a call channel (they come
+/// last).
+pub(crate) fn conn_kind_at(info: &ictus_abi::ReceiveRightInfo, i: usize) -> Option<ConnKind> {
     let mains = usize::from(info.main_conns);
     let onces = usize::from(info.once_conns);
     if i < mains {
-        ConnKind::Main
+        Some(ConnKind::Main)
     } else if i < mains + onces {
-        ConnKind::Once
+        Some(ConnKind::Once)
     } else {
-        ConnKind::Channel
+        None
     }
 }

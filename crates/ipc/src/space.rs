@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use ictus_abi::{
-    Datagram, Descriptor, Name, NotifyId, ReplyKind, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX,
+    Datagram, Descriptor, Head, Name, NotifyId, ReplyKind, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX,
 };
 
 /// Heads of messages with up to four descriptors are built on the stack.
@@ -21,7 +21,7 @@ use crate::message::{
 };
 use crate::notify::Notifier;
 use crate::ool::OolRegion;
-use crate::port::{ConnKind, Ident, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
+use crate::port::{Channel, ChannelKey, ConnKind, Ident, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
 use crate::set::PortSet;
 use crate::sys::{self, RecvOutcome, SendOutcome};
 use crate::table::{Entry, PortEntry, SendOnce, SendRef, Table, UREFS_MAX};
@@ -44,7 +44,7 @@ pub struct Space {
 pub(crate) struct Inner {
     table: Mutex<Table>,
     /// Call channels to other ports, by the port's identity, ready for the next call.
-    channels: Mutex<std::collections::HashMap<Ident, Vec<Arc<OwnedFd>>, IdentHash>>,
+    channels: Mutex<std::collections::HashMap<Ident, Vec<Pooled>, IdentHash>>,
     notifier: OnceLock<Notifier>,
     malformed: AtomicU64,
     me: Credentials,
@@ -87,6 +87,13 @@ pub struct SpaceStats {
     pub malformed: u64,
 }
 
+/// A call channel of this space's, idle between calls: the end replies arrive on, and
+/// the token the port knows it by.
+struct Pooled {
+    fd: OwnedFd,
+    token: u32,
+}
+
 /// What a send resolved, to carry out or undo.
 #[derive(Default)]
 struct Plan {
@@ -96,6 +103,10 @@ struct Plan {
     order: Vec<FdRef>,
     descriptors: Vec<Descriptor>,
     reply: Option<ReplyKind>,
+    /// The call channel token the header carries.
+    token: u32,
+    /// Whether the message answers on a call channel the port keeps.
+    kept: bool,
     undo: Vec<Undo>,
     commit: Vec<Commit>,
 }
@@ -129,19 +140,15 @@ impl std::hash::Hasher for IdentHasher {
     }
 }
 
-/// Where a send goes: a name in the space, or straight to a call channel.
-enum Dest {
-    Name(Name),
-    Fd(Arc<OwnedFd>),
-}
-
 /// The reply right a call supplies itself.
 enum CallReply {
     None,
     /// A send-once right made for this call alone.
     Once(OwnedFd),
-    /// A new call channel offered to the server.
-    Channel(OwnedFd),
+    /// A new call channel offered to the server, with its token.
+    Channel(OwnedFd, u32),
+    /// Answer on the call channel the server keeps under this token.
+    OnChannel(u32),
 }
 
 #[derive(Clone, Copy)]
@@ -161,7 +168,11 @@ enum Commit {
     Release(Name),
     DropSendUref(Name),
     MadeSend(Arc<RecvPort>),
-    Moved(Arc<RecvPort>),
+    /// The receive right left; its call channels' watches (ids) go with it.
+    Moved(Arc<RecvPort>, Vec<u64>),
+    /// A call channel's reply right left for another task: the port stops keeping the
+    /// channel, so the reply's new holder is the only one that can write to it.
+    ForgetChannel(std::sync::Weak<RecvPort>, ChannelKey, Arc<OwnedFd>),
 }
 
 impl Default for Space {
@@ -720,18 +731,20 @@ impl Space {
     /// Rights in the message are taken by their dispositions only if the send
     /// succeeds. Out-of-line buffers are moved out of `msg` in every case.
     pub fn send(&self, dest: Name, msg: &mut Message, opts: SendOptions) -> Result<(), SendError> {
-        self.send_inner(Dest::Name(dest), msg, CallReply::None, opts)
+        self.send_inner(dest, msg, CallReply::None, opts)
     }
 
     /// Send a request and wait for its reply (Mach RPC). `msg.reply` must be empty.
     ///
-    /// To a send right (or this task's own receive right) the call goes over a *call
-    /// channel*: a connection this space made for its calls to that port and offered
-    /// with its first request, then kept in a pool, so a call costs two messages on one
-    /// socket and no descriptor passing. To a send-once right it goes with a send-once
-    /// reply right made for that call alone. Either way, if the server destroys the
-    /// reply right without answering, or dies (even by `kill -9`), the call ends with
-    /// [`CallError::ServerDied`] instead of hanging.
+    /// To a send right (or this task's own receive right) the reply comes over a *call
+    /// channel*: a connection this space made for its calls to that port, offered with
+    /// its first request and kept by both sides. Later requests travel on the port's
+    /// main connection like any message, naming the channel by its token, and the reply
+    /// comes back on the channel: two datagrams, no descriptor passing. To a send-once
+    /// right the call goes with a send-once reply right made for that call alone.
+    /// Either way, if the server destroys the reply right without answering, or dies
+    /// (even by `kill -9`), the call ends with [`CallError::ServerDied`] instead of
+    /// hanging.
     pub fn call(
         &self,
         dest: Name,
@@ -749,93 +762,88 @@ impl Space {
         };
         let Some(ident) = ident else {
             let (s, r) = sys::connection().map_err(SendError::Os)?;
-            self.send_inner(Dest::Name(dest), msg, CallReply::Once(s), send)?;
-            return self.inner.wait_reply(self, &r, reply, recv);
+            self.send_inner(dest, msg, CallReply::Once(s), send)?;
+            return self.inner.wait_reply(self, &r, reply, recv).map(|_| ()).map_err(|(e, _)| e);
         };
-        // A pooled channel; if the server let go of it, one retry on a fresh channel
-        // (nothing was delivered, so nothing runs twice).
-        for _ in 0..2 {
-            let chan = match self.inner.take_channel(ident) {
-                // Out-of-line buffers are sealed and spent by a failed send, so check
-                // that the channel is alive first when there are any.
-                Some(a) if !msg.ool.is_empty() && sys::hung_up(a.as_fd()) => continue,
-                Some(a) => match self.send_inner(Dest::Fd(a.clone()), msg, CallReply::None, send) {
-                    Ok(()) => a,
-                    Err(SendError::InvalidDest(_)) => continue,
-                    Err(e) => return Err(e.into()),
-                },
-                None => {
-                    // Ours is the receive end (`SO_PASSCRED` on, for the replies'
-                    // credentials); the server sets it on the end it gets.
-                    let (b, a) = sys::connection().map_err(SendError::Os)?;
-                    self.send_inner(Dest::Name(dest), msg, CallReply::Channel(b), send)?;
-                    Arc::new(a)
-                }
-            };
-            let result = self.inner.wait_reply(self, &chan, reply, recv);
-            if result.is_ok() {
-                self.inner.put_channel(ident, chan);
+        let chan = match self.inner.take_channel(ident) {
+            Some(chan) => {
+                self.send_inner(dest, msg, CallReply::OnChannel(chan.token), send)?;
+                chan
             }
-            return result;
+            None => {
+                // Ours is the receive end (`SO_PASSCRED` on, for the replies'
+                // credentials); its inode number is the token the server will know the
+                // channel by, and can find again from the kernel if the port moves.
+                let (b, a) = sys::connection().map_err(SendError::Os)?;
+                let token = sys::channel_token(a.as_fd()).map_err(SendError::Os)?;
+                self.send_inner(dest, msg, CallReply::Channel(b, token), send)?;
+                Pooled { fd: a, token }
+            }
+        };
+        let (result, kept) = match self.inner.wait_reply(self, &chan.fd, reply, recv) {
+            Ok(kept) => (Ok(()), kept),
+            Err((e, kept)) => (Err(e), kept),
+        };
+        // Only a channel the port said it keeps can be named by its token again.
+        if kept {
+            self.inner.put_channel(ident, chan);
         }
-        Err(CallError::ServerDied)
+        result
     }
 
     fn send_inner(
         &self,
-        dest: Dest,
+        dest: Name,
         msg: &mut Message,
         call_reply: CallReply,
         opts: SendOptions,
     ) -> Result<(), SendError> {
         let deadline = opts.timeout.map(|t| Instant::now() + t);
         let mut plan = Plan::default();
-        let dest_name = match &dest {
-            Dest::Name(n) => *n,
-            Dest::Fd(_) => Name::NULL,
-        };
         let dest_fd;
         {
             // No liveness check here: the send itself finds a dead port (EPIPE).
             let mut t = self.table();
-            dest_fd = match dest {
-                Dest::Fd(fd) => fd,
-                Dest::Name(dest) => match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
-                    Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
-                    Entry::Port(PortEntry { recv: Some(p), .. }) => {
-                        let p = p.clone();
-                        let mut st = p.lock();
-                        let (fd, _, _) = st.send_end().map_err(SendError::Os)?;
-                        fd
-                    }
-                    Entry::SendOnce(_) => {
-                        let e = t.reserve(dest).expect("checked");
-                        let Entry::SendOnce(so) = &e else { unreachable!() };
-                        let fd = so.fd.clone();
-                        plan.undo.push(Undo::Restore(dest, e));
-                        plan.commit.push(Commit::Release(dest));
-                        fd
-                    }
-                    _ => return Err(SendError::InvalidDest(dest)),
-                },
+            dest_fd = match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
+                Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
+                Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                    let p = p.clone();
+                    let mut st = p.lock();
+                    let (fd, _, _) = st.send_end().map_err(SendError::Os)?;
+                    fd
+                }
+                Entry::SendOnce(_) => {
+                    let e = t.reserve(dest).expect("checked");
+                    let Entry::SendOnce(so) = &e else { unreachable!() };
+                    let fd = so.fd.clone();
+                    plan.kept = so.channel.is_some();
+                    plan.undo.push(Undo::Restore(dest, e));
+                    plan.commit.push(Commit::Release(dest));
+                    fd
+                }
+                _ => return Err(SendError::InvalidDest(dest)),
             };
             let result = (|| {
-                let own = match call_reply {
-                    CallReply::None => None,
-                    CallReply::Once(fd) => Some((fd, ReplyKind::SendOnce)),
-                    CallReply::Channel(fd) => Some((fd, ReplyKind::Channel)),
-                };
-                if let Some((fd, kind)) = own {
-                    plan.owned.push(fd);
-                    plan.order.push(FdRef::Owned(plan.owned.len() - 1));
-                    plan.reply = Some(kind);
-                } else if let Some(r) = msg.reply {
-                    let kind = self.resolve_arg(&mut t, r, &mut plan)?;
-                    plan.reply = Some(match kind {
-                        Descriptor::Send => ReplyKind::Send,
-                        Descriptor::SendOnce => ReplyKind::SendOnce,
-                        _ => return Err(SendError::InvalidRight(r.name)),
-                    });
+                match call_reply {
+                    CallReply::None => {
+                        if let Some(r) = msg.reply {
+                            let kind = self.resolve_arg(&mut t, r, &mut plan)?;
+                            plan.reply = Some(match kind {
+                                Descriptor::Send => ReplyKind::Send,
+                                Descriptor::SendOnce => ReplyKind::SendOnce,
+                                _ => return Err(SendError::InvalidRight(r.name)),
+                            });
+                        }
+                    }
+                    CallReply::Once(fd) => plan.own_reply(fd, ReplyKind::SendOnce),
+                    CallReply::Channel(fd, token) => {
+                        plan.token = token;
+                        plan.own_reply(fd, ReplyKind::Channel);
+                    }
+                    CallReply::OnChannel(token) => {
+                        plan.token = token;
+                        plan.reply = Some(ReplyKind::OnChannel);
+                    }
                 }
                 for &p in &msg.ports {
                     let d = self.resolve_arg(&mut t, p, &mut plan)?;
@@ -858,12 +866,12 @@ impl Space {
                 Ok(())
             }
             Err(e) => {
-                if matches!(e, SendError::InvalidDest(_)) && dest_name != Name::NULL {
-                    self.inner.make_dead(&mut t, dest_name, &dest_fd);
+                if matches!(e, SendError::InvalidDest(_)) {
+                    self.inner.make_dead(&mut t, dest, &dest_fd);
                 }
                 self.inner.undo(&mut t, std::mem::take(&mut plan.undo));
                 Err(match e {
-                    SendError::InvalidDest(_) => SendError::InvalidDest(dest_name),
+                    SendError::InvalidDest(_) => SendError::InvalidDest(dest),
                     e => e,
                 })
             }
@@ -907,12 +915,13 @@ impl Space {
                 &mut large
             };
             let reply_kind = plan.reply.unwrap_or(ReplyKind::None);
-            let (_, n) = Datagram::encode_head(msg.id, reply_kind, &plan.descriptors, inline.len(), big_len, head)?;
+            let spec = Head { id: msg.id, reply: reply_kind, token: plan.token, kept: plan.kept };
+            let (_, n) = Datagram::encode_head(spec, &plan.descriptors, inline.len(), big_len, head)?;
             // File descriptors in wire order: reply, big memfd, then descriptors'.
             let nfds = plan.order.len() + ool_count + usize::from(big.is_some());
             let mut fds: Vec<BorrowedFd<'_>> = if nfds == 0 { Vec::new() } else { Vec::with_capacity(nfds) };
             let mut order = plan.order.iter();
-            if plan.reply.is_some() {
+            if reply_kind.has_fd() {
                 fds.push(plan.fd(*order.next().expect("reply fd")));
             }
             if let Some(b) = &big {
@@ -973,15 +982,12 @@ impl Space {
             (Disposition::MoveSendOnce, Entry::SendOnce(_)) => {
                 let e = t.reserve(name).map_err(|_| bad())?;
                 let Entry::SendOnce(so) = &e else { unreachable!() };
-                if let Some((port, conn)) = &so.channel {
+                if let Some((port, key)) = &so.channel {
                     // The right answers on a client's call channel. The task it goes to
-                    // may write the reply, but must not read the client's later
-                    // requests: stop reading the channel (the client's next call finds
-                    // it closed and makes a new one) and let the port forget it.
-                    let _ = rustix::net::shutdown(so.fd.as_fd(), rustix::net::Shutdown::Read);
-                    if let Some(p) = port.upgrade() {
-                        p.lock().remove_conn(*conn);
-                    }
+                    // may write this one reply; the port stops keeping the channel, so
+                    // the reply comes without the kept flag and the client's next call
+                    // makes a new one.
+                    plan.commit.push(Commit::ForgetChannel(port.clone(), *key, so.fd.clone()));
                 }
                 plan.push_shared(so.fd.clone());
                 plan.undo.push(Undo::Restore(name, e));
@@ -1007,8 +1013,9 @@ impl Space {
                 for fd in &packed.fds {
                     plan.push_shared(fd.clone());
                 }
+                let watches = packed.channels.iter().filter_map(|(_, c)| c.watch).collect();
                 plan.undo.push(Undo::Unpack(p.clone(), packed, set));
-                plan.commit.push(Commit::Moved(p));
+                plan.commit.push(Commit::Moved(p, watches));
                 Ok(Descriptor::Receive(info))
             }
             _ => Err(bad()),
@@ -1163,12 +1170,17 @@ fn to_creds(c: rustix::net::UCred) -> Credentials {
 #[derive(Clone, Copy)]
 struct Origin<'a> {
     port: &'a Arc<RecvPort>,
-    fd: &'a Arc<OwnedFd>,
-    conn: u64,
     kind: ConnKind,
 }
 
 impl Plan {
+    /// A reply right the call made itself (its descriptor goes first on the wire).
+    fn own_reply(&mut self, fd: OwnedFd, kind: ReplyKind) {
+        self.owned.push(fd);
+        self.order.push(FdRef::Owned(self.owned.len() - 1));
+        self.reply = Some(kind);
+    }
+
     fn push_shared(&mut self, fd: Arc<OwnedFd>) {
         self.fds.push(fd);
         self.order.push(FdRef::Shared(self.fds.len() - 1));
@@ -1280,7 +1292,18 @@ impl Inner {
                     let mut st = p.lock();
                     st.mscount = st.mscount.wrapping_add(1);
                 }
-                Commit::Moved(p) => {
+                Commit::ForgetChannel(port, key, fd) => {
+                    let gone = port.upgrade().and_then(|p| p.lock().remove_channel(key, &fd));
+                    if let (Some(n), Some(w)) = (self.notifier.get(), gone.and_then(|c| c.watch)) {
+                        n.cancel(w);
+                    }
+                }
+                Commit::Moved(p, watches) => {
+                    if let Some(n) = self.notifier.get() {
+                        for w in watches {
+                            n.cancel(w);
+                        }
+                    }
                     let name = p.name();
                     if let Ok(Entry::Port(e)) = t.get_mut(name) {
                         if e.recv.as_ref().is_some_and(|r| Arc::ptr_eq(r, &p)) {
@@ -1297,7 +1320,12 @@ impl Inner {
     }
 
     fn cancel_port_watches(&self, p: &RecvPort) {
-        let watches: Vec<u64> = p.lock().ns_watches.drain(..).collect();
+        let watches: Vec<u64> = {
+            let mut st = p.lock();
+            let mut w: Vec<u64> = st.ns_watches.drain(..).collect();
+            w.extend(st.channels.values_mut().filter_map(|c| c.watch.take()));
+            w
+        };
         if let Some(n) = self.notifier.get() {
             for w in watches {
                 n.cancel(w);
@@ -1321,9 +1349,8 @@ impl Inner {
                 // channel stays open for its next call.
                 let body = NotifyId::body(Name::NULL, 0);
                 let mut head = [0u8; HEAD_MAX];
-                if let Ok((_, n)) =
-                    Datagram::encode_head(NotifyId::SendOnce.id(), ReplyKind::None, &[], body.len(), 0, &mut head)
-                {
+                let spec = Head { kept: true, ..Head::new(NotifyId::SendOnce.id(), ReplyKind::None) };
+                if let Ok((_, n)) = Datagram::encode_head(spec, &[], body.len(), 0, &mut head) {
                     let bufs = [IoSlice::new(&head[..n]), IoSlice::new(&body)];
                     let _ = sys::send(fd.as_fd(), &bufs, &[], Some(Instant::now()));
                 }
@@ -1393,7 +1420,7 @@ impl Inner {
     /// Send a small message built here (notifications), waiting at most a second.
     fn send_raw(&self, dest: &OwnedFd, id: i32, body: &[u8], descs: &[Descriptor], fds: &[BorrowedFd<'_>]) -> bool {
         let mut head = [0u8; HEAD_MAX];
-        let Ok((_, n)) = Datagram::encode_head(id, ReplyKind::None, descs, body.len(), 0, &mut head) else {
+        let Ok((_, n)) = Datagram::encode_head(Head::new(id, ReplyKind::None), descs, body.len(), 0, &mut head) else {
             return false;
         };
         let bufs = [IoSlice::new(&head[..n]), IoSlice::new(body)];
@@ -1465,25 +1492,40 @@ impl Inner {
         st.ident != Some(id) && st.conns.iter().all(|c| sys::identity(c.fd.as_fd()).is_ok_and(|own| own != id))
     }
 
-    /// Add a client's call channel to a port; watched for no-senders like a send right.
-    fn add_channel(&self, p: &Arc<RecvPort>, fd: Arc<OwnedFd>) -> Option<u64> {
+    /// Keep a client's call channel in a port under `key`, watched so that the port
+    /// forgets it when the client's end hangs up. Returns whether the port keeps it.
+    fn keep_channel(&self, space: &Space, p: &Arc<RecvPort>, key: ChannelKey, fd: Arc<OwnedFd>) -> bool {
+        let Ok(notifier) = self.notifier(&space.inner) else { return false };
         let mut st = p.lock();
         if st.dead {
-            return None;
+            return false;
         }
-        let id = st.add_conn(fd.clone(), ConnKind::Channel).ok()?;
-        st.watch_for_no_senders(fd);
-        Some(id)
+        let Ok(watch) = notifier.watch_channel(p, key, fd.clone()) else { return false };
+        if let Some(old) = st.add_channel(key, Channel { fd, watch: Some(watch) }) {
+            // Only the same client could have used the key: its older channel goes.
+            if let Some(w) = old.watch {
+                notifier.cancel(w);
+            }
+        }
+        true
+    }
+
+    /// Called by the notifier when the client's end of a call channel hung up.
+    pub(crate) fn channel_hung_up(&self, p: &Arc<RecvPort>, key: ChannelKey, fd: &Arc<OwnedFd>) {
+        let gone = p.lock().remove_channel(key, fd);
+        if gone.is_some() {
+            self.check_no_senders(p);
+        }
     }
 
     /// Most idle call channels kept per destination port.
     const CHANNELS_PER_PORT: usize = 8;
 
-    fn take_channel(&self, ident: Ident) -> Option<Arc<OwnedFd>> {
+    fn take_channel(&self, ident: Ident) -> Option<Pooled> {
         self.channels.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&ident)?.pop()
     }
 
-    fn put_channel(&self, ident: Ident, chan: Arc<OwnedFd>) {
+    fn put_channel(&self, ident: Ident, chan: Pooled) {
         let mut pool = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         let v = pool.entry(ident).or_default();
         if v.len() < Self::CHANNELS_PER_PORT {
@@ -1500,44 +1542,50 @@ impl Inner {
         }
     }
 
-    /// Wait for the reply to a call on its reply connection or channel.
+    /// Wait for the reply to a call on its reply connection or channel. Returns, with
+    /// the outcome, whether the reply said that the port keeps the channel.
     fn wait_reply(
         &self,
         space: &Space,
         r: &OwnedFd,
         reply: &mut Received,
         recv: ReceiveOptions,
-    ) -> Result<(), CallError> {
+    ) -> Result<bool, (CallError, bool)> {
         let deadline = recv.timeout.map(|t| Instant::now() + t);
         let mut fds = Vec::new();
+        let lost = |e: ReceiveError| (CallError::from(e), false);
         loop {
             if deadline.is_some()
-                && !sys::wait_until(r.as_fd(), rustix::event::PollFlags::IN, deadline).map_err(ReceiveError::Os)?
+                && !sys::wait_until(r.as_fd(), rustix::event::PollFlags::IN, deadline)
+                    .map_err(|e| lost(ReceiveError::Os(e)))?
             {
-                return Err(ReceiveError::TimedOut.into());
+                return Err(lost(ReceiveError::TimedOut));
             }
             fds.clear();
-            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, deadline.is_some()).map_err(ReceiveError::Os)? {
+            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, deadline.is_some())
+                .map_err(|e| lost(ReceiveError::Os(e)))?
+            {
                 RecvOutcome::Empty => continue,
                 RecvOutcome::Zero => {
                     if sys::hung_up(r.as_fd()) {
-                        return Err(CallError::ServerDied);
+                        return Err((CallError::ServerDied, false));
                     }
-                    return Err(self.count_malformed(malformed("empty datagram", None)).into());
+                    return Err(lost(self.count_malformed(malformed("empty datagram", None))));
                 }
                 RecvOutcome::Datagram { len, creds, truncated } => {
                     if truncated {
-                        return Err(self
-                            .count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds)))
-                            .into());
+                        return Err(lost(
+                            self.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds))),
+                        ));
                     }
-                    self.decode(space, reply, len, creds, &mut fds, recv.populate_ool, None)?;
+                    let kept =
+                        self.decode(space, reply, len, creds, &mut fds, recv.populate_ool, None).map_err(lost)?;
                     if reply.id == NotifyId::SendOnce.id() && reply.ports.is_empty() && reply.reply.is_none() {
                         // The server destroyed the reply right of a channel call unused.
-                        return Err(CallError::ServerDied);
+                        return Err((CallError::ServerDied, kept));
                     }
                     reply.port = Name::NULL;
-                    return Ok(());
+                    return Ok(kept);
                 }
             }
         }
@@ -1619,15 +1667,7 @@ impl Inner {
                         );
                     }
                     let seqno = p.seqno.fetch_add(1, Ordering::Relaxed);
-                    self.decode(
-                        space,
-                        rcv,
-                        len,
-                        creds,
-                        &mut fds,
-                        opts.populate_ool,
-                        Some(Origin { port: p, fd: &fd, conn: cid, kind }),
-                    )?;
+                    self.decode(space, rcv, len, creds, &mut fds, opts.populate_ool, Some(Origin { port: p, kind }))?;
                     rcv.seqno = seqno;
                     rcv.port = p.name();
                     return Ok(());
@@ -1648,18 +1688,27 @@ impl Inner {
         fds: &mut Vec<OwnedFd>,
         populate: bool,
         origin: Option<Origin<'_>>,
-    ) -> Result<(), ReceiveError> {
+    ) -> Result<bool, ReceiveError> {
         let sender = creds.map(to_creds);
         let fail = |why: String| self.count_malformed(malformed(why, sender));
         let sender = sender.ok_or_else(|| fail("no sender credentials".into()))?;
         let dg = Datagram::parse(&rcv.buf[..len], fds.len()).map_err(|e| fail(e.to_string()))?;
-        // A call channel may be offered only on a port's main connection, and a
-        // request arriving on a channel brings no reply right of its own.
-        match (dg.header.reply, origin.map(|o| o.kind)) {
-            (ReplyKind::Channel, Some(ConnKind::Main)) => {}
-            (ReplyKind::Channel, _) => return Err(fail("a call channel offered where none may be".into())),
-            (ReplyKind::None, _) => {}
-            (_, Some(ConnKind::Channel)) => return Err(fail("a reply right sent on a call channel".into())),
+        // A call channel may be offered or named only on a port's main connection.
+        let mut on_channel = None;
+        match (dg.header.reply, origin) {
+            (ReplyKind::Channel, Some(o)) if o.kind == ConnKind::Main => {}
+            (ReplyKind::OnChannel, Some(o)) if o.kind == ConnKind::Main => {
+                // Keyed by the pid the kernel stamped: a task can name only channels
+                // it offered itself, whatever token it guesses.
+                let key = (sender.pid, dg.header.token);
+                match o.port.lock().channels.get(&key) {
+                    Some(c) => on_channel = Some((key, c.fd.clone())),
+                    None => return Err(fail("a call on a channel this port does not keep".into())),
+                }
+            }
+            (ReplyKind::Channel | ReplyKind::OnChannel, _) => {
+                return Err(fail("a call channel named where none may be".into()))
+            }
             _ => {}
         }
         // Check every descriptor before using any.
@@ -1675,7 +1724,7 @@ impl Inner {
             idents.push(if merge { Some(sys::identity(fd.as_fd()).map_err(|e| e.to_string())?) } else { None });
             Ok(())
         };
-        if dg.header.reply != ReplyKind::None {
+        if dg.header.reply.has_fd() {
             check_port(&fds[i], &mut idents, dg.header.reply == ReplyKind::Send).map_err(&fail)?;
             if let (ReplyKind::Channel, Some(o)) = (dg.header.reply, origin) {
                 if !self.channel_is_foreign(o.port, fds[i].as_fd()) {
@@ -1735,7 +1784,7 @@ impl Inner {
         let inline_start = len - dg.inline.len();
         // Work that can fail, before any right is inserted.
         let mut taken: std::vec::IntoIter<OwnedFd> = std::mem::take(fds).into_iter();
-        let reply_fd = (header.reply != ReplyKind::None).then(|| taken.next().expect("counted"));
+        let reply_fd = header.reply.has_fd().then(|| taken.next().expect("counted"));
         let mut ool = Vec::new();
         let mut rights: Vec<(Descriptor, Vec<OwnedFd>)> = Vec::new();
         rcv.reset();
@@ -1773,11 +1822,17 @@ impl Inner {
                 }
                 (ReplyKind::Channel, _, Some(o)) => {
                     // A client's new call channel: the port keeps it for the client's
-                    // later calls, and this request's reply goes back on it.
+                    // later calls, and this request's reply goes back on it. Kept only
+                    // under a pid the kernel can vouch for again (the socket's creator,
+                    // `SO_PEERCRED`, must be the sender), so that a moved receive right
+                    // finds the same key; otherwise it answers this call alone.
                     let fd = Arc::new(fd);
-                    let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);
-                    let conn = self.add_channel(o.port, fd.clone());
-                    let so = SendOnce { fd, channel: conn.map(|c| (Arc::downgrade(o.port), c)) };
+                    let key = (sender.pid, header.token);
+                    let creator = rustix::net::sockopt::socket_peercred(fd.as_fd()).ok().map(to_creds);
+                    let kept = sender.pid != 0
+                        && creator.is_some_and(|c| c.pid == sender.pid)
+                        && self.keep_channel(space, o.port, key, fd.clone());
+                    let so = SendOnce { fd, channel: kept.then(|| (Arc::downgrade(o.port), key)) };
                     t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce })
                 }
                 _ => t
@@ -1785,15 +1840,16 @@ impl Inner {
                     .map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }),
             };
             rcv.reply = r.ok();
-        } else if let Some(o) = origin.filter(|o| o.kind == ConnKind::Channel) {
-            // A later request on a call channel: answered back on the channel.
-            let so = SendOnce { fd: o.fd.clone(), channel: Some((Arc::downgrade(o.port), o.conn)) };
+        } else if let (Some((key, fd)), Some(o)) = (on_channel, origin) {
+            // A later call from the same client: answered back on its channel.
+            let so = SendOnce { fd, channel: Some((Arc::downgrade(o.port), key)) };
             rcv.reply = t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }).ok();
         }
         if header.big_len != 0 {
             ident_iter.next();
         }
         let mut ports = Vec::new();
+        let mut moved_channels: Vec<(Arc<RecvPort>, Vec<Arc<OwnedFd>>)> = Vec::new();
         let mut trusted_iter = source_trusted.into_iter();
         for d in &descriptors {
             match d {
@@ -1831,9 +1887,15 @@ impl Inner {
                         (false, _) => (None, None),
                     };
                     let mut conns = Vec::new();
+                    let mut channels = Vec::new();
                     for (k, fd) in it.enumerate() {
-                        let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);
-                        conns.push((fd, crate::port::conn_kind_at(info, k)));
+                        match crate::port::conn_kind_at(info, k) {
+                            Some(kind) => {
+                                let _ = rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true);
+                                conns.push((fd, kind));
+                            }
+                            None => channels.push(fd),
+                        }
                     }
                     let port = RecvPort::from_parts(
                         send_source,
@@ -1843,6 +1905,9 @@ impl Inner {
                         info.mscount,
                         info.qlimit.min(MAX_QLIMIT),
                     );
+                    if !channels.is_empty() {
+                        moved_channels.push((port.clone(), channels));
+                    }
                     if let Ok(n) = t.insert_receive(port, ident) {
                         ports.push(ReceivedRight { name: n, kind: RightKind::Receive });
                     }
@@ -1850,11 +1915,24 @@ impl Inner {
             }
         }
         drop(t);
+        // Call channels that came with receive rights: find each one's key again from
+        // the kernel (its creator's pid, the inode of the client's end), so the clients'
+        // requests already queued, and later ones, are answered on them. One the
+        // kernel cannot place is closed: its client sees the hang-up.
+        for (port, channels) in moved_channels {
+            for fd in channels {
+                let pid = rustix::net::sockopt::socket_peercred(fd.as_fd()).ok().map(|c| to_creds(c).pid);
+                let peer = crate::diag::peer_inode(fd.as_fd()).ok().flatten();
+                if let (Some(pid), Some(ino)) = (pid.filter(|&p| p != 0), peer) {
+                    self.keep_channel(space, &port, (pid, sys::token_of_inode(ino)), fd);
+                }
+            }
+        }
         rcv.id = header.id;
         rcv.sender = sender;
         rcv.ports = ports;
         rcv.ool = ool;
-        Ok(())
+        Ok(header.kept)
     }
 }
 

@@ -53,6 +53,18 @@ pub(crate) fn identity(fd: BorrowedFd<'_>) -> rustix::io::Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
+/// The token a call channel is known by: the inode number of the client's end, which
+/// the client reads with `fstat` and a port's new holder can find again as the peer of
+/// its own end (`UNIX_DIAG_PEER`). Socket inode numbers are 32-bit counters.
+pub(crate) fn channel_token(client_end: BorrowedFd<'_>) -> rustix::io::Result<u32> {
+    Ok(token_of_inode(identity(client_end)?.1))
+}
+
+/// A channel token from an inode number (never zero).
+pub(crate) fn token_of_inode(ino: u64) -> u32 {
+    (ino as u32).max(1)
+}
+
 /// The kernel's limit on descriptors in one `SCM_RIGHTS` message (`SCM_MAX_FD`).
 const SCM_MAX_FD: usize = 253;
 

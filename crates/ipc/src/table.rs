@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use ictus_abi::Name;
 
 use crate::error::RightsError;
-use crate::port::{Ident, RecvPort};
+use crate::port::{ChannelKey, Ident, RecvPort};
 use crate::set::PortSet;
 
 /// Most user references one name may hold (Mach's `MACH_PORT_UREFS_MAX`).
@@ -28,11 +28,11 @@ pub(crate) struct PortEntry {
     pub(crate) ident: Option<Ident>,
 }
 
-/// A send-once right: its own connection, or the back direction of a client's call
-/// channel (then `channel` names the port and connection it answers on).
+/// A send-once right: its own connection, or a client's call channel that the port
+/// keeps (then `channel` names the port and the channel's key).
 pub(crate) struct SendOnce {
     pub(crate) fd: Arc<OwnedFd>,
-    pub(crate) channel: Option<(Weak<RecvPort>, u64)>,
+    pub(crate) channel: Option<(Weak<RecvPort>, ChannelKey)>,
 }
 
 impl SendOnce {

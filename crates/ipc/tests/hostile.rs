@@ -17,6 +17,7 @@ mod common;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use common::*;
 use ictus_abi::{
@@ -24,6 +25,7 @@ use ictus_abi::{
     MAX_FDS,
 };
 use ictus_ipc::*;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
@@ -157,19 +159,18 @@ fn bad_headers_are_refused() {
     t.refuses("wrong magic", &b, vec![], vec![], "bad magic");
 
     let mut b = good.clone();
-    b[4] = 2;
-    t.refuses("bad version", &b, vec![], vec![], "wire version 2 is not supported");
+    b[4] = 3;
+    t.refuses("bad version", &b, vec![], vec![], "wire version 3 is not supported");
 
-    for (what, off, v) in [
-        ("unknown flag", 6usize, 0x02u8),
-        ("high flag", 7, 0x80),
-        ("reserved byte 15", 15, 1),
-        ("reserved word 20", 20, 1),
-        ("reserved word 23", 23, 0x80),
-    ] {
+    for (what, off, v) in [("unknown flag", 6usize, 0x04u8), ("high flag", 7, 0x80), ("reserved byte 15", 15, 1)] {
         let mut b = good.clone();
         b[off] = v;
         t.refuses(what, &b, vec![], vec![], "reserved bits are set");
+    }
+    for (what, off, v) in [("token without a channel", 20usize, 1u8), ("high token byte", 23, 0x80)] {
+        let mut b = good.clone();
+        b[off] = v;
+        t.refuses(what, &b, vec![], vec![], "a call channel token must be given exactly with a channel reply kind");
     }
 
     let mut b = good.clone();
@@ -519,18 +520,19 @@ fn a_receive_right_forged_from_send_rights_is_not_believed() {
 
 // ----- call channels -----------------------------------------------------------------------
 
-/// A call channel (reply kind `Channel`) may be offered only on a port's main
-/// connection, must be a port socket, and a request on a channel brings no reply right
-/// of its own.
+/// A call channel (reply kind `Channel`) may be offered, and named (`OnChannel`), only on
+/// a port's main connection; it must be a port socket; a task can name only a channel it
+/// offered itself; and what a client writes on its channel never reaches the port.
 #[test]
 fn misplaced_call_channels_are_refused() {
     let _serial = serial();
     let t = Target::new();
-    // Extra connections make the port wait through an epoll of its own, made once and
-    // kept: make it now, so that it is part of the baseline.
+    // A send-once connection makes the port wait through an epoll of its own, made once
+    // and kept: make it now, so that it is part of the baseline.
     drop(t.s.pollable_fd(t.p).unwrap());
     let t = Target { base: Resources::now(), ..t };
-    let why_where = "a call channel offered where none may be";
+    let why_where = "a call channel named where none may be";
+    let why_unknown = "a call on a channel this port does not keep";
 
     let offer = encode(1, ReplyKind::Channel, &[], b"call", 0);
     let (a, wa) = pipe();
@@ -538,26 +540,36 @@ fn misplaced_call_channels_are_refused() {
     let (a, wa) = socket_pair(SocketType::STREAM);
     t.refuses("stream socket as call channel", &offer, vec![a], vec![wa], "a right is not a port socket");
     t.refuses("call channel without a descriptor", &offer, vec![], vec![], "header says 1 file descriptors, 0 arrived");
+    let on_channel = |token: u32, data: &[u8]| {
+        let mut b = encode(4, ReplyKind::OnChannel, &[], data, 0);
+        b[20..24].copy_from_slice(&token.to_le_bytes());
+        b
+    };
+    t.refuses("a call on a channel never offered", &on_channel(1, b""), vec![], vec![], why_unknown);
 
-    // Offered on a send-once right's connection.
-    {
+    // Offered, or named, on a send-once right's connection.
+    for (what, bytes, with_fd) in [("offered", offer.clone(), true), ("named", on_channel(1, b""), false)] {
         let other = Space::new();
         let (so, _) = other.extract_right(&t.s, t.p, Disposition::MakeSendOnce).unwrap();
         let so_fd = launder(&other, so);
         drop(other);
         let (b, wb) = socket_pair(SocketType::SEQPACKET);
-        raw_send(so_fd.as_fd(), &offer, &[b.as_fd()]).unwrap();
+        let fds: Vec<BorrowedFd<'_>> = if with_fd { vec![b.as_fd()] } else { vec![] };
+        raw_send(so_fd.as_fd(), &bytes, &fds).unwrap();
         drop((b, so_fd));
         let (why, _) = recv_refused(&t.s, t.p);
-        assert!(why.contains(why_where), "{why}");
-        assert!(peer_closed(wb.as_fd()), "the offered channel was closed");
+        assert!(why.contains(why_where), "{what}: {why}");
+        if with_fd {
+            assert!(peer_closed(wb.as_fd()), "the offered channel was closed");
+        }
         drop(wb);
-        assert_same(&t.base, "channel on a send-once connection");
+        assert_back_to(&t.base, "channel on a send-once connection");
         t.still_works("channel on a send-once connection");
     }
 
-    // Offered properly, then misused by the client.
+    // Offered properly: the reply comes back on it, saying the port keeps it.
     let (ours, theirs) = socket_pair(SocketType::SEQPACKET);
+    let token = u32::from_le_bytes(offer[20..24].try_into().unwrap());
     raw_send(t.raw.as_fd(), &offer, &[theirs.as_fd()]).unwrap();
     drop(theirs);
     let req = recv(&t.s, t.p);
@@ -566,44 +578,82 @@ fn misplaced_call_channels_are_refused() {
     t.s.send(reply.name, &mut Message::new(2, b"answer".to_vec()), SendOptions::default()).unwrap();
     let (answer, fds) = raw_recv(ours.as_fd());
     assert!(fds.is_empty());
-    assert_eq!(Datagram::parse(&answer, 0).unwrap().inline, b"answer");
-    // The port keeps the channel; that is the baseline now.
+    let answer = Datagram::parse(&answer, 0).unwrap();
+    assert_eq!(answer.inline, b"answer");
+    assert!(answer.header.kept, "the port keeps the channel");
+    // The port keeps the channel (and a notifier watches it); that is the baseline now.
     let t = Target { base: Resources::now(), ..t };
 
-    let (a, wa) = socket_pair(SocketType::SEQPACKET);
-    let with_reply = encode(3, ReplyKind::SendOnce, &[], b"", 0);
-    t.refuses_via(
-        ours.as_fd(),
-        "reply right on a channel",
-        &with_reply,
-        vec![a],
-        vec![wa],
-        "a reply right sent on a call channel",
-    );
-    let (a, wa) = socket_pair(SocketType::SEQPACKET);
-    t.refuses_via(ours.as_fd(), "channel offered on a channel", &offer, vec![a], vec![wa], why_where);
-    let (a, wa) = socket_pair(SocketType::SEQPACKET);
-    let bad = encode(3, ReplyKind::None, &[Descriptor::Send], b"", 0);
-    let mut bad_magic = bad.clone();
-    bad_magic[0] ^= 0xff;
-    t.refuses_via(ours.as_fd(), "garbage on a channel", &bad_magic, vec![a], vec![wa], "bad magic");
-    t.refuses_via(ours.as_fd(), "empty datagram on a channel", &[], vec![], vec![], "empty datagram");
+    // Another task naming this client's channel is refused: channels are keyed by the
+    // pid the kernel stamps, so a guessed (or stolen) token reaches nothing.
+    {
+        let mut cmd = child_command("child_channel_thief", "channel-thief");
+        cmd.env("ICTUS_TEST_TOKEN", token.to_string());
+        t.s.give_bootstrap(&mut cmd, t.p).unwrap();
+        let child = ChildGuard::spawn(cmd, "channel-thief");
+        let (why, sender) = recv_refused(&t.s, t.p);
+        assert!(why.contains(why_unknown), "{why}");
+        assert_eq!(sender.map(|c| c.pid), Some(child.pid()));
+        child.expect_success();
+        assert!(!readable(ours.as_fd()), "nothing reached the client's channel");
+    }
 
-    // The channel still carries well-formed requests, answered back on it.
-    raw_send(ours.as_fd(), &encode(4, ReplyKind::None, &[], b"again", 0), &[]).unwrap();
+    // What the client writes on its own channel is never read by the port.
+    let (a, wa) = socket_pair(SocketType::SEQPACKET);
+    raw_send(ours.as_fd(), &encode(3, ReplyKind::SendOnce, &[], b"", 0), &[a.as_fd()]).unwrap();
+    raw_send(ours.as_fd(), b"garbage", &[]).unwrap();
+    drop(a);
+    assert_empty(&t.s, t.p);
+    drop(wa);
+
+    // A token of one's own that was never offered is refused; the right one is served.
+    t.refuses("a call naming another token", &on_channel(token ^ 0x55, b""), vec![], vec![], why_unknown);
+    let malformed = t.s.stats().malformed;
+    raw_send(t.raw.as_fd(), &on_channel(token, b"again"), &[]).unwrap();
     let req = recv(&t.s, t.p);
     assert_eq!((req.id, req.data()), (4, &b"again"[..]));
-    let reply = req.reply.expect("a request on a channel is answered on it");
+    let reply = req.reply.expect("a call on a kept channel is answered on it");
     t.s.send(reply.name, &mut Message::new(5, b"again".to_vec()), SendOptions::default()).unwrap();
     let (answer, _) = raw_recv(ours.as_fd());
     assert_eq!(Datagram::parse(&answer, 0).unwrap().header.id, 5);
-    assert_same(&t.base, "channel after abuse");
-    // The client goes: so does the port's end of its channel, once the port has seen
-    // the hang-up (the next receive).
+    assert_eq!(t.s.stats().malformed, malformed);
+
+    // The client goes: so does the port's end of its channel, once the notifier has
+    // seen the hang-up.
     drop(ours);
-    assert_empty(&t.s, t.p);
+    wait_until_fd_count(t.base.fds.len() - 2, "both ends of the channel closed");
     t.still_works("client gone");
-    assert_eq!(Resources::now().fds.len(), t.base.fds.len() - 2, "both ends of the channel closed");
+}
+
+#[test]
+fn child_channel_thief() {
+    if !child_role("channel-thief") {
+        return;
+    }
+    let token: u32 = std::env::var("ICTUS_TEST_TOKEN").unwrap().parse().unwrap();
+    let s = Space::task();
+    let boot = s.take_bootstrap().unwrap().expect("bootstrap");
+    let raw = s.send_right_fd(boot).unwrap();
+    let mut b = encode(6, ReplyKind::OnChannel, &[], b"stolen", 0);
+    b[20..24].copy_from_slice(&token.to_le_bytes());
+    raw_send(raw.as_fd(), &b, &[]).unwrap();
+}
+
+/// Whether a socket has something to read.
+fn readable(fd: BorrowedFd<'_>) -> bool {
+    let mut pfd = [PollFd::new(&fd, PollFlags::IN)];
+    matches!(poll(&mut pfd, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+        && pfd[0].revents().contains(PollFlags::IN)
+}
+
+/// Wait (within the watchdog) until the process has `n` descriptors open.
+#[track_caller]
+fn wait_until_fd_count(n: usize, what: &str) {
+    let deadline = Instant::now() + WATCHDOG;
+    while Resources::now().fds.len() != n {
+        assert!(Instant::now() < deadline, "{what}: {} descriptors, expected {n}", Resources::now().fds.len());
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Control for the test below: a call channel counts as a sender, and when the client
@@ -908,6 +958,8 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     );
     valid("receive-right", 4, encode(-3, ReplyKind::None, &[receive_right(true, 1, 2, 128)], b"", 0));
     valid("big-inline", 2, encode(9, ReplyKind::Send, &[], b"", 1 << 20));
+    valid("channel-offer", 1, encode(11, ReplyKind::Channel, &[], b"first call", 0));
+    valid("on-channel", 0, encode(12, ReplyKind::OnChannel, &[], b"later call", 0));
     valid(
         "everything",
         8,
@@ -982,7 +1034,7 @@ fn check_input(name: &str, data: &[u8]) -> bool {
     let needed = dg.header.leading_fds() + dg.descriptors.iter().map(Descriptor::nfds).sum::<usize>();
     assert_eq!(needed, usize::from(nfds), "{name}: file descriptors unaccounted");
     let mut out = Vec::new();
-    Datagram::encode(dg.header.id, dg.header.reply, &dg.descriptors, dg.inline, dg.header.big_len, &mut out)
+    Datagram::encode(dg.header.head(), &dg.descriptors, dg.inline, dg.header.big_len, &mut out)
         .unwrap_or_else(|e| panic!("{name}: accepted but not encodable: {e}"));
     assert_eq!(out, bytes, "{name}: re-encoding changed the bytes");
     true

@@ -33,6 +33,7 @@ const FINISH: i32 = 1007;
 const PING: i32 = 1008;
 const CHATTER: i32 = 1009;
 const REQUEST: i32 = 1010;
+const MOVED: i32 = 1011;
 
 const OOL_LEN: usize = 2 << 20;
 const BIG_LEN: usize = 5 << 20;
@@ -499,6 +500,100 @@ fn child_server() {
     let mut r = Received::new();
     let res = s.receive(c, &mut r, ReceiveOptions::default());
     panic!("the server was to die holding the request, got {res:?}");
+}
+
+/// A receive right moved to another task while a call to it is queued: the call's
+/// channel moves with it (its key found again from the kernel: the creator's pid and the
+/// inode of the caller's end), the new holder's reply reaches the caller, and a later
+/// call on the same channel reaches the new holder. A one-way message sent before a
+/// call is received before it (they travel on the same connection).
+#[test]
+fn a_receive_right_moved_with_a_call_in_flight_answers_it() {
+    let _serial = serial();
+    let base = Resources::now();
+    {
+        let s = Space::new();
+        let boot = s.allocate_port().unwrap();
+        let mut cmd = child_command("child_mover", "mover");
+        s.give_bootstrap(&mut cmd, boot).unwrap();
+        let child = ChildGuard::spawn(cmd, "mover");
+        let c = parent_hello(&s, boot, &child);
+        let mut reply = Received::new();
+        s.call(c, &mut Message::new(REQUEST, b"first".to_vec()), &mut reply, SendOptions::default(), within(WATCHDOG))
+            .expect("first call");
+        assert_eq!((reply.id, reply.data()), (REQUEST + 1, &b"first"[..]));
+        let ready = recv(&s, boot);
+        assert_eq!((ready.id, ready.ports.len()), (READY, 1));
+        let ctl = ready.ports[0].name;
+        send(&s, c, Message::new(PING, b"one-way".to_vec()));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (tx, rx) = mpsc::channel();
+        let caller = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                tid_tx.send(gettid()).unwrap();
+                let mut reply = Received::new();
+                let r = s.call(
+                    c,
+                    &mut Message::new(REQUEST, b"in flight".to_vec()),
+                    &mut reply,
+                    SendOptions::default(),
+                    within(WATCHDOG * 2),
+                );
+                tx.send(r.map(|()| (reply.id, reply.data().to_vec(), reply.sender))).unwrap();
+            })
+        };
+        // Once the caller sleeps, its request is queued behind the one-way message; then
+        // the child moves the receive right here.
+        assert!(wait_thread_asleep(tid_rx.recv_timeout(WATCHDOG).unwrap()), "the caller never blocked");
+        send(&s, ctl, Message::new(GO, Vec::new()));
+        let moved = recv(&s, boot);
+        assert_eq!(moved.id, MOVED);
+        assert_eq!(moved.ports.len(), 1);
+        assert_eq!(moved.ports[0], ReceivedRight { name: c, kind: RightKind::Receive }, "merged with our send right");
+        let one_way = recv(&s, c);
+        assert_eq!((one_way.id, one_way.data(), one_way.reply), (PING, &b"one-way"[..], None));
+        let req = recv(&s, c);
+        assert_eq!(req.data(), b"in flight");
+        let r = req.reply.expect("the queued call's reply right came with the receive right");
+        send(&s, r.name, Message::new(REQUEST + 1, b"answered by the new holder".to_vec()));
+        let got = rx.recv_timeout(WATCHDOG * 3).expect("the call in flight hung").expect("the call in flight");
+        assert_eq!(got, (REQUEST + 1, b"answered by the new holder".to_vec(), me()));
+        caller.join().unwrap();
+        // The channel is still kept: a third call travels on it, to us now.
+        let server = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let req = recv(&s, c);
+                send(&s, req.reply.expect("reply right").name, Message::new(REQUEST + 1, req.data().to_vec()));
+            })
+        };
+        s.call(c, &mut Message::new(REQUEST, b"third".to_vec()), &mut reply, SendOptions::default(), within(WATCHDOG))
+            .expect("third call");
+        assert_eq!(reply.data(), b"third");
+        server.join().unwrap();
+        child.expect_success();
+        s.destroy(c).unwrap();
+        s.destroy(boot).unwrap();
+        s.deallocate(ctl).unwrap();
+    }
+    assert_back_to(&base, "receive right moved with a call in flight");
+}
+
+#[test]
+fn child_mover() {
+    if !child_role("mover") {
+        return;
+    }
+    let s = Space::task();
+    let (boot, c) = child_hello(&s);
+    let first = recv(&s, c);
+    send(&s, first.reply.expect("a reply right").name, Message::new(REQUEST + 1, first.data().to_vec()));
+    // Told when the one-way message and the second call are both queued, unread.
+    let ctl = s.allocate_port().unwrap();
+    send(&s, boot, with_ports(READY, &[], &[(ctl, Disposition::MakeSend)]));
+    assert_eq!(recv(&s, ctl).id, GO);
+    send(&s, boot, with_ports(MOVED, &[], &[(c, Disposition::MoveReceive)]));
 }
 
 /// Kill -9 of a server that never dequeued the request: the request (and the reply

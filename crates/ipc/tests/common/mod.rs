@@ -14,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ictus_abi::{Datagram, Descriptor, ReplyKind};
+use ictus_abi::{Datagram, Descriptor, Head, ReplyKind};
 use ictus_ipc::{Name, ReceiveError, ReceiveOptions, Received, Space};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
@@ -254,10 +254,12 @@ pub fn raw_recv(sock: BorrowedFd<'_>) -> (Vec<u8>, Vec<OwnedFd>) {
     (buf, fds)
 }
 
-/// A correctly encoded datagram (the hostile tests then break it).
+/// A correctly encoded datagram (the hostile tests then break it). A channel reply
+/// kind gets the token 1.
 pub fn encode(id: i32, reply: ReplyKind, descriptors: &[Descriptor], inline: &[u8], big_len: u64) -> Vec<u8> {
+    let token = u32::from(reply.has_token());
     let mut v = Vec::new();
-    Datagram::encode(id, reply, descriptors, inline, big_len, &mut v).expect("encode");
+    Datagram::encode(Head { id, reply, token, kept: false }, descriptors, inline, big_len, &mut v).expect("encode");
     v
 }
 
