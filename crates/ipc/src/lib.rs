@@ -38,6 +38,7 @@ mod port;
 mod set;
 #[allow(unsafe_code)]
 mod space;
+#[allow(unsafe_code)]
 pub(crate) mod sys;
 mod table;
 

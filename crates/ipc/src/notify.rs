@@ -46,8 +46,39 @@ impl Watch {
 struct Shared {
     ep: OwnedFd,
     wake: OwnedFd,
-    watches: Mutex<HashMap<u64, Watch>>,
+    watches: Mutex<Watches>,
     next: AtomicU64,
+}
+
+/// The watches by id, and the dead-name ones by name too: a send-once right released by
+/// every reply must not cost a walk over every watch (a server keeps one per client's
+/// call channel).
+#[derive(Default)]
+struct Watches {
+    by_id: HashMap<u64, Watch>,
+    dead_names: HashMap<Name, Vec<u64>>,
+}
+
+impl Watches {
+    fn insert(&mut self, id: u64, w: Watch) {
+        if let Watch::DeadName { name, .. } = &w {
+            self.dead_names.entry(*name).or_default().push(id);
+        }
+        self.by_id.insert(id, w);
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Watch> {
+        let w = self.by_id.remove(&id)?;
+        if let Watch::DeadName { name, .. } = &w {
+            if let Some(ids) = self.dead_names.get_mut(name) {
+                ids.retain(|&i| i != id);
+                if ids.is_empty() {
+                    self.dead_names.remove(name);
+                }
+            }
+        }
+        Some(w)
+    }
 }
 
 pub(crate) struct Notifier {
@@ -61,7 +92,7 @@ impl Notifier {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
-        let shared = Arc::new(Shared { ep, wake, watches: Mutex::new(HashMap::new()), next: AtomicU64::new(1) });
+        let shared = Arc::new(Shared { ep, wake, watches: Mutex::new(Watches::default()), next: AtomicU64::new(1) });
         let s = shared.clone();
         std::thread::Builder::new()
             .name("ictus-notifier".into())
@@ -103,7 +134,7 @@ impl Notifier {
     }
 
     pub(crate) fn cancel(&self, id: u64) {
-        let w = self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        let w = self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
         if let Some(w) = w {
             let _ = epoll::delete(&self.shared.ep, w.fd().as_fd());
         }
@@ -112,15 +143,13 @@ impl Notifier {
     /// Cancel any dead-name request on `name`. Its notify right is released, so a
     /// send-once notify right's port learns of it by a send-once notification.
     pub(crate) fn cancel_dead_name(&self, name: Name) {
-        let ids: Vec<u64> = self
-            .shared
-            .watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|(_, w)| matches!(w, Watch::DeadName { name: n, .. } if *n == name))
-            .map(|(id, _)| *id)
-            .collect();
+        let ids: Vec<u64> = {
+            let watches = self.shared.watches.lock().unwrap_or_else(|e| e.into_inner());
+            match watches.dead_names.get(&name) {
+                Some(ids) => ids.clone(),
+                None => return,
+            }
+        };
         for id in ids {
             self.cancel(id);
         }
@@ -139,7 +168,7 @@ fn watch(shared: &Shared, w: Watch) -> rustix::io::Result<u64> {
     shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, w);
     // Hang-up is always reported; ask for nothing else.
     if let Err(e) = epoll::add(&shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT) {
-        shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
         return Err(e);
     }
     Ok(id)
@@ -169,7 +198,7 @@ fn run(shared: Arc<Shared>, space: Weak<Inner>) {
             if id == WAKE {
                 return;
             }
-            let w = shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            let w = shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
             let Some(w) = w else { continue };
             let _ = epoll::delete(&shared.ep, w.fd().as_fd());
             let Some(inner) = space.upgrade() else { return };

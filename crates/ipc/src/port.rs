@@ -64,6 +64,48 @@ pub(crate) enum ConnKind {
 /// the sender's end of it, which the receiver can recompute from the kernel).
 pub(crate) type ChannelKey = (u32, u32);
 
+/// Hashing for the channel table, looked up on every call. The token is the client's
+/// choice, so the mix is keyed with a per-process random seed (and folded, so that
+/// every bit of the key reaches the bucket index): a client cannot pick keys that
+/// collide. SipHash would cost a measurable share of a call.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyHash(u64);
+
+impl Default for KeyHash {
+    fn default() -> Self {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        // std's RandomState is keyed from the kernel's entropy once per process.
+        KeyHash(*SEED.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new().build_hasher().finish() | 1
+        }))
+    }
+}
+
+impl std::hash::BuildHasher for KeyHash {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(self.0)
+    }
+}
+
+pub(crate) struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 29) ^ (h >> 47)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b));
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (self.0 ^ u64::from(v)).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(31);
+    }
+}
+
 /// A call channel the port keeps: the receiver's end (replies are written to it) and
 /// the notifier watch that removes it when the client's end hangs up.
 pub(crate) struct Channel {
@@ -85,7 +127,7 @@ pub(crate) struct NotifyTarget {
 pub(crate) struct RecvState {
     pub(crate) conns: Vec<Conn>,
     /// Call channels by (client pid, token).
-    pub(crate) channels: HashMap<ChannelKey, Channel>,
+    pub(crate) channels: HashMap<ChannelKey, Channel, KeyHash>,
     pub(crate) send_source: Option<Arc<OwnedFd>>,
     pub(crate) ident: Option<Ident>,
     pub(crate) mscount: u32,
@@ -154,7 +196,7 @@ impl RecvPort {
             id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
             st: Mutex::new(RecvState {
                 conns,
-                channels: HashMap::new(),
+                channels: HashMap::default(),
                 send_source,
                 ident,
                 mscount,

@@ -92,6 +92,8 @@ pub struct SpaceStats {
 struct Pooled {
     fd: OwnedFd,
     token: u32,
+    /// The receive time-out set on `fd` (`None`: none).
+    timer: Option<std::time::Duration>,
 }
 
 /// What a send resolved, to carry out or undo.
@@ -763,7 +765,7 @@ impl Space {
         let Some(ident) = ident else {
             let (s, r) = sys::connection().map_err(SendError::Os)?;
             self.send_inner(dest, msg, CallReply::Once(s), send)?;
-            return self.inner.wait_reply(self, &r, reply, recv).map(|_| ()).map_err(|(e, _)| e);
+            return self.inner.wait_reply(self, &r, &mut None, reply, recv).map(|_| ()).map_err(|(e, _)| e);
         };
         let chan = match self.inner.take_channel(ident) {
             Some(chan) => {
@@ -777,10 +779,11 @@ impl Space {
                 let (b, a) = sys::connection().map_err(SendError::Os)?;
                 let token = sys::channel_token(a.as_fd()).map_err(SendError::Os)?;
                 self.send_inner(dest, msg, CallReply::Channel(b, token), send)?;
-                Pooled { fd: a, token }
+                Pooled { fd: a, token, timer: None }
             }
         };
-        let (result, kept) = match self.inner.wait_reply(self, &chan.fd, reply, recv) {
+        let mut chan = chan;
+        let (result, kept) = match self.inner.wait_reply(self, &chan.fd, &mut chan.timer, reply, recv) {
             Ok(kept) => (Ok(()), kept),
             Err((e, kept)) => (Err(e), kept),
         };
@@ -799,6 +802,21 @@ impl Space {
         opts: SendOptions,
     ) -> Result<(), SendError> {
         let deadline = opts.timeout.map(|t| Instant::now() + t);
+        if msg.ports.is_empty()
+            && msg.ool.is_empty()
+            && msg.reply.is_none()
+            && msg.data.len() <= INLINE_DATAGRAM_MAX
+            && matches!(call_reply, CallReply::None | CallReply::OnChannel(_))
+        {
+            let token = match call_reply {
+                CallReply::OnChannel(token) => token,
+                _ => 0,
+            };
+            match self.send_plain(dest, msg, token, deadline) {
+                Err(SendError::Os(rustix::io::Errno::MSGSIZE)) => {}
+                other => return other,
+            }
+        }
         let mut plan = Plan::default();
         let dest_fd;
         {
@@ -874,6 +892,69 @@ impl Space {
                     SendError::InvalidDest(_) => SendError::InvalidDest(dest),
                     e => e,
                 })
+            }
+        }
+    }
+
+    /// The common case, without the general path's bookkeeping: in-line data and no
+    /// rights besides the destination (and perhaps a call channel's token). Returns
+    /// `Os(MSGSIZE)` untouched when the datagram does not fit the port's buffer, for the
+    /// general path to carry the data in a memfd instead.
+    fn send_plain(&self, dest: Name, msg: &Message, token: u32, deadline: Option<Instant>) -> Result<(), SendError> {
+        let (fd, once) = {
+            let mut t = self.table();
+            match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
+                Entry::Port(PortEntry { send: Some(s), .. }) => (s.fd.clone(), None),
+                Entry::Port(PortEntry { recv: Some(p), .. }) => {
+                    let p = p.clone();
+                    let mut st = p.lock();
+                    (st.send_end().map_err(SendError::Os)?.0, None)
+                }
+                Entry::SendOnce(so) => {
+                    let fd = so.fd.clone();
+                    (fd, Some(t.reserve(dest).expect("checked")))
+                }
+                _ => return Err(SendError::InvalidDest(dest)),
+            }
+        };
+        let kept = matches!(&once, Some(Entry::SendOnce(so)) if so.channel.is_some());
+        let header = ictus_abi::Header {
+            id: msg.id,
+            reply: if token != 0 { ReplyKind::OnChannel } else { ReplyKind::None },
+            token,
+            kept,
+            ndesc: 0,
+            nfds: 0,
+            inline_len: msg.data.len() as u32,
+            big_len: 0,
+        };
+        let mut head = [0u8; HEADER_LEN];
+        header.encode(&mut head);
+        let outcome = sys::send(fd.as_fd(), &[IoSlice::new(&head), IoSlice::new(&msg.data)], &[], deadline);
+        let failed = match outcome {
+            Ok(SendOutcome::Sent) => None,
+            Ok(SendOutcome::WouldBlock) => Some(SendError::TimedOut),
+            Ok(SendOutcome::Dead) => Some(SendError::InvalidDest(dest)),
+            Ok(SendOutcome::TooLarge) => Some(SendError::Os(rustix::io::Errno::MSGSIZE)),
+            Err(e) => Some(SendError::Os(e)),
+        };
+        match (failed, once) {
+            (None, None) => Ok(()),
+            (None, Some(e)) => {
+                self.table().release(dest);
+                self.inner.cancel_requests(dest);
+                drop(e);
+                Ok(())
+            }
+            (Some(err), once) => {
+                let mut t = self.table();
+                if let Some(e) = once {
+                    t.restore(dest, e);
+                }
+                if matches!(err, SendError::InvalidDest(_)) {
+                    self.inner.make_dead(&mut t, dest, &fd);
+                }
+                Err(err)
             }
         }
     }
@@ -1544,28 +1625,39 @@ impl Inner {
 
     /// Wait for the reply to a call on its reply connection or channel. Returns, with
     /// the outcome, whether the reply said that the port keeps the channel.
+    ///
+    /// The reply connection is this task's alone, so a time-out is the socket's own
+    /// receive time-out (`SO_RCVTIMEO`), set only when it changes (`timer` says what is
+    /// set): a blocking `recvmsg` and nothing else, where a `poll` first would cost a
+    /// system call per call.
     fn wait_reply(
         &self,
         space: &Space,
         r: &OwnedFd,
+        timer: &mut Option<std::time::Duration>,
         reply: &mut Received,
         recv: ReceiveOptions,
     ) -> Result<bool, (CallError, bool)> {
         let deadline = recv.timeout.map(|t| Instant::now() + t);
         let mut fds = Vec::new();
         let lost = |e: ReceiveError| (CallError::from(e), false);
+        let mut want = recv.timeout;
         loop {
-            if deadline.is_some()
-                && !sys::wait_until(r.as_fd(), rustix::event::PollFlags::IN, deadline)
-                    .map_err(|e| lost(ReceiveError::Os(e)))?
-            {
-                return Err(lost(ReceiveError::TimedOut));
+            let nonblocking = want.is_some_and(|t| t.is_zero());
+            if !nonblocking && *timer != want {
+                sys::set_receive_timeout(r.as_fd(), want).map_err(|e| lost(ReceiveError::Os(e)))?;
+                *timer = want;
             }
             fds.clear();
-            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, deadline.is_some())
-                .map_err(|e| lost(ReceiveError::Os(e)))?
-            {
-                RecvOutcome::Empty => continue,
+            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, nonblocking).map_err(|e| lost(ReceiveError::Os(e)))? {
+                RecvOutcome::Empty => {
+                    // The time-out ran out, or a signal ended the wait early.
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if left.is_some_and(|l| l.is_zero()) {
+                        return Err(lost(ReceiveError::TimedOut));
+                    }
+                    want = left;
+                }
                 RecvOutcome::Zero => {
                     if sys::hung_up(r.as_fd()) {
                         return Err((CallError::ServerDied, false));
@@ -1574,9 +1666,7 @@ impl Inner {
                 }
                 RecvOutcome::Datagram { len, creds, truncated } => {
                     if truncated {
-                        return Err(lost(
-                            self.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds))),
-                        ));
+                        return Err(lost(self.count_malformed(malformed("datagram or descriptors truncated", creds))));
                     }
                     let kept =
                         self.decode(space, reply, len, creds, &mut fds, recv.populate_ool, None).map_err(lost)?;
@@ -1662,9 +1752,7 @@ impl Inner {
                         continue;
                     }
                     if truncated {
-                        return Err(
-                            self.count_malformed(malformed("datagram or descriptors truncated", creds.map(to_creds)))
-                        );
+                        return Err(self.count_malformed(malformed("datagram or descriptors truncated", creds)));
                     }
                     let seqno = p.seqno.fetch_add(1, Ordering::Relaxed);
                     self.decode(space, rcv, len, creds, &mut fds, opts.populate_ool, Some(Origin { port: p, kind }))?;
@@ -1676,6 +1764,45 @@ impl Inner {
         }
     }
 
+    /// The common case of [`Inner::decode`]: a datagram that came without descriptors,
+    /// whose header says so and describes only in-line data, perhaps naming a call
+    /// channel. `None` when it is anything else (the general path then decides).
+    fn decode_plain(
+        &self,
+        space: &Space,
+        rcv: &mut Received,
+        len: usize,
+        sender: Credentials,
+        origin: Option<Origin<'_>>,
+    ) -> Result<Option<bool>, ReceiveError> {
+        let Ok(h) = ictus_abi::Header::decode(&rcv.buf[..len]) else { return Ok(None) };
+        let plain = h.ndesc == 0 && h.nfds == 0 && h.big_len == 0 && HEADER_LEN + h.inline_len as usize == len;
+        let main = origin.filter(|o| o.kind == ConnKind::Main);
+        let reply = match (h.reply, main) {
+            _ if !plain => return Ok(None),
+            (ReplyKind::None, _) => None,
+            (ReplyKind::OnChannel, Some(o)) => {
+                let key = (sender.pid, h.token);
+                let Some(fd) = o.port.lock().channels.get(&key).map(|c| c.fd.clone()) else {
+                    let e = malformed("a call on a channel this port does not keep", Some(sender));
+                    return Err(self.count_malformed(e));
+                };
+                Some(SendOnce { fd, channel: Some((Arc::downgrade(o.port), key)) })
+            }
+            _ => return Ok(None),
+        };
+        rcv.reset();
+        rcv.data_start = HEADER_LEN;
+        rcv.data_end = len;
+        if let Some(so) = reply {
+            let mut t = space.table();
+            rcv.reply = t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }).ok();
+        }
+        rcv.id = h.id;
+        rcv.sender = sender;
+        Ok(Some(h.kept))
+    }
+
     /// Validate a received datagram and its descriptors, then insert its rights.
     /// Nothing is inserted unless everything is valid.
     #[allow(clippy::too_many_arguments)]
@@ -1684,14 +1811,19 @@ impl Inner {
         space: &Space,
         rcv: &mut Received,
         len: usize,
-        creds: Option<rustix::net::UCred>,
+        creds: Option<Credentials>,
         fds: &mut Vec<OwnedFd>,
         populate: bool,
         origin: Option<Origin<'_>>,
     ) -> Result<bool, ReceiveError> {
-        let sender = creds.map(to_creds);
+        let sender = creds;
         let fail = |why: String| self.count_malformed(malformed(why, sender));
         let sender = sender.ok_or_else(|| fail("no sender credentials".into()))?;
+        if fds.is_empty() {
+            if let Some(kept) = self.decode_plain(space, rcv, len, sender, origin)? {
+                return Ok(kept);
+            }
+        }
         let dg = Datagram::parse(&rcv.buf[..len], fds.len()).map_err(|e| fail(e.to_string()))?;
         // A call channel may be offered or named only on a port's main connection.
         let mut on_channel = None;

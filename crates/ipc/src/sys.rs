@@ -3,18 +3,17 @@
 //! Everything the nucleus asks of the kernel goes through this module, so the rest of
 //! the crate is plain Rust over owned descriptors.
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSlice;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use ictus_abi::MAX_FDS;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketFlags, SocketType, UCred,
-};
+use rustix::net::{AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+
+use crate::message::Credentials;
 
 /// Kernel send-buffer bytes allowed per queued message when a queue limit is set.
 /// A small datagram costs about this much of `sk_sndbuf` (its `skb` truesize).
@@ -98,13 +97,42 @@ pub(crate) fn send(
     fds: &[BorrowedFd<'_>],
     deadline: Option<Instant>,
 ) -> rustix::io::Result<SendOutcome> {
-    let mut space = Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))]);
-    loop {
-        let mut control = SendAncillaryBuffer::new(&mut space.0);
-        if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-            return Err(Errno::TOOMANYREFS);
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if fds.is_empty() && total <= SMALL_SEND {
+        // A small datagram without descriptors is gathered here and sent with `send`:
+        // on this kind of machine `sendmsg` costs measurably more per call (it copies
+        // and checks a message header and an iovec array from user memory).
+        let mut one = [MaybeUninit::<u8>::uninit(); SMALL_SEND];
+        let mut at = 0;
+        for b in bufs {
+            // SAFETY: `at + b.len() <= total <= SMALL_SEND`, and a slice of bytes is a
+            // valid source for any length it has.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), one.as_mut_ptr().add(at).cast::<u8>(), b.len()) };
+            at += b.len();
         }
-        match rustix::net::sendmsg(fd, bufs, &mut control, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        // SAFETY: the first `total` bytes were all written just above.
+        let one: &[u8] = unsafe { std::slice::from_raw_parts(one.as_ptr().cast::<u8>(), total) };
+        return send_with(fd, deadline, || rustix::net::send(fd, one, SendFlags::DONTWAIT | SendFlags::NOSIGNAL));
+    }
+    let mut space = Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))]);
+    let mut control = SendAncillaryBuffer::new(&mut space.0);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Errno::TOOMANYREFS);
+    }
+    send_with(fd, deadline, || rustix::net::sendmsg(fd, bufs, &mut control, SendFlags::DONTWAIT | SendFlags::NOSIGNAL))
+}
+
+/// Datagrams up to this size without descriptors go out with one `send`.
+const SMALL_SEND: usize = 512;
+
+/// [`send`]'s outcome handling around one non-blocking send attempt.
+fn send_with(
+    fd: BorrowedFd<'_>,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> rustix::io::Result<usize>,
+) -> rustix::io::Result<SendOutcome> {
+    loop {
+        match attempt() {
             Ok(_) => return Ok(SendOutcome::Sent),
             Err(Errno::AGAIN) => {
                 if !wait_until(fd, PollFlags::OUT, deadline)? {
@@ -137,6 +165,14 @@ pub(crate) fn wait_until(fd: BorrowedFd<'_>, what: PollFlags, deadline: Option<I
     }
 }
 
+/// Set a socket's receive time-out (`SO_RCVTIMEO`; `None`: wait for ever). A blocking
+/// receive that times out fails with `EAGAIN`. A zero duration would mean "for ever" to
+/// the kernel, so it is raised to one microsecond.
+pub(crate) fn set_receive_timeout(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> rustix::io::Result<()> {
+    let t = timeout.map(|t| t.max(Duration::from_micros(1)));
+    rustix::net::sockopt::set_socket_timeout(fd, rustix::net::sockopt::Timeout::Recv, t)
+}
+
 /// Whether a connection end has hung up (its peer end is closed everywhere).
 pub(crate) fn hung_up(fd: BorrowedFd<'_>) -> bool {
     let mut pfd = [PollFd::new(&fd, PollFlags::empty())];
@@ -152,52 +188,84 @@ pub(crate) fn timespec(d: Duration) -> Timespec {
 pub(crate) enum RecvOutcome {
     /// A datagram of this many bytes, with its descriptors and the sender's
     /// credentials; `truncated` if it (or its descriptors) did not fit.
-    Datagram { len: usize, creds: Option<UCred>, truncated: bool },
+    Datagram { len: usize, creds: Option<Credentials>, truncated: bool },
     /// Nothing queued (non-blocking call).
     Empty,
     /// A zero-length read: the connection hung up, or a peer sent an empty datagram.
     Zero,
 }
 
+/// Room for more descriptors than a message may carry, and the credentials: a sender
+/// that attaches more than MAX_FDS is refused by the decoder, and every one of them is
+/// closed, never left installed and unowned.
+const RECV_CONTROL: usize = rustix::cmsg_space!(ScmRights(SCM_MAX_FD), ScmCredentials(1));
+
 /// Receive one datagram into `buf`, appending its descriptors to `fds`.
+///
+/// `recvmsg` is called directly rather than through rustix, whose wrapper always asks
+/// for the sender's address: an `AF_UNIX` socket with `SO_PASSCRED` is auto-bound, so
+/// the kernel would copy an address out on every message for nothing.
 pub(crate) fn recv(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     fds: &mut Vec<OwnedFd>,
     nonblocking: bool,
 ) -> rustix::io::Result<RecvOutcome> {
-    // Room for more descriptors than a message may carry: a sender that attaches more
-    // than MAX_FDS is refused by the decoder, and every one of them is closed here,
-    // never left installed and unowned.
-    let mut space =
-        Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(SCM_MAX_FD), ScmCredentials(1))]);
-    let mut flags = RecvFlags::CMSG_CLOEXEC;
+    let mut space = Aligned([MaybeUninit::<u8>::uninit(); RECV_CONTROL]);
+    let mut flags = libc::MSG_CMSG_CLOEXEC;
     if nonblocking {
-        flags |= RecvFlags::DONTWAIT;
+        flags |= libc::MSG_DONTWAIT;
     }
     loop {
-        let mut control = RecvAncillaryBuffer::new(&mut space.0);
-        let mut iov = [IoSliceMut::new(buf)];
-        match rustix::net::recvmsg(fd, &mut iov, &mut control, flags) {
-            Ok(m) => {
-                let mut creds = None;
-                for msg in control.drain() {
-                    match msg {
-                        RecvAncillaryMessage::ScmRights(received) => fds.extend(received),
-                        RecvAncillaryMessage::ScmCredentials(c) => creds = Some(c),
-                        _ => {}
-                    }
-                }
-                let truncated = m.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC);
-                if m.bytes == 0 && fds.is_empty() && !truncated {
-                    return Ok(RecvOutcome::Zero);
-                }
-                return Ok(RecvOutcome::Datagram { len: m.bytes, creds, truncated });
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        // SAFETY: an all-zero msghdr is a valid empty one.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.0.as_mut_ptr().cast();
+        msg.msg_controllen = RECV_CONTROL as _;
+        // SAFETY: every pointer in `msg` refers to a live buffer of the stated length
+        // for the duration of the call.
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+        if n < 0 {
+            match Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) {
+                Errno::AGAIN => return Ok(RecvOutcome::Empty),
+                Errno::INTR => continue,
+                e => return Err(e),
             }
-            Err(Errno::AGAIN) => return Ok(RecvOutcome::Empty),
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e),
         }
+        let mut creds = None;
+        // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, staying
+        // within `msg_controllen`; each SCM_RIGHTS entry is a descriptor the kernel has
+        // just installed in this process, owned by nobody else.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let level = (*c).cmsg_level;
+                let kind = (*c).cmsg_type;
+                let data = libc::CMSG_DATA(c);
+                let payload = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+                    let p = data.cast::<libc::c_int>();
+                    for i in 0..payload / std::mem::size_of::<libc::c_int>() {
+                        fds.push(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
+                    }
+                } else if level == libc::SOL_SOCKET
+                    && kind == libc::SCM_CREDENTIALS
+                    && payload >= std::mem::size_of::<libc::ucred>()
+                {
+                    let u = data.cast::<libc::ucred>().read_unaligned();
+                    creds = Some(Credentials { pid: u.pid as u32, uid: u.uid, gid: u.gid });
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+        let len = n as usize;
+        if len == 0 && fds.is_empty() && !truncated {
+            return Ok(RecvOutcome::Zero);
+        }
+        return Ok(RecvOutcome::Datagram { len, creds, truncated });
     }
 }
 
