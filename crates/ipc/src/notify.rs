@@ -48,6 +48,8 @@ struct Shared {
     wake: OwnedFd,
     watches: Mutex<Watches>,
     next: AtomicU64,
+    /// Dead-name watches in `watches` (read without the lock, to skip the lookup).
+    dead_names: std::sync::atomic::AtomicUsize,
 }
 
 /// The watches by id, and the dead-name ones by name too: a send-once right released by
@@ -57,6 +59,16 @@ struct Shared {
 struct Watches {
     by_id: HashMap<u64, Watch>,
     dead_names: HashMap<Name, Vec<u64>>,
+}
+
+impl Shared {
+    /// Change the watches under their lock, keeping the dead-name count in step.
+    fn with_watches<R>(&self, f: impl FnOnce(&mut Watches) -> R) -> R {
+        let mut w = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut w);
+        self.dead_names.store(w.dead_names.len(), Ordering::Relaxed);
+        r
+    }
 }
 
 impl Watches {
@@ -92,7 +104,13 @@ impl Notifier {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
-        let shared = Arc::new(Shared { ep, wake, watches: Mutex::new(Watches::default()), next: AtomicU64::new(1) });
+        let shared = Arc::new(Shared {
+            ep,
+            wake,
+            watches: Mutex::new(Watches::default()),
+            next: AtomicU64::new(1),
+            dead_names: std::sync::atomic::AtomicUsize::new(0),
+        });
         let s = shared.clone();
         std::thread::Builder::new()
             .name("ictus-notifier".into())
@@ -134,7 +152,7 @@ impl Notifier {
     }
 
     pub(crate) fn cancel(&self, id: u64) {
-        let w = self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        let w = self.shared.with_watches(|w| w.remove(id));
         if let Some(w) = w {
             let _ = epoll::delete(&self.shared.ep, w.fd().as_fd());
         }
@@ -143,6 +161,9 @@ impl Notifier {
     /// Cancel any dead-name request on `name`. Its notify right is released, so a
     /// send-once notify right's port learns of it by a send-once notification.
     pub(crate) fn cancel_dead_name(&self, name: Name) {
+        if self.shared.dead_names.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let ids: Vec<u64> = {
             let watches = self.shared.watches.lock().unwrap_or_else(|e| e.into_inner());
             match watches.dead_names.get(&name) {
@@ -165,10 +186,10 @@ impl Drop for Notifier {
 fn watch(shared: &Shared, w: Watch) -> rustix::io::Result<u64> {
     let id = shared.next.fetch_add(1, Ordering::Relaxed);
     let fd = w.fd().clone();
-    shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, w);
+    shared.with_watches(|all| all.insert(id, w));
     // Hang-up is always reported; ask for nothing else.
     if let Err(e) = epoll::add(&shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT) {
-        shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        shared.with_watches(|w| w.remove(id));
         return Err(e);
     }
     Ok(id)
@@ -198,7 +219,7 @@ fn run(shared: Arc<Shared>, space: Weak<Inner>) {
             if id == WAKE {
                 return;
             }
-            let w = shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+            let w = shared.with_watches(|w| w.remove(id));
             let Some(w) = w else { continue };
             let _ = epoll::delete(&shared.ep, w.fd().as_fd());
             let Some(inner) = space.upgrade() else { return };

@@ -226,7 +226,9 @@ pub(crate) fn recv(
         msg.msg_controllen = RECV_CONTROL as _;
         // SAFETY: every pointer in `msg` refers to a live buffer of the stated length
         // for the duration of the call.
-        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+        // (The raw system call: glibc's wrapper also switches thread cancellation on and
+        // off around it, which ictus never uses.)
+        let n = unsafe { libc::syscall(libc::SYS_recvmsg, fd.as_raw_fd(), &mut msg as *mut libc::msghdr, flags) };
         if n < 0 {
             match Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) {
                 Errno::AGAIN => return Ok(RecvOutcome::Empty),
