@@ -7,7 +7,7 @@
 //! is closed anywhere. The notifier waits for those hang-ups in one epoll.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -57,8 +57,25 @@ struct Shared {
 /// call channel).
 #[derive(Default)]
 struct Watches {
-    by_id: HashMap<u64, Watch>,
+    by_id: HashMap<u64, Watched>,
     dead_names: HashMap<Name, Vec<u64>>,
+}
+
+/// A watch, and the duplicate descriptor it is registered under when its descriptor was
+/// registered already: epoll keys on the descriptor, and one socket can be watched twice
+/// (a call channel's reply right: by its port, and by a dead-name request).
+struct Watched {
+    watch: Watch,
+    dup: Option<OwnedFd>,
+}
+
+impl Watched {
+    fn registered(&self) -> BorrowedFd<'_> {
+        match &self.dup {
+            Some(d) => d.as_fd(),
+            None => self.watch.fd().as_fd(),
+        }
+    }
 }
 
 impl Shared {
@@ -72,16 +89,16 @@ impl Shared {
 }
 
 impl Watches {
-    fn insert(&mut self, id: u64, w: Watch) {
-        if let Watch::DeadName { name, .. } = &w {
+    fn insert(&mut self, id: u64, w: Watched) {
+        if let Watch::DeadName { name, .. } = &w.watch {
             self.dead_names.entry(*name).or_default().push(id);
         }
         self.by_id.insert(id, w);
     }
 
-    fn remove(&mut self, id: u64) -> Option<Watch> {
+    fn remove(&mut self, id: u64) -> Option<Watched> {
         let w = self.by_id.remove(&id)?;
-        if let Watch::DeadName { name, .. } = &w {
+        if let Watch::DeadName { name, .. } = &w.watch {
             if let Some(ids) = self.dead_names.get_mut(name) {
                 ids.retain(|&i| i != id);
                 if ids.is_empty() {
@@ -154,7 +171,7 @@ impl Notifier {
     pub(crate) fn cancel(&self, id: u64) {
         let w = self.shared.with_watches(|w| w.remove(id));
         if let Some(w) = w {
-            let _ = epoll::delete(&self.shared.ep, w.fd().as_fd());
+            let _ = epoll::delete(&self.shared.ep, w.registered());
         }
     }
 
@@ -185,14 +202,24 @@ impl Drop for Notifier {
 
 fn watch(shared: &Shared, w: Watch) -> rustix::io::Result<u64> {
     let id = shared.next.fetch_add(1, Ordering::Relaxed);
-    let fd = w.fd().clone();
-    shared.with_watches(|all| all.insert(id, w));
-    // Hang-up is always reported; ask for nothing else.
-    if let Err(e) = epoll::add(&shared.ep, fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT) {
-        shared.with_watches(|w| w.remove(id));
-        return Err(e);
-    }
-    Ok(id)
+    // Registered and recorded under the lock, so that the notifier thread, woken at
+    // once by a descriptor already hung up, finds the watch complete.
+    shared.with_watches(|all| {
+        // Hang-up is always reported; ask for nothing else.
+        let add =
+            |fd: BorrowedFd<'_>| epoll::add(&shared.ep, fd, epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT);
+        let dup = match add(w.fd().as_fd()) {
+            Ok(()) => None,
+            Err(rustix::io::Errno::EXIST) => {
+                let d = crate::sys::dup(w.fd().as_fd())?;
+                add(d.as_fd())?;
+                Some(d)
+            }
+            Err(e) => return Err(e),
+        };
+        all.insert(id, Watched { watch: w, dup });
+        Ok(id)
+    })
 }
 
 /// Adds no-senders watches on behalf of a port (see [`Notifier::watcher`]).
@@ -221,9 +248,9 @@ fn run(shared: Arc<Shared>, space: Weak<Inner>) {
             }
             let w = shared.with_watches(|w| w.remove(id));
             let Some(w) = w else { continue };
-            let _ = epoll::delete(&shared.ep, w.fd().as_fd());
+            let _ = epoll::delete(&shared.ep, w.registered());
             let Some(inner) = space.upgrade() else { return };
-            match w {
+            match w.watch {
                 Watch::DeadName { name, fd, target } => inner.dead_name_event(name, &fd, target),
                 Watch::NoSenders { port, .. } => {
                     if let Some(p) = port.upgrade() {

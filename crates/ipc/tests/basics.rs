@@ -122,3 +122,37 @@ fn call_gets_reply_and_dead_server_is_an_error() {
     assert!(matches!(err, CallError::ServerDied), "{err}");
     server.join().unwrap();
 }
+
+/// A dead-name request on the reply right of a call that came over a call channel
+/// fires when the caller goes: the channel is watched twice then (by its port, and by
+/// the request), which the notifier must allow.
+#[test]
+fn dead_name_on_a_call_channel_reply_right_fires_when_the_caller_goes() {
+    let s = Space::new();
+    let p = s.allocate_port().unwrap();
+    let notify = s.allocate_port().unwrap();
+    let client = Space::new();
+    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
+    let server = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let first = rcv(&s, p);
+            s.send(first.reply.unwrap().name, &mut Message::new(2, vec![]), SendOptions::default()).unwrap();
+            let second = rcv(&s, p);
+            let reply = second.reply.unwrap().name;
+            s.request_notification(reply, NotifyKind::DeadName, Some(PortArg::new(notify, Disposition::MakeSendOnce)))
+                .unwrap();
+            reply
+        })
+    };
+    let mut r = Received::new();
+    client.call(cp, &mut Message::new(1, vec![]), &mut r, SendOptions::default(), ReceiveOptions::default()).unwrap();
+    // The second call gives up; its channel goes with it.
+    let quick = ReceiveOptions { timeout: Some(std::time::Duration::from_millis(300)), ..ReceiveOptions::default() };
+    let err = client.call(cp, &mut Message::new(1, vec![]), &mut r, SendOptions::default(), quick).unwrap_err();
+    assert!(matches!(err, CallError::Receive(ReceiveError::TimedOut)), "{err}");
+    let reply = server.join().unwrap();
+    let n = rcv(&s, notify);
+    assert_eq!(n.id, NotifyId::DeadName.id());
+    assert_eq!(NotifyId::parse_body(n.data()).map(|(name, _)| name), Some(reply));
+}
