@@ -112,6 +112,7 @@ impl Watches {
 
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 const WAKE: u64 = 0;
@@ -129,11 +130,11 @@ impl Notifier {
             dead_names: std::sync::atomic::AtomicUsize::new(0),
         });
         let s = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("ictus-notifier".into())
             .spawn(move || run(s, space))
             .map_err(|_| rustix::io::Errno::AGAIN)?;
-        Ok(Notifier { shared })
+        Ok(Notifier { shared, thread: Some(thread) })
     }
 
     fn watch(&self, w: Watch) -> rustix::io::Result<u64> {
@@ -195,8 +196,16 @@ impl Notifier {
 }
 
 impl Drop for Notifier {
+    /// Stop the thread and wait for it, so that a dropped space has closed its
+    /// descriptors when the drop returns (unless the space's last handle went on the
+    /// notifier thread itself, which then ends on its own right after).
     fn drop(&mut self) {
         let _ = rustix::io::write(&self.shared.wake, &1u64.to_ne_bytes());
+        if let Some(t) = self.thread.take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
     }
 }
 

@@ -221,6 +221,14 @@ impl Space {
         self.inner.table()
     }
 
+    /// Start this space's notifier thread now instead of on first need. It turns the
+    /// kernel's hang-ups into notifications and keeps a port's call channels tidy; a
+    /// server starts it with its service port, so that its threads and descriptors
+    /// stay the same from then on, whoever calls or dies.
+    pub fn start_notifier(&self) -> Result<(), RightsError> {
+        self.inner.notifier(&self.inner).map(|_| ())
+    }
+
     /// Counters.
     pub fn stats(&self) -> SpaceStats {
         SpaceStats { names: self.table().len(), malformed: self.inner.malformed.load(Ordering::Relaxed) }

@@ -179,6 +179,9 @@ impl Server {
     /// send rights to it (register it with the name server, or pass it on).
     pub fn new(space: &Space, config: ServerConfig) -> Result<Server, ServerError> {
         let service = space.allocate_port()?;
+        // Clients' calls keep channels that the notifier watches: start it now, so that
+        // the server's descriptors are the same from here on.
+        space.start_notifier()?;
         let page_fd = sys::memfd("ictus-shm-server", layout::PAGE)?;
         let page = Mapping::new(page_fd.as_fd(), layout::PAGE as usize, true)?;
         // The server's own writable mapping exists; from now on nobody can make
