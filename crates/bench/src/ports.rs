@@ -87,6 +87,13 @@ fn recv_opts() -> ReceiveOptions {
     ReceiveOptions { timeout: Some(WATCHDOG), populate_ool: true }
 }
 
+/// What the timed round trips wait with: no time-out, as the peers' blocking reads.
+/// A server that dies still ends a call at once (`CallError::ServerDied`); a time-out
+/// would add the kernel's timer to every wait, which the peers do not pay.
+fn timed_opts() -> ReceiveOptions {
+    ReceiveOptions { timeout: None, populate_ool: true }
+}
+
 impl PortTransport {
     /// Spawn the server and connect to it.
     pub fn spawn(mode: PortMode) -> io::Result<PortTransport> {
@@ -148,11 +155,11 @@ impl Transport for PortTransport {
                     let t0 = Instant::now();
                     if self.mode == PortMode::CallInline {
                         self.space
-                            .call(self.service, &mut msg, &mut self.received, SendOptions::default(), recv_opts())
+                            .call(self.service, &mut msg, &mut self.received, SendOptions::default(), timed_opts())
                             .map_err(other)?;
                     } else {
                         self.space.send(self.service, &mut msg, SendOptions::default()).map_err(other)?;
-                        self.space.receive(self.reply_port, &mut self.received, recv_opts()).map_err(other)?;
+                        self.space.receive(self.reply_port, &mut self.received, timed_opts()).map_err(other)?;
                     }
                     times.push(t0.elapsed().as_nanos() as u64);
                 }
@@ -174,7 +181,7 @@ impl Transport for PortTransport {
                         msg.ool.push(b);
                         let t0 = Instant::now();
                         self.space
-                            .call(self.service, &mut msg, &mut self.received, SendOptions::default(), recv_opts())
+                            .call(self.service, &mut msg, &mut self.received, SendOptions::default(), timed_opts())
                             .map_err(other)?;
                         times.push(t0.elapsed().as_nanos() as u64);
                         // Release the reply's resources outside the timed region.

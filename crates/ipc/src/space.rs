@@ -1646,45 +1646,35 @@ impl Inner {
         reply: &mut Received,
         recv: ReceiveOptions,
     ) -> Result<bool, (CallError, bool)> {
-        let deadline = recv.timeout.map(|t| Instant::now() + t);
         let mut fds = Vec::new();
         let lost = |e: ReceiveError| (CallError::from(e), false);
-        let mut want = recv.timeout;
-        loop {
-            let nonblocking = want.is_some_and(|t| t.is_zero());
-            if !nonblocking && *timer != want {
-                sys::set_receive_timeout(r.as_fd(), want).map_err(|e| lost(ReceiveError::Os(e)))?;
-                *timer = want;
+        let want = recv.timeout;
+        let nonblocking = want.is_some_and(|t| t.is_zero());
+        if !nonblocking && *timer != want {
+            sys::set_receive_timeout(r.as_fd(), want).map_err(|e| lost(ReceiveError::Os(e)))?;
+            *timer = want;
+        }
+        match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, nonblocking).map_err(|e| lost(ReceiveError::Os(e)))? {
+            // Nothing queued, or the time-out ran out (a signal interrupts with EINTR, and
+            // the wait starts again: a time-out is a lower bound).
+            RecvOutcome::Empty => Err(lost(ReceiveError::TimedOut)),
+            RecvOutcome::Zero => {
+                if sys::hung_up(r.as_fd()) {
+                    return Err((CallError::ServerDied, false));
+                }
+                Err(lost(self.count_malformed(malformed("empty datagram", None))))
             }
-            fds.clear();
-            match sys::recv(r.as_fd(), &mut reply.buf, &mut fds, nonblocking).map_err(|e| lost(ReceiveError::Os(e)))? {
-                RecvOutcome::Empty => {
-                    // The time-out ran out, or a signal ended the wait early.
-                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                    if left.is_some_and(|l| l.is_zero()) {
-                        return Err(lost(ReceiveError::TimedOut));
-                    }
-                    want = left;
+            RecvOutcome::Datagram { len, creds, truncated } => {
+                if truncated {
+                    return Err(lost(self.count_malformed(malformed("datagram or descriptors truncated", creds))));
                 }
-                RecvOutcome::Zero => {
-                    if sys::hung_up(r.as_fd()) {
-                        return Err((CallError::ServerDied, false));
-                    }
-                    return Err(lost(self.count_malformed(malformed("empty datagram", None))));
+                let kept = self.decode(space, reply, len, creds, &mut fds, recv.populate_ool, None).map_err(lost)?;
+                if reply.id == NotifyId::SendOnce.id() && reply.ports.is_empty() && reply.reply.is_none() {
+                    // The server destroyed the reply right of a channel call unused.
+                    return Err((CallError::ServerDied, kept));
                 }
-                RecvOutcome::Datagram { len, creds, truncated } => {
-                    if truncated {
-                        return Err(lost(self.count_malformed(malformed("datagram or descriptors truncated", creds))));
-                    }
-                    let kept =
-                        self.decode(space, reply, len, creds, &mut fds, recv.populate_ool, None).map_err(lost)?;
-                    if reply.id == NotifyId::SendOnce.id() && reply.ports.is_empty() && reply.reply.is_none() {
-                        // The server destroyed the reply right of a channel call unused.
-                        return Err((CallError::ServerDied, kept));
-                    }
-                    reply.port = Name::NULL;
-                    return Ok(kept);
-                }
+                reply.port = Name::NULL;
+                Ok(kept)
             }
         }
     }

@@ -43,9 +43,9 @@ impl Target {
         let s = Space::new();
         let p = s.allocate_port_with_send().unwrap();
         let raw = s.send_right_fd(p).unwrap();
-        let t = Target { s, p, raw, base: Resources::now() };
+        let t = Target { s, p, raw, base: Resources::settled() };
         t.still_works("warm-up");
-        Target { base: Resources::now(), ..t }
+        Target { base: Resources::settled(), ..t }
     }
 
     /// A well-formed message still goes through, and nothing was left open.
@@ -530,7 +530,7 @@ fn misplaced_call_channels_are_refused() {
     // A send-once connection makes the port wait through an epoll of its own, made once
     // and kept: make it now, so that it is part of the baseline.
     drop(t.s.pollable_fd(t.p).unwrap());
-    let t = Target { base: Resources::now(), ..t };
+    let t = Target { base: Resources::settled(), ..t };
     let why_where = "a call channel named where none may be";
     let why_unknown = "a call on a channel this port does not keep";
 
@@ -582,7 +582,7 @@ fn misplaced_call_channels_are_refused() {
     assert_eq!(answer.inline, b"answer");
     assert!(answer.header.kept, "the port keeps the channel");
     // The port keeps the channel (and a notifier watches it); that is the baseline now.
-    let t = Target { base: Resources::now(), ..t };
+    let t = Target { base: Resources::settled(), ..t };
 
     // Another task naming this client's channel is refused: channels are keyed by the
     // pid the kernel stamps, so a guessed (or stolen) token reaches nothing.
@@ -780,7 +780,7 @@ fn guessed_names_reach_nothing() {
 #[test]
 fn a_child_without_the_right_has_no_descriptor_for_the_port() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let p = s.allocate_port_with_send().unwrap();
@@ -847,7 +847,7 @@ fn child_fd_scanner() {
 #[test]
 fn an_unprivileged_sender_cannot_forge_credentials() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let p = s.allocate_port().unwrap();

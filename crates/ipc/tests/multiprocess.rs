@@ -96,7 +96,7 @@ fn parent_hello(s: &Space, boot: Name, child: &ChildGuard) -> Name {
 fn round_trip_across_processes() {
     let _serial = serial();
     let traces = fs_traces();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
@@ -222,7 +222,7 @@ fn child_round_trip() {
 fn kill9_notifies_and_leaks_nothing() {
     let _serial = serial();
     let traces = fs_traces();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let notify = s.allocate_port().unwrap();
@@ -367,7 +367,7 @@ fn child_victim() {
 fn kill9_mid_stream_leaks_nothing() {
     let _serial = serial();
     let traces = fs_traces();
-    let base = Resources::now();
+    let base = Resources::settled();
     for kill_after in [0usize, 1, 5, 40] {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
@@ -442,7 +442,7 @@ fn child_chatter() {
 #[test]
 fn call_to_server_killed_holding_the_request_is_server_died() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
@@ -510,7 +510,7 @@ fn child_server() {
 #[test]
 fn a_receive_right_moved_with_a_call_in_flight_answers_it() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
@@ -601,7 +601,7 @@ fn child_mover() {
 #[test]
 fn call_to_server_killed_with_request_queued_is_server_died() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
@@ -687,7 +687,7 @@ fn sender_and_seq(r: &Received) -> (u32, u32) {
 #[test]
 fn threads_send_and_receive_concurrently_without_loss() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let p = s.allocate_port_with_send().unwrap();
@@ -771,7 +771,7 @@ fn threads_send_and_receive_concurrently_without_loss() {
 #[test]
 fn qlimit_blocks_senders_until_the_receiver_drains() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     let mut accepted = Vec::new();
     for qlimit in 1..=4u32 {
         let s = Space::new();
@@ -844,7 +844,7 @@ fn readable(fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
 #[test]
 fn port_sets_and_pollable_fds_across_processes() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
@@ -1049,7 +1049,7 @@ fn moving_or_destroying_a_set_member_does_not_deadlock() {
 #[test]
 fn no_senders_covers_send_rights_made_after_the_request() {
     let _serial = serial();
-    let base = Resources::now();
+    let base = Resources::settled();
     {
         let s = Space::new();
         let notify = s.allocate_port().unwrap();

@@ -137,6 +137,23 @@ impl Resources {
         Resources { fds: open_fds(), memfd_maps: memfd_mappings() }
     }
 
+    /// A baseline: what the process holds once nothing is being torn down any more
+    /// (the same on two looks 20 ms apart). A space whose last handle went on its own
+    /// notifier thread (which may hold it for a moment while it handles an event) closes
+    /// that thread's descriptors just after; a previous test's could still be going.
+    pub fn settled() -> Resources {
+        let deadline = Instant::now() + WATCHDOG;
+        let mut last = Resources::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = Resources::now();
+            if now == last || Instant::now() >= deadline {
+                return now;
+            }
+            last = now;
+        }
+    }
+
     fn diff(&self, other: &Resources) -> String {
         let gone: Vec<_> = self.fds.iter().filter(|(k, v)| other.fds.get(k) != Some(v)).collect();
         let new: Vec<_> = other.fds.iter().filter(|(k, v)| self.fds.get(k) != Some(v)).collect();
