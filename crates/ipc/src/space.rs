@@ -142,6 +142,13 @@ impl std::hash::Hasher for IdentHasher {
     }
 }
 
+/// Where a plain send goes: a shared send end, or a send-once right's entry, taken out
+/// of the table while it is used.
+enum Plain {
+    Shared(Arc<OwnedFd>),
+    Once(Entry),
+}
+
 /// The reply right a call supplies itself.
 enum CallReply {
     None,
@@ -766,18 +773,31 @@ impl Space {
         if let Some(r) = msg.reply {
             return Err(CallError::Send(SendError::InvalidRight(r.name)));
         }
-        let ident = match self.table().get(dest) {
-            Ok(Entry::Port(PortEntry { ident: Some(i), .. })) => Some(*i),
-            _ => None,
+        // One look at the table: the port's identity (for the channel pool) and, for the
+        // common case, the send end.
+        let (ident, send_end) = match self.table().get(dest) {
+            Ok(Entry::Port(PortEntry { ident: Some(i), send, .. })) => (Some(*i), send.as_ref().map(|s| s.fd.clone())),
+            _ => (None, None),
         };
         let Some(ident) = ident else {
             let (s, r) = sys::connection().map_err(SendError::Os)?;
             self.send_inner(dest, msg, CallReply::Once(s), send)?;
             return self.inner.wait_reply(self, &r, &mut None, reply, recv).map(|_| ()).map_err(|(e, _)| e);
         };
+        let plain = msg.ports.is_empty() && msg.ool.is_empty() && msg.data.len() <= INLINE_DATAGRAM_MAX;
         let chan = match self.inner.take_channel(ident) {
             Some(chan) => {
-                self.send_inner(dest, msg, CallReply::OnChannel(chan.token), send)?;
+                let deadline = send.timeout.map(|t| Instant::now() + t);
+                let sent = match send_end {
+                    Some(fd) if plain => self.send_plain_to(dest, Plain::Shared(fd), msg, chan.token, deadline),
+                    _ => Err(SendError::Os(rustix::io::Errno::MSGSIZE)),
+                };
+                match sent {
+                    Err(SendError::Os(rustix::io::Errno::MSGSIZE)) => {
+                        self.send_inner(dest, msg, CallReply::OnChannel(chan.token), send)?
+                    }
+                    other => other?,
+                }
                 chan
             }
             None => {
@@ -909,23 +929,38 @@ impl Space {
     /// `Os(MSGSIZE)` untouched when the datagram does not fit the port's buffer, for the
     /// general path to carry the data in a memfd instead.
     fn send_plain(&self, dest: Name, msg: &Message, token: u32, deadline: Option<Instant>) -> Result<(), SendError> {
-        let (fd, once) = {
+        let target = {
             let mut t = self.table();
             match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
-                Entry::Port(PortEntry { send: Some(s), .. }) => (s.fd.clone(), None),
+                Entry::Port(PortEntry { send: Some(s), .. }) => Plain::Shared(s.fd.clone()),
                 Entry::Port(PortEntry { recv: Some(p), .. }) => {
                     let p = p.clone();
                     let mut st = p.lock();
-                    (st.send_end().map_err(SendError::Os)?.0, None)
+                    Plain::Shared(st.send_end().map_err(SendError::Os)?.0)
                 }
-                Entry::SendOnce(so) => {
-                    let fd = so.fd.clone();
-                    (fd, Some(t.reserve(dest).expect("checked")))
-                }
+                // Taken out for the send (so no other thread can use it too): the entry
+                // itself holds the descriptor.
+                Entry::SendOnce(_) => Plain::Once(t.reserve(dest).expect("checked")),
                 _ => return Err(SendError::InvalidDest(dest)),
             }
         };
-        let kept = matches!(&once, Some(Entry::SendOnce(so)) if so.channel.is_some());
+        self.send_plain_to(dest, target, msg, token, deadline)
+    }
+
+    /// [`Space::send_plain`] once the destination is resolved.
+    fn send_plain_to(
+        &self,
+        dest: Name,
+        target: Plain,
+        msg: &Message,
+        token: u32,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendError> {
+        let (fd, kept) = match &target {
+            Plain::Shared(fd) => (fd, false),
+            Plain::Once(Entry::SendOnce(so)) => (&so.fd, so.channel.is_some()),
+            Plain::Once(_) => unreachable!("only send-once entries are taken for a plain send"),
+        };
         let header = ictus_abi::Header {
             id: msg.id,
             reply: if token != 0 { ReplyKind::OnChannel } else { ReplyKind::None },
@@ -946,19 +981,27 @@ impl Space {
             Ok(SendOutcome::TooLarge) => Some(SendError::Os(rustix::io::Errno::MSGSIZE)),
             Err(e) => Some(SendError::Os(e)),
         };
-        match (failed, once) {
-            (None, None) => Ok(()),
-            (None, Some(e)) => {
+        match (failed, target) {
+            (None, Plain::Shared(_)) => Ok(()),
+            (None, Plain::Once(e)) => {
                 self.table().release(dest);
                 self.inner.cancel_requests(dest);
                 drop(e);
                 Ok(())
             }
-            (Some(err), once) => {
+            (Some(err), target) => {
                 let mut t = self.table();
-                if let Some(e) = once {
-                    t.restore(dest, e);
-                }
+                let fd = match target {
+                    Plain::Shared(fd) => fd,
+                    Plain::Once(e) => {
+                        let fd = match &e {
+                            Entry::SendOnce(so) => so.fd.clone(),
+                            _ => unreachable!("only send-once entries are taken for a plain send"),
+                        };
+                        t.restore(dest, e);
+                        fd
+                    }
+                };
                 if matches!(err, SendError::InvalidDest(_)) {
                     self.inner.make_dead(&mut t, dest, &fd);
                 }
@@ -1071,12 +1114,15 @@ impl Space {
             (Disposition::MoveSendOnce, Entry::SendOnce(_)) => {
                 let e = t.reserve(name).map_err(|_| bad())?;
                 let Entry::SendOnce(so) = &e else { unreachable!() };
-                if let Some((port, key)) = &so.channel {
+                if let Some((port, key)) = so.channel {
                     // The right answers on a client's call channel. The task it goes to
                     // may write this one reply; the port stops keeping the channel, so
                     // the reply comes without the kept flag and the client's next call
-                    // makes a new one.
-                    plan.commit.push(Commit::ForgetChannel(port.clone(), *key, so.fd.clone()));
+                    // makes a new one. (If the receive right has left this space, its
+                    // new holder keeps the channel until the client lets go of it.)
+                    if let Some(p) = t.receive_right_by_id(port) {
+                        plan.commit.push(Commit::ForgetChannel(Arc::downgrade(&p), key, so.fd.clone()));
+                    }
                 }
                 plan.push_shared(so.fd.clone());
                 plan.undo.push(Undo::Restore(name, e));
@@ -1785,7 +1831,7 @@ impl Inner {
                     let e = malformed("a call on a channel this port does not keep", Some(sender));
                     return Err(self.count_malformed(e));
                 };
-                Some(SendOnce { fd, channel: Some((Arc::downgrade(o.port), key)) })
+                Some(SendOnce { fd, channel: Some((o.port.id, key)) })
             }
             _ => return Ok(None),
         };
@@ -1962,7 +2008,7 @@ impl Inner {
                     let kept = sender.pid != 0
                         && creator.is_some_and(|c| c.pid == sender.pid)
                         && self.keep_channel(space, o.port, key, fd.clone());
-                    let so = SendOnce { fd, channel: kept.then(|| (Arc::downgrade(o.port), key)) };
+                    let so = SendOnce { fd, channel: kept.then_some((o.port.id, key)) };
                     t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce })
                 }
                 _ => t
@@ -1972,7 +2018,7 @@ impl Inner {
             rcv.reply = r.ok();
         } else if let (Some((key, fd)), Some(o)) = (on_channel, origin) {
             // A later call from the same client: answered back on its channel.
-            let so = SendOnce { fd, channel: Some((Arc::downgrade(o.port), key)) };
+            let so = SendOnce { fd, channel: Some((o.port.id, key)) };
             rcv.reply = t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }).ok();
         }
         if header.big_len != 0 {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use ictus_abi::Name;
 
@@ -29,10 +29,10 @@ pub(crate) struct PortEntry {
 }
 
 /// A send-once right: its own connection, or a client's call channel that the port
-/// keeps (then `channel` names the port and the channel's key).
+/// keeps (then `channel` names the port, by its id, and the channel's key).
 pub(crate) struct SendOnce {
     pub(crate) fd: Arc<OwnedFd>,
-    pub(crate) channel: Option<(Weak<RecvPort>, ChannelKey)>,
+    pub(crate) channel: Option<(u64, ChannelKey)>,
 }
 
 impl SendOnce {
@@ -154,6 +154,15 @@ impl Table {
     pub(crate) fn get(&self, name: Name) -> Result<&Entry, RightsError> {
         let i = self.check(name)?;
         Ok(self.slots[i].entry.as_ref().expect("checked"))
+    }
+
+    /// The receive right of the port with this id, if this space holds it (a walk over
+    /// the table: only for rare operations).
+    pub(crate) fn receive_right_by_id(&self, id: u64) -> Option<Arc<RecvPort>> {
+        self.slots.iter().find_map(|s| match &s.entry {
+            Some(Entry::Port(PortEntry { recv: Some(p), .. })) if p.id == id => Some(p.clone()),
+            _ => None,
+        })
     }
 
     pub(crate) fn get_mut(&mut self, name: Name) -> Result<&mut Entry, RightsError> {
