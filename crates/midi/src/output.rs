@@ -35,6 +35,16 @@
 //! fails: what the system refused is reported once on standard error and in
 //! [`Output::granted`].
 //!
+//! # Nothing to wait for on the way out
+//!
+//! Once warm, the timer thread's path from its wake-up to the device allocates nothing
+//! (the due messages and the encoded bytes go through buffers kept between wake-ups),
+//! wakes the byte sender only when it has something to do (counted in
+//! [`OutputStats::handed_off`]), and each thread touches 64 KiB of its stack when it
+//! starts, so the first message due does not wait for page faults. Locking the memory
+//! is the host program's choice, for the whole process (`ThreadRequest::lock_memory` in
+//! [`OutputOptions::thread`]; see `ictus_rt::thread`): `ictus bench midi` does.
+//!
 //! # Waking the timer thread on close
 //!
 //! The paper's timer thread checks whether its `mi_id` was closed each time it wakes.
@@ -59,6 +69,14 @@ use crate::parse::{Encoder, Message};
 
 /// The longest the timer thread sleeps before looking whether the output was closed.
 pub const CLOSE_POLL: Duration = Duration::from_millis(50);
+
+/// Bytes of encoding scratch kept by an output (a sysex longer than this grows it once).
+const SCRATCH: usize = 256;
+
+/// Stack each output thread touches when it starts, so that the pages its deepest calls
+/// use are mapped before the first message is due (and stay mapped where the process
+/// has locked its memory).
+const STACK_PREFAULT: usize = 64 * 1024;
 
 /// How an [`Output`] runs.
 #[derive(Clone, Debug)]
@@ -160,6 +178,10 @@ pub struct OutputStats {
     pub discarded: u64,
     /// Messages dropped because the device failed.
     pub write_errors: u64,
+    /// Due messages the timer thread handed to the byte sender (because the sender was
+    /// busy, messages were waiting for it, or the device was full) instead of writing
+    /// them itself.
+    pub handed_off: u64,
     /// The last device error, in words.
     pub last_error: Option<String>,
 }
@@ -208,6 +230,9 @@ struct Writer {
     encoder: Encoder,
     /// The unwritten rest of a message the timer thread began: bytes and offset.
     pending: Option<(Vec<u8>, usize)>,
+    /// Scratch for encoding one message, kept between messages so that the timer
+    /// thread's path allocates nothing once warm.
+    scratch: Vec<u8>,
 }
 
 impl fmt::Debug for Writer {
@@ -270,6 +295,7 @@ impl Output {
                 device: Some(device),
                 encoder: if options.running_status { Encoder::with_running_status() } else { Encoder::new() },
                 pending: None,
+                scratch: Vec::with_capacity(SCRATCH),
             }),
         });
         let timer = {
@@ -429,14 +455,24 @@ impl Drop for Output {
     }
 }
 
+/// Touch [`STACK_PREFAULT`] bytes of the calling thread's stack (see there).
+#[inline(never)]
+fn prefault_stack() {
+    let mut block = [0u8; STACK_PREFAULT];
+    std::hint::black_box(&mut block);
+}
+
 fn record_granted(shared: &Shared, role: &'static str, req: &ThreadRequest) {
     let g = configure_current_thread(req);
+    prefault_stack();
     shared.lock().granted.push((role, g));
     shared.granted_changed.notify_all();
 }
 
 fn timer_thread(shared: &Shared, req: &ThreadRequest) {
     record_granted(shared, "timer", req);
+    // Due messages on their way out; kept between wake-ups, so allocated once.
+    let mut due: VecDeque<Message> = VecDeque::with_capacity(16);
     let mut st = shared.lock();
     loop {
         if st.closing == Some(Close::Discard) {
@@ -451,7 +487,6 @@ fn timer_thread(shared: &Shared, req: &ThreadRequest) {
         };
         let now = ictus_rt::clock::now();
         if head <= now {
-            let mut due = VecDeque::new();
             while st.timed.front().is_some_and(|q| q.at <= now) {
                 if let Some(q) = st.timed.pop_front() {
                     due.push_back(q.message);
@@ -463,16 +498,23 @@ fn timer_thread(shared: &Shared, req: &ThreadRequest) {
                 // switch per message, the largest part of the lateness).
                 st.sending = true;
                 drop(st);
-                let rest = write_due(shared, due);
+                write_due(shared, &mut due);
                 st = shared.lock();
-                for m in rest.into_iter().rev() {
+                st.sending = false;
+                // What the device did not take goes first to the sender, before anything
+                // put in the immediate queue meanwhile.
+                st.stats.handed_off += due.len() as u64;
+                while let Some(m) = due.pop_back() {
                     st.immediate.push_front(m);
                 }
-                st.sending = false;
             } else {
-                st.immediate.extend(due);
+                st.stats.handed_off += due.len() as u64;
+                st.immediate.extend(due.drain(..));
             }
-            shared.immediate_changed.notify_one();
+            // The sender is woken only when it has something to do.
+            if st.partial || !st.immediate.is_empty() {
+                shared.immediate_changed.notify_one();
+            }
             continue;
         }
         let wake = head.min(now + CLOSE_POLL);
@@ -488,9 +530,9 @@ fn timer_thread(shared: &Shared, req: &ThreadRequest) {
 
 /// The timer thread's direct path: one non-blocking write per due message, in order.
 /// A message the device does not take whole becomes the writer's pending remainder
-/// (finished by the byte sender, which retries and sleeps); it and every message after
-/// it are handed back, to go to the front of the immediate queue.
-fn write_due(shared: &Shared, mut due: VecDeque<Message>) -> VecDeque<Message> {
+/// (finished by the byte sender, which retries and sleeps); every message after it is
+/// left in `due`, to go to the front of the immediate queue.
+fn write_due(shared: &Shared, due: &mut VecDeque<Message>) {
     let mut w = shared.writer();
     let mut sent = 0;
     let mut bytes = 0;
@@ -498,25 +540,25 @@ fn write_due(shared: &Shared, mut due: VecDeque<Message>) -> VecDeque<Message> {
     let mut error = None;
     while w.pending.is_none() {
         let Some(message) = due.pop_front() else { break };
-        let Writer { device, encoder, .. } = &mut *w;
+        let Writer { device, encoder, pending, scratch } = &mut *w;
         let Some(device) = device.as_mut() else {
             due.push_front(message);
             break;
         };
-        let mut buf = Vec::with_capacity(4);
-        encoder.encode(&message, &mut buf);
-        match device.write(&buf) {
-            Ok(n) if n == buf.len() => {
+        scratch.clear();
+        encoder.encode(&message, scratch);
+        match device.write(scratch) {
+            Ok(n) if n == scratch.len() => {
                 sent += 1;
                 bytes += n as u64;
             }
             Ok(n) => {
                 bytes += n as u64;
-                w.pending = Some((buf, n));
+                *pending = Some((scratch.clone(), n));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
                 full += 1;
-                w.pending = Some((buf, 0));
+                *pending = Some((scratch.clone(), 0));
             }
             Err(e) => {
                 error = Some(format!("{}: {e}", device.describe()));
@@ -535,7 +577,6 @@ fn write_due(shared: &Shared, mut due: VecDeque<Message>) -> VecDeque<Message> {
         st.stats.last_error = Some(e);
     }
     st.partial = partial;
-    due
 }
 
 /// What the byte sender writes next.
@@ -573,11 +614,12 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
             }
         };
         let mut w = shared.writer();
-        let Writer { device, encoder, pending } = &mut *w;
+        let Writer { device, encoder, pending, scratch } = &mut *w;
         let device = device.as_mut().expect("the device stays until the sender ends");
         let (buf, mut off) = match work {
             Work::Message(message) => {
-                let mut buf = Vec::with_capacity(4);
+                let mut buf = std::mem::take(scratch);
+                buf.clear();
                 encoder.encode(&message, &mut buf);
                 (buf, 0)
             }
@@ -609,9 +651,12 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
                 }
             }
         }
-        if failed.is_some() || off < buf.len() {
+        let whole = off == buf.len();
+        if failed.is_some() || !whole {
             encoder.reset();
         }
+        // The buffer becomes the scratch again, so the next message needs no allocation.
+        *scratch = buf;
         drop(w);
         let mut st = shared.lock();
         st.stats.bytes += off as u64;
@@ -620,7 +665,7 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
                 st.stats.write_errors += 1;
                 st.stats.last_error = Some(e);
             }
-            None if off == buf.len() => st.stats.sent += 1,
+            None if whole => st.stats.sent += 1,
             None => st.stats.discarded += 1,
         }
         st.partial = false;

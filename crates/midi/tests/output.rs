@@ -218,6 +218,66 @@ fn a_full_device_is_retried_and_nothing_is_lost() {
     assert_eq!(closed.stats.write_errors, 0);
 }
 
+/// The receiver's queue length (`net.unix.max_dgram_qlen`), 10 where it cannot be read.
+fn max_dgram_qlen() -> usize {
+    std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(10)
+}
+
+#[test]
+fn with_an_idle_sender_the_timer_thread_writes_due_messages_itself() {
+    let name = unique("direct");
+    let mut rx = Rx::open(&name);
+    let out = open(&name);
+    // Fewer messages than the receiver's queue holds, and nothing for the byte sender:
+    // every due message is written by the timer thread, none handed off, however late
+    // the thread wakes.
+    let n = max_dgram_qlen().saturating_sub(1).clamp(1, 5);
+    // Far enough ahead that no put can come after its time, even on a loaded machine.
+    let t0 = now() + Duration::from_millis(500);
+    for i in 0..n {
+        assert_eq!(out.put(note(i), t0 + Duration::from_millis(2) * i as u32).unwrap(), Placement::Timed);
+    }
+    let deadline = now() + WATCHDOG;
+    while out.stats().sent < n as u64 {
+        assert!(now() < deadline, "not all sent: {:?}", out.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let got = rx.until(n).to_vec();
+    for (i, (_, m)) in got.iter().enumerate() {
+        assert_eq!(m.bytes(), note(i).bytes(), "message {i}");
+    }
+    let closed = out.close(Close::Drain);
+    assert_eq!(closed.stats.handed_off, 0, "{:?}", closed.stats);
+    assert_eq!(closed.stats.sent, n as u64);
+}
+
+#[test]
+fn with_a_full_device_due_messages_are_handed_to_the_sender_in_order() {
+    let name = unique("handoff");
+    let mut rx = Rx::open(&name);
+    let out = open(&name);
+    // The receiver does not read yet: its queue fills, the message that does not fit is
+    // left to the byte sender, and every later due message is handed to it, in order.
+    let n = max_dgram_qlen() + 20;
+    let t0 = now() + Duration::from_millis(500);
+    for i in 0..n {
+        assert_eq!(out.put(note(i), t0 + Duration::from_millis(1) * i as u32).unwrap(), Placement::Timed);
+    }
+    let deadline = now() + WATCHDOG;
+    while out.stats().full_retries == 0 || out.stats().handed_off == 0 {
+        assert!(now() < deadline, "never handed off: {:?}", out.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let got = rx.until(n).to_vec();
+    for (i, (_, m)) in got.iter().enumerate() {
+        assert_eq!(m.bytes(), note(i).bytes(), "message {i}");
+    }
+    let closed = out.close(Close::Drain);
+    assert_eq!(closed.stats.sent, n as u64);
+    assert!(closed.stats.handed_off > 0);
+    assert_eq!(closed.stats.discarded + closed.stats.write_errors, 0);
+}
+
 #[test]
 fn running_status_on_the_wire_parses_back() {
     let name = unique("running");
