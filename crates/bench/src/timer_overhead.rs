@@ -1,7 +1,7 @@
 //! The `timer-overhead` experiment: what one timer wake-up costs the rest of the CPU
 //! (paper 000 §6).
 //!
-//! The paper ran "a background process [that] simply loops to consume all the available
+//! The paper ran "a background process \[that\] simply loops to consume all the available
 //! processing power", reading "many lines of code and … many memory addresses" to
 //! defeat the cache, once with the clock interrupting at 100 Hz and once at 2000 Hz, and
 //! solved for the cost of one interrupt: 67 µs, so that a 1 kHz clock would take 6.7 %
