@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     channels: Mutex<std::collections::HashMap<Ident, Vec<Pooled>, IdentHash>>,
     notifier: OnceLock<Notifier>,
     malformed: AtomicU64,
+    /// Bumped whenever this space forgets its channels to a port, so that a call that
+    /// was under way meanwhile does not put its channel back in the pool.
+    forgotten: AtomicU64,
     me: Credentials,
 }
 
@@ -209,6 +212,7 @@ impl Space {
                 channels: Mutex::new(std::collections::HashMap::default()),
                 notifier: OnceLock::new(),
                 malformed: AtomicU64::new(0),
+                forgotten: AtomicU64::new(0),
                 me: Credentials {
                     pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
                     uid: rustix::process::geteuid().as_raw(),
@@ -785,6 +789,7 @@ impl Space {
             return self.inner.wait_reply(self, &r, &mut None, reply, recv).map(|_| ()).map_err(|(e, _)| e);
         };
         let plain = msg.ports.is_empty() && msg.ool.is_empty() && msg.data.len() <= INLINE_DATAGRAM_MAX;
+        let forgotten = self.inner.forgotten.load(Ordering::Acquire);
         let chan = match self.inner.take_channel(ident) {
             Some(chan) => {
                 let deadline = send.timeout.map(|t| Instant::now() + t);
@@ -817,7 +822,7 @@ impl Space {
         };
         // Only a channel the port said it keeps can be named by its token again.
         if kept {
-            self.inner.put_channel(ident, chan);
+            self.inner.put_channel(ident, chan, forgotten);
         }
         result
     }
@@ -1656,13 +1661,22 @@ impl Inner {
     /// Most idle call channels kept per destination port.
     const CHANNELS_PER_PORT: usize = 8;
 
+    /// A pooled channel to the port `ident`, if there is one. The port's place in the
+    /// pool stays (empty, if need be) while the call is under way, so that forgetting the
+    /// port meanwhile is seen by [`Inner::put_channel`].
     fn take_channel(&self, ident: Ident) -> Option<Pooled> {
-        self.channels.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&ident)?.pop()
+        self.channels.lock().unwrap_or_else(|e| e.into_inner()).entry(ident).or_default().pop()
     }
 
-    fn put_channel(&self, ident: Ident, chan: Pooled) {
+    /// Put a channel back for the next call, unless this space forgot channels since
+    /// `forgotten` was read (it let go of a send right meanwhile: a pooled channel would
+    /// keep the port from seeing no senders).
+    fn put_channel(&self, ident: Ident, chan: Pooled, forgotten: u64) {
         let mut pool = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        let v = pool.entry(ident).or_default();
+        if self.forgotten.load(Ordering::Acquire) != forgotten {
+            return;
+        }
+        let Some(v) = pool.get_mut(&ident) else { return };
         if v.len() < Self::CHANNELS_PER_PORT {
             v.push(chan);
         }
@@ -1672,7 +1686,14 @@ impl Inner {
     /// channels too, since a channel reaches the port like a send right.
     pub(crate) fn forget_channels(&self, ident: Option<Ident>) {
         if let Some(ident) = ident {
-            let gone = self.channels.lock().unwrap_or_else(|e| e.into_inner()).remove(&ident);
+            let gone = {
+                let mut pool = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+                let gone = pool.remove(&ident);
+                if gone.is_some() {
+                    self.forgotten.fetch_add(1, Ordering::Release);
+                }
+                gone
+            };
             drop(gone);
         }
     }

@@ -156,3 +156,50 @@ fn dead_name_on_a_call_channel_reply_right_fires_when_the_caller_goes() {
     assert_eq!(n.id, NotifyId::DeadName.id());
     assert_eq!(NotifyId::parse_body(n.data()).map(|(name, _)| name), Some(reply));
 }
+
+/// A client that lets go of its send right while a call is under way does not keep the
+/// call's channel afterwards: the port sees no senders once the call is answered.
+#[test]
+fn a_send_right_dropped_during_a_call_leaves_no_channel_behind() {
+    let s = Space::new();
+    let p = s.allocate_port().unwrap();
+    let notify = s.allocate_port().unwrap();
+    let client = Space::new();
+    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
+    s.request_notification(p, NotifyKind::NoSenders, Some(PortArg::new(notify, Disposition::MakeSendOnce))).unwrap();
+    let (got, got_rx) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let server = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            for round in 0..2 {
+                let req = rcv(&s, p);
+                if round == 1 {
+                    got.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                }
+                s.send(req.reply.unwrap().name, &mut Message::new(2, vec![]), SendOptions::default()).unwrap();
+            }
+        })
+    };
+    let caller = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let mut r = Received::new();
+            for _ in 0..2 {
+                client
+                    .call(cp, &mut Message::new(1, vec![]), &mut r, SendOptions::default(), ReceiveOptions::default())
+                    .unwrap();
+            }
+        })
+    };
+    // The second call (on the channel the first left in the pool) is with the server:
+    // let go of the send right now, then let the server answer.
+    got_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    client.deallocate(cp).unwrap();
+    go.send(()).unwrap();
+    caller.join().unwrap();
+    server.join().unwrap();
+    let n = rcv(&s, notify);
+    assert_eq!(n.id, NotifyId::NoSenders.id());
+}
