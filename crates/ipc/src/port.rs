@@ -64,10 +64,11 @@ pub(crate) enum ConnKind {
 /// the sender's end of it, which the receiver can recompute from the kernel).
 pub(crate) type ChannelKey = (u32, u32);
 
-/// Hashing for the channel table, looked up on every call. The token is the client's
-/// choice, so the mix is keyed with a per-process random seed (and folded, so that
-/// every bit of the key reaches the bucket index): a client cannot pick keys that
-/// collide. SipHash would cost a measurable share of a call.
+/// Hashing for the maps looked up on every call: a port's channel table (whose tokens
+/// are the clients' choice) and a space's channel pool (keyed by port identities). The
+/// mix is keyed with a per-process random seed (and folded, so that every bit of the
+/// key reaches the bucket index): a client cannot pick keys that collide. SipHash would
+/// cost a measurable share of a call.
 #[derive(Clone, Copy)]
 pub(crate) struct KeyHash(u64);
 
@@ -102,7 +103,10 @@ impl std::hash::Hasher for KeyHasher {
         }
     }
     fn write_u32(&mut self, v: u32) {
-        self.0 = (self.0 ^ u64::from(v)).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(31);
+        self.write_u64(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(31);
     }
 }
 

@@ -21,7 +21,7 @@ use crate::message::{
 };
 use crate::notify::Notifier;
 use crate::ool::OolRegion;
-use crate::port::{Channel, ChannelKey, ConnKind, Ident, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
+use crate::port::{Channel, ChannelKey, ConnKind, Ident, KeyHash, NotifyTarget, RecvPort, DOORBELL, MAX_QLIMIT};
 use crate::set::PortSet;
 use crate::sys::{self, RecvOutcome, SendOutcome};
 use crate::table::{Entry, PortEntry, SendOnce, SendRef, Table, UREFS_MAX};
@@ -44,7 +44,7 @@ pub struct Space {
 pub(crate) struct Inner {
     table: Mutex<Table>,
     /// Call channels to other ports, by the port's identity, ready for the next call.
-    channels: Mutex<std::collections::HashMap<Ident, Vec<Pooled>, IdentHash>>,
+    channels: Mutex<std::collections::HashMap<Ident, Vec<Pooled>, KeyHash>>,
     notifier: OnceLock<Notifier>,
     malformed: AtomicU64,
     /// Bumped whenever this space forgets its channels to a port, so that a call that
@@ -114,35 +114,6 @@ struct Plan {
     kept: bool,
     undo: Vec<Undo>,
     commit: Vec<Commit>,
-}
-
-/// Hashing for maps keyed by a port's identity (device, inode): kernel-chosen numbers
-/// no client controls, looked up on every call, so a cheap mix is enough (SipHash's
-/// protection against chosen keys buys nothing here).
-#[derive(Clone, Copy, Default)]
-struct IdentHash;
-
-impl std::hash::BuildHasher for IdentHash {
-    type Hasher = IdentHasher;
-    fn build_hasher(&self) -> IdentHasher {
-        IdentHasher(0)
-    }
-}
-
-struct IdentHasher(u64);
-
-impl std::hash::Hasher for IdentHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
 }
 
 /// Where a plain send goes: a shared send end, or a send-once right's entry, taken out
@@ -1829,6 +1800,17 @@ impl Inner {
         }
     }
 
+    /// The reply right of a request naming a call channel by `token`: the channel the
+    /// port keeps under the sender's pid as the kernel stamped it, so a task can name
+    /// only channels it offered itself, whatever token it guesses.
+    fn kept_channel(&self, port: &Arc<RecvPort>, sender: Credentials, token: u32) -> Result<SendOnce, ReceiveError> {
+        let key = (sender.pid, token);
+        match port.lock().channels.get(&key) {
+            Some(c) => Ok(SendOnce { fd: c.fd.clone(), channel: Some((port.id, key)) }),
+            None => Err(self.count_malformed(malformed("a call on a channel this port does not keep", Some(sender)))),
+        }
+    }
+
     /// The common case of [`Inner::decode`]: a datagram that came without descriptors,
     /// whose header says so and describes only in-line data, perhaps naming a call
     /// channel. `None` when it is anything else (the general path then decides).
@@ -1846,14 +1828,7 @@ impl Inner {
         let reply = match (h.reply, main) {
             _ if !plain => return Ok(None),
             (ReplyKind::None, _) => None,
-            (ReplyKind::OnChannel, Some(o)) => {
-                let key = (sender.pid, h.token);
-                let Some(fd) = o.port.lock().channels.get(&key).map(|c| c.fd.clone()) else {
-                    let e = malformed("a call on a channel this port does not keep", Some(sender));
-                    return Err(self.count_malformed(e));
-                };
-                Some(SendOnce { fd, channel: Some((o.port.id, key)) })
-            }
+            (ReplyKind::OnChannel, Some(o)) => Some(self.kept_channel(o.port, sender, h.token)?),
             _ => return Ok(None),
         };
         rcv.reset();
@@ -1895,13 +1870,7 @@ impl Inner {
         match (dg.header.reply, origin) {
             (ReplyKind::Channel, Some(o)) if o.kind == ConnKind::Main => {}
             (ReplyKind::OnChannel, Some(o)) if o.kind == ConnKind::Main => {
-                // Keyed by the pid the kernel stamped: a task can name only channels
-                // it offered itself, whatever token it guesses.
-                let key = (sender.pid, dg.header.token);
-                match o.port.lock().channels.get(&key) {
-                    Some(c) => on_channel = Some((key, c.fd.clone())),
-                    None => return Err(fail("a call on a channel this port does not keep".into())),
-                }
+                on_channel = Some(self.kept_channel(o.port, sender, dg.header.token)?);
             }
             (ReplyKind::Channel | ReplyKind::OnChannel, _) => {
                 return Err(fail("a call channel named where none may be".into()))
@@ -2037,9 +2006,8 @@ impl Inner {
                     .map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }),
             };
             rcv.reply = r.ok();
-        } else if let (Some((key, fd)), Some(o)) = (on_channel, origin) {
+        } else if let Some(so) = on_channel {
             // A later call from the same client: answered back on its channel.
-            let so = SendOnce { fd, channel: Some((o.port.id, key)) };
             rcv.reply = t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce }).ok();
         }
         if header.big_len != 0 {

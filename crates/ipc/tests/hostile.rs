@@ -25,7 +25,6 @@ use ictus_abi::{
     MAX_FDS,
 };
 use ictus_ipc::*;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
@@ -595,7 +594,7 @@ fn misplaced_call_channels_are_refused() {
         assert!(why.contains(why_unknown), "{why}");
         assert_eq!(sender.map(|c| c.pid), Some(child.pid()));
         child.expect_success();
-        assert!(!readable(ours.as_fd()), "nothing reached the client's channel");
+        assert!(!readable(ours.as_fd(), Duration::ZERO), "nothing reached the client's channel");
     }
 
     // What the client writes on its own channel is never read by the port.
@@ -637,13 +636,6 @@ fn child_channel_thief() {
     let mut b = encode(6, ReplyKind::OnChannel, &[], b"stolen", 0);
     b[20..24].copy_from_slice(&token.to_le_bytes());
     raw_send(raw.as_fd(), &b, &[]).unwrap();
-}
-
-/// Whether a socket has something to read.
-fn readable(fd: BorrowedFd<'_>) -> bool {
-    let mut pfd = [PollFd::new(&fd, PollFlags::IN)];
-    matches!(poll(&mut pfd, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
-        && pfd[0].revents().contains(PollFlags::IN)
 }
 
 /// Wait (within the watchdog) until the process has `n` descriptors open.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::*;
 use ictus_ipc::*;
-use rustix::event::{epoll, poll, PollFd, PollFlags, Timespec};
+use rustix::event::{epoll, Timespec};
 
 // Message ids of the parent–child protocols.
 const HELLO: i32 = 1000;
@@ -824,18 +824,6 @@ fn qlimit_blocks_senders_until_the_receiver_drains() {
 }
 
 // ----- 6. port sets and pollable descriptors across processes --------------------------------
-
-fn readable(fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
-    let ts = Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
-    let mut pfd = [PollFd::new(&fd, PollFlags::IN)];
-    loop {
-        match poll(&mut pfd, Some(&ts)) {
-            Ok(n) => return n > 0 && pfd[0].revents().contains(PollFlags::IN),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => panic!("poll: {e}"),
-        }
-    }
-}
 
 /// A port set's and a port's pollable descriptors become readable in plain `poll` and
 /// `epoll` when a message from another process arrives, and not before; a receive on

@@ -448,3 +448,16 @@ pub fn wait_thread_asleep(tid: u32) -> bool {
 pub fn gettid() -> u32 {
     rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
+
+/// Whether `fd` becomes readable within `timeout` (zero: whether it is now).
+pub fn readable(fd: BorrowedFd<'_>, timeout: Duration) -> bool {
+    let ts = Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
+    let mut pfd = [PollFd::new(&fd, PollFlags::IN)];
+    loop {
+        match poll(&mut pfd, Some(&ts)) {
+            Ok(n) => return n > 0 && pfd[0].revents().contains(PollFlags::IN),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => panic!("poll: {e}"),
+        }
+    }
+}
