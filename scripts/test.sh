@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 
+# A fresh clone builds once: incremental caches would only take disk, which CI machines
+# can be short of.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+
 step() { printf '\n== %s\n' "$*" >&2; }
 
 step "format"

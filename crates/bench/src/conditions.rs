@@ -81,6 +81,12 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
+/// Bytes free for an unprivileged user in the filesystem holding `dir`.
+pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let s = rustix::fs::statfs(dir).ok()?;
+    Some((s.f_bavail as u64).saturating_mul(s.f_bsize as u64))
+}
+
 /// The one-minute load average, the first field of `/proc/loadavg`.
 pub fn loadavg_1min() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;

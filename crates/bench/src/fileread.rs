@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::conditions::Conditions;
+use crate::conditions::{free_bytes, Conditions};
 use crate::report::{Better, Headline, PaperFigure, Report};
 use crate::stats::Throughput;
 use crate::svg::escape;
@@ -392,10 +392,17 @@ fn memory_backed(dir: &Path) -> bool {
     })
 }
 
-/// Bytes free for an unprivileged user in `dir`'s filesystem.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let s = rustix::fs::statfs(dir).ok()?;
-    Some((s.f_bavail as u64).saturating_mul(s.f_bsize as u64))
+/// Space the experiment leaves free on the test file's filesystem for everything else.
+const DISK_RESERVE: u64 = 64 * MIB;
+/// The smallest test file worth timing.
+const MIN_FILE: u64 = MIB;
+
+/// How large the test file may be with `free` bytes free: at most half of what is free
+/// beyond [`DISK_RESERVE`], in whole MiB, and no larger than `wanted`; `None` when not even
+/// [`MIN_FILE`] fits.
+fn fitting_file(free: u64, wanted: u64) -> Option<u64> {
+    let room = free.saturating_sub(DISK_RESERVE) / 2 / MIB * MIB;
+    (room >= MIN_FILE).then_some(wanted.min(room))
 }
 
 /// The directory to make the test directory in, and why it was chosen.
@@ -1440,22 +1447,26 @@ pub fn run(opts: &FilereadOptions) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&base).map_err(|e| BenchError::io(format!("creating {}", base.display()), e))?;
     let mut file_bytes = plan.file_bytes;
     if let Some(free) = free_bytes(&base) {
-        let room = free.saturating_sub(512 * MIB) / 2 / MIB * MIB;
-        if room < file_bytes {
-            if room < 16 * MIB {
-                return Err(BenchError::io(
-                    format!("{}: not enough free space for the test file", base.display()),
-                    io::Error::other(format!("{} MiB free", free / MIB)),
-                ));
-            }
+        let fits = fitting_file(free, file_bytes).ok_or_else(|| {
+            BenchError::io(
+                format!("{}: not enough free space for the test file", base.display()),
+                io::Error::other(format!(
+                    "{} MiB free; the smallest test file needs {} MiB, with {} MiB left for the rest of the machine",
+                    free / MIB,
+                    MIN_FILE / MIB,
+                    DISK_RESERVE / MIB
+                )),
+            )
+        })?;
+        if fits < file_bytes {
             notes.push(format!(
                 "only {} MiB free in {}: the file is {} MiB instead of {} MiB",
                 free / MIB,
                 base.display(),
-                room / MIB,
+                fits / MIB,
                 file_bytes / MIB
             ));
-            file_bytes = room;
+            file_bytes = fits;
         }
     }
     let file = TestFile::create(&base, file_bytes)
@@ -1659,6 +1670,19 @@ mod tests {
         let mut sum = Checksum::default();
         sum.add_at(0, data);
         sum
+    }
+
+    #[test]
+    fn the_test_file_shrinks_to_fit_a_nearly_full_disk() {
+        // Plenty of room: the file asked for.
+        assert_eq!(fitting_file(100 << 30, FULL_FILE), Some(FULL_FILE));
+        // 127 MiB free (seen on a CI machine): half of what is beyond the reserve.
+        assert_eq!(fitting_file(127 * MIB, 8 * MIB), Some(8 * MIB));
+        assert_eq!(fitting_file(127 * MIB, FULL_FILE), Some(31 * MIB));
+        // Whole MiB, never below the smallest file, never into the reserve.
+        assert_eq!(fitting_file(DISK_RESERVE + 3 * MIB + 5, FULL_FILE), Some(MIB));
+        assert_eq!(fitting_file(DISK_RESERVE + MIB, FULL_FILE), None);
+        assert_eq!(fitting_file(0, MIB), None);
     }
 
     #[test]

@@ -300,17 +300,42 @@ fn unnamed_file(dir: &Path) -> io::Result<File> {
     }
 }
 
+/// Space the disk load leaves free for everything else on the machine.
+const DISK_RESERVE: u64 = 64 << 20;
+
+/// Each disk load file's size with `free` bytes free: [`DISK_FILE_BYTES`], or less, in
+/// whole chunks, so that the files leave [`DISK_RESERVE`]; `None` when not even one chunk
+/// each fits.
+fn disk_file_bytes(free: u64, threads: usize) -> Option<u64> {
+    let each = free.saturating_sub(DISK_RESERVE) / threads.max(1) as u64 / CHUNK as u64 * CHUNK as u64;
+    (each >= CHUNK as u64).then_some(each.min(DISK_FILE_BYTES))
+}
+
 fn disk<D: Fn() -> bool + Sync>(threads: usize, dir: PathBuf, done: &D) -> Result<u64, BenchError> {
     if !dir.is_dir() {
         return Err(invalid("disk load", format!("{} is not a directory", dir.display())));
     }
+    let file_bytes = match crate::conditions::free_bytes(&dir) {
+        Some(free) => disk_file_bytes(free, threads).ok_or_else(|| {
+            invalid(
+                "disk load",
+                format!(
+                    "{}: {} MiB free, too little for {threads} files of 1 MiB beside {} MiB left for the rest of the machine",
+                    dir.display(),
+                    free >> 20,
+                    DISK_RESERVE >> 20
+                ),
+            )
+        })?,
+        None => DISK_FILE_BYTES,
+    };
     workers(threads, done, |i, total, done| {
         let ctx = |what: &str| format!("disk load in {}: {what}", dir.display());
         let file = unnamed_file(&dir).map_err(|e| BenchError::io(ctx("create"), e))?;
         let mut buf = vec![(i as u8).wrapping_add(1); CHUNK];
         let mut back = vec![0u8; CHUNK];
         let mut bytes = 0u64;
-        let chunks = DISK_FILE_BYTES / CHUNK as u64;
+        let chunks = file_bytes / CHUNK as u64;
         'pass: loop {
             for c in 0..chunks {
                 buf[0] = buf[0].wrapping_add(1);
@@ -663,6 +688,16 @@ pub fn parse_kinds(names: &[String]) -> Result<Vec<LoadKind>, UnknownLoad> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disk_files_shrink_to_fit_a_nearly_full_disk() {
+        assert_eq!(disk_file_bytes(100 << 30, 2), Some(DISK_FILE_BYTES));
+        // 127 MiB free: 63 MiB beyond the reserve, 31 whole MiB each.
+        assert_eq!(disk_file_bytes(127 << 20, 2), Some(31 << 20));
+        assert_eq!(disk_file_bytes(DISK_RESERVE + (1 << 20), 1), Some(1 << 20));
+        assert_eq!(disk_file_bytes(DISK_RESERVE + (1 << 20), 2), None);
+        assert_eq!(disk_file_bytes(0, 0), None);
+    }
 
     #[test]
     fn names_round_trip() {
