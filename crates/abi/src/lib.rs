@@ -28,7 +28,7 @@ pub use name::{Name, NameIndex};
 pub use notify::NotifyId;
 pub use ret::ReturnCode;
 pub use wire::{
-    Datagram, DecodeError, Descriptor, DescriptorKind, Head, Header, ReceiveRightInfo, ReplyKind, BIG_INLINE_MAX,
-    DATAGRAM_MAX, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX, MAGIC, MAX_DESCRIPTORS, MAX_FDS, OOL_MAX,
-    VERSION,
+    Datagram, DecodeError, Descriptor, DescriptorKind, Head, Header, PipeMessage, ReceiveRightInfo, ReplyKind,
+    BIG_INLINE_MAX, DATAGRAM_MAX, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX, MAGIC, MAX_DESCRIPTORS,
+    MAX_FDS, OOL_MAX, PIPE_MESSAGE_MAX, VERSION,
 };

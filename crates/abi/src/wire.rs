@@ -5,7 +5,7 @@ use thiserror::Error;
 /// `"ICT1"` in little-endian: the first four bytes of every ictus message.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"ICT1");
 /// The wire version this crate speaks.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 32;
 /// Bytes in one descriptor.
@@ -17,6 +17,9 @@ pub const MAX_FDS: usize = 128;
 /// Most in-line bytes carried in the datagram itself; larger in-line data is copied
 /// through an anonymous memfd (the "big in-line" path).
 pub const INLINE_DATAGRAM_MAX: usize = 64 * 1024;
+/// Most bytes of one message on a call channel's reply pipe: `PIPE_BUF`, the most one
+/// `write` puts in a pipe in one piece.
+pub const PIPE_MESSAGE_MAX: usize = 4096;
 /// Most in-line bytes one message may carry in all (1 GiB).
 pub const BIG_INLINE_MAX: u64 = 1 << 30;
 /// Most bytes of header and descriptors in one datagram.
@@ -28,7 +31,8 @@ pub const OOL_MAX: u64 = 64 << 30;
 
 const FLAG_BIG_INLINE: u16 = 1 << 0;
 const FLAG_CHANNEL_KEPT: u16 = 1 << 1;
-const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE | FLAG_CHANNEL_KEPT;
+const FLAG_ON_SOCKET: u16 = 1 << 2;
+const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE | FLAG_CHANNEL_KEPT | FLAG_ON_SOCKET;
 
 const RECV_HAS_SEND_SOURCE: u16 = 1 << 0;
 const RECV_KNOWN_FLAGS: u16 = RECV_HAS_SEND_SOURCE;
@@ -50,6 +54,11 @@ pub enum ReplyKind {
     /// A request to be answered on the call channel the same sender offered earlier
     /// under the header's `token`; no file descriptor travels.
     OnChannel = 4,
+    /// A call channel offered as with [`ReplyKind::Channel`], with a *reply pipe*
+    /// beside it: two file descriptors, the connection's end, then the write end of a
+    /// pipe the sender reads its replies from. Replies that carry in-line data only go
+    /// through the pipe (see [`PipeMessage`]); anything else goes on the connection.
+    ChannelPipe = 5,
 }
 
 impl ReplyKind {
@@ -60,6 +69,7 @@ impl ReplyKind {
             2 => Some(ReplyKind::SendOnce),
             3 => Some(ReplyKind::Channel),
             4 => Some(ReplyKind::OnChannel),
+            5 => Some(ReplyKind::ChannelPipe),
             _ => None,
         }
     }
@@ -70,7 +80,7 @@ impl ReplyKind {
 /// ```text
 /// 0  magic u32 | 4 version u16 | 6 flags u16 | 8 id i32 | 12 reply u8 | 13 ndesc u8
 /// 14 nfds u8   | 15 zero u8    | 16 inline_len u32 | 20 token u32 | 24 big_len u64
-/// flags: bit 0 big in-line, bit 1 channel kept.
+/// flags: bit 0 big in-line, bit 1 channel kept, bit 2 on socket (reply pipes only).
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -84,6 +94,10 @@ pub struct Header {
     /// Set on a reply sent back on a call channel that the port keeps for the caller's
     /// later calls (so the caller may name it by its token again).
     pub kept: bool,
+    /// Set only on a message on a call channel's reply pipe that carries no reply of
+    /// its own but says that the reply waits on the channel's connection. A datagram
+    /// with it set is refused.
+    pub on_socket: bool,
     /// Number of descriptors after the header.
     pub ndesc: u8,
     /// Number of file descriptors that travel beside the datagram.
@@ -346,6 +360,13 @@ pub enum DecodeError {
     /// A channel token where none may be, or none where one must be.
     #[error("a call channel token must be given exactly with a channel reply kind")]
     BadToken,
+    /// The reply pipe's "on socket" flag in a datagram.
+    #[error("a datagram carries the reply pipe's on-socket flag")]
+    OnSocketInDatagram,
+    /// A message on a reply pipe that is not a plain reply: it names a reply right,
+    /// descriptors, big in-line data or a token.
+    #[error("a reply pipe carries in-line data only")]
+    NotPlainOnPipe,
     /// More in-line bytes than a datagram may carry.
     #[error("{0} in-line bytes exceed the datagram limit of {INLINE_DATAGRAM_MAX}")]
     InlineTooLarge(usize),
@@ -358,6 +379,9 @@ impl Header {
         let mut flags = if self.big_len != 0 { FLAG_BIG_INLINE } else { 0 };
         if self.kept {
             flags |= FLAG_CHANNEL_KEPT;
+        }
+        if self.on_socket {
+            flags |= FLAG_ON_SOCKET;
         }
         out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         out[4..6].copy_from_slice(&VERSION.to_le_bytes());
@@ -413,7 +437,8 @@ impl Header {
             return Err(DecodeError::BadBigInline(big_len));
         }
         let kept = flags & FLAG_CHANNEL_KEPT != 0;
-        Ok(Header { id, reply, token, kept, ndesc, nfds, inline_len, big_len })
+        let on_socket = flags & FLAG_ON_SOCKET != 0;
+        Ok(Header { id, reply, token, kept, on_socket, ndesc, nfds, inline_len, big_len })
     }
 
     /// What of this header [`Datagram::encode_head`] takes, to encode it again.
@@ -423,19 +448,92 @@ impl Header {
 
     /// File descriptors taken by the reply right and the big in-line memfd.
     pub fn leading_fds(&self) -> usize {
-        usize::from(self.reply.has_fd()) + usize::from(self.big_len != 0)
+        self.reply.fds() + usize::from(self.big_len != 0)
     }
 }
 
 impl ReplyKind {
     /// Whether a file descriptor travels for this reply slot.
     pub fn has_fd(self) -> bool {
-        !matches!(self, ReplyKind::None | ReplyKind::OnChannel)
+        self.fds() != 0
+    }
+
+    /// How many file descriptors travel for this reply slot.
+    pub fn fds(self) -> usize {
+        match self {
+            ReplyKind::None | ReplyKind::OnChannel => 0,
+            ReplyKind::Send | ReplyKind::SendOnce | ReplyKind::Channel => 1,
+            ReplyKind::ChannelPipe => 2,
+        }
     }
 
     /// Whether the header's token names a call channel.
     pub fn has_token(self) -> bool {
-        matches!(self, ReplyKind::Channel | ReplyKind::OnChannel)
+        matches!(self, ReplyKind::Channel | ReplyKind::ChannelPipe | ReplyKind::OnChannel)
+    }
+}
+
+/// One message read from a call channel's reply pipe, checked: a reply that carries
+/// in-line data only, or word that the reply waits on the channel's connection.
+///
+/// The pipe is a byte stream, so a message is one `write` of at most
+/// [`PIPE_MESSAGE_MAX`] bytes (which the kernel keeps whole) and one `read` takes it
+/// whole: exactly what was read must be one message, nothing more or less.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PipeMessage<'a> {
+    /// A reply: its header and its in-line bytes.
+    Reply {
+        /// The header (no reply right, descriptors, big in-line data or token).
+        header: Header,
+        /// The in-line bytes.
+        inline: &'a [u8],
+    },
+    /// The reply waits on the channel's connection; `kept` as in a reply's header.
+    OnSocket {
+        /// Whether the port keeps the channel.
+        kept: bool,
+    },
+}
+
+impl<'a> PipeMessage<'a> {
+    /// Check bytes read in one `read` from a reply pipe.
+    pub fn parse(bytes: &'a [u8]) -> Result<PipeMessage<'a>, DecodeError> {
+        if bytes.len() > PIPE_MESSAGE_MAX {
+            return Err(DecodeError::LengthMismatch { stated: PIPE_MESSAGE_MAX, actual: bytes.len() });
+        }
+        let header = Header::decode(bytes)?;
+        if header.reply != ReplyKind::None || header.ndesc != 0 || header.nfds != 0 || header.big_len != 0 {
+            return Err(DecodeError::NotPlainOnPipe);
+        }
+        let stated = HEADER_LEN + header.inline_len as usize;
+        if stated != bytes.len() {
+            return Err(DecodeError::LengthMismatch { stated, actual: bytes.len() });
+        }
+        if header.on_socket {
+            if header.inline_len != 0 || header.id != 0 {
+                return Err(DecodeError::NotPlainOnPipe);
+            }
+            return Ok(PipeMessage::OnSocket { kept: header.kept });
+        }
+        Ok(PipeMessage::Reply { header, inline: &bytes[HEADER_LEN..] })
+    }
+
+    /// The message that says the reply waits on the connection.
+    pub fn on_socket(kept: bool) -> [u8; HEADER_LEN] {
+        let header = Header {
+            id: 0,
+            reply: ReplyKind::None,
+            token: 0,
+            kept,
+            on_socket: true,
+            ndesc: 0,
+            nfds: 0,
+            inline_len: 0,
+            big_len: 0,
+        };
+        let mut out = [0u8; HEADER_LEN];
+        header.encode(&mut out);
+        out
     }
 }
 
@@ -479,6 +577,9 @@ impl<'a> Datagram<'a> {
     /// the crate documentation; on failure the caller closes all of them.
     pub fn parse(bytes: &'a [u8], nfds: usize) -> Result<Datagram<'a>, DecodeError> {
         let header = Header::decode(bytes)?;
+        if header.on_socket {
+            return Err(DecodeError::OnSocketInDatagram);
+        }
         let ndesc = usize::from(header.ndesc);
         let body = HEADER_LEN + ndesc * DESCRIPTOR_LEN;
         let stated = body + header.inline_len as usize;
@@ -530,9 +631,8 @@ impl<'a> Datagram<'a> {
         if head.reply.has_token() != (head.token != 0) {
             return Err(DecodeError::BadToken);
         }
-        let nfds = usize::from(head.reply.has_fd())
-            + usize::from(big_len != 0)
-            + descriptors.iter().map(Descriptor::nfds).sum::<usize>();
+        let nfds =
+            head.reply.fds() + usize::from(big_len != 0) + descriptors.iter().map(Descriptor::nfds).sum::<usize>();
         if nfds > MAX_FDS {
             return Err(DecodeError::TooManyFds(nfds));
         }
@@ -541,6 +641,7 @@ impl<'a> Datagram<'a> {
             reply: head.reply,
             token: head.token,
             kept: head.kept,
+            on_socket: false,
             ndesc: descriptors.len() as u8,
             nfds: nfds as u8,
             inline_len: inline_len as u32,
@@ -586,6 +687,35 @@ mod tests {
         let mut v = Vec::new();
         Datagram::encode(Head { id, reply, token, kept: false }, d, inline, big, &mut v).unwrap();
         v
+    }
+
+    #[test]
+    fn a_pipe_message_is_a_plain_reply_or_the_on_socket_word() {
+        for kept in [false, true] {
+            assert_eq!(PipeMessage::parse(&PipeMessage::on_socket(kept)), Ok(PipeMessage::OnSocket { kept }));
+        }
+        // Anything that names a right, descriptors, big in-line data or a token is refused.
+        for (reply, d, big) in [
+            (ReplyKind::SendOnce, &[][..], 0),
+            (ReplyKind::OnChannel, &[][..], 0),
+            (ReplyKind::None, &[Descriptor::Send][..], 0),
+            (ReplyKind::None, &[][..], 5),
+        ] {
+            let bytes = encode(1, reply, d, b"", big);
+            assert_eq!(PipeMessage::parse(&bytes), Err(DecodeError::NotPlainOnPipe), "{reply:?} {d:?} {big}");
+        }
+        // The on-socket word carries nothing, and never travels as a datagram.
+        let mut word = PipeMessage::on_socket(false);
+        word[8] = 1;
+        assert_eq!(PipeMessage::parse(&word), Err(DecodeError::NotPlainOnPipe));
+        assert_eq!(Datagram::parse(&PipeMessage::on_socket(true), 0), Err(DecodeError::OnSocketInDatagram));
+        // More than one pipe write's worth.
+        let big = vec![0u8; PIPE_MESSAGE_MAX + 1];
+        assert!(matches!(PipeMessage::parse(&big), Err(DecodeError::LengthMismatch { .. })));
+        // A channel offered with a pipe brings two descriptors.
+        let bytes = encode(3, ReplyKind::ChannelPipe, &[Descriptor::Send], b"x", 0);
+        assert_eq!(Datagram::parse(&bytes, 3).unwrap().header.leading_fds(), 2);
+        assert!(Datagram::parse(&bytes, 2).is_err());
     }
 
     #[test]
@@ -677,12 +807,12 @@ mod tests {
         #[test]
         fn encode_then_parse_is_identity(
             id in any::<i32>(),
-            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce), Just(ReplyKind::Channel), Just(ReplyKind::OnChannel)],
+            reply in prop_oneof![Just(ReplyKind::None), Just(ReplyKind::Send), Just(ReplyKind::SendOnce), Just(ReplyKind::Channel), Just(ReplyKind::ChannelPipe), Just(ReplyKind::OnChannel)],
             descs in proptest::collection::vec(arb_descriptor(), 0..8),
             inline in proptest::collection::vec(any::<u8>(), 0..512),
         ) {
             let bytes = encode(id, reply, &descs, &inline, 0);
-            let nfds = usize::from(reply.has_fd()) + descs.iter().map(Descriptor::nfds).sum::<usize>();
+            let nfds = reply.fds() + descs.iter().map(Descriptor::nfds).sum::<usize>();
             let d = Datagram::parse(&bytes, nfds).unwrap();
             prop_assert_eq!(d.header.id, id);
             prop_assert_eq!(d.header.reply, reply);
@@ -694,6 +824,25 @@ mod tests {
         #[test]
         fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400), nfds in 0usize..200) {
             let _ = Datagram::parse(&bytes, nfds);
+            let _ = PipeMessage::parse(&bytes);
+        }
+
+        #[test]
+        fn a_pipe_takes_a_plain_reply_and_nothing_else(
+            id in any::<i32>(),
+            inline in proptest::collection::vec(any::<u8>(), 0..(PIPE_MESSAGE_MAX - HEADER_LEN)),
+            cut in 1usize..HEADER_LEN,
+        ) {
+            let bytes = encode(id, ReplyKind::None, &[], &inline, 0);
+            let PipeMessage::Reply { header, inline: got } = PipeMessage::parse(&bytes).unwrap() else {
+                panic!("a plain reply");
+            };
+            prop_assert_eq!((header.id, got), (id, &inline[..]));
+            // Short, long, or two messages in one read: refused.
+            prop_assert!(PipeMessage::parse(&bytes[..bytes.len() - cut.min(bytes.len())]).is_err());
+            let mut two = bytes.clone();
+            two.extend_from_slice(&bytes);
+            prop_assert!(PipeMessage::parse(&two).is_err());
         }
 
         #[test]

@@ -114,6 +114,9 @@ impl std::hash::Hasher for KeyHasher {
 /// the notifier watch that removes it when the client's end hangs up.
 pub(crate) struct Channel {
     pub(crate) fd: Arc<OwnedFd>,
+    /// The write end of the client's reply pipe, if it offered one: plain replies go
+    /// there (see `doc/ipc.md`). Never passed on; dropped when the receive right moves.
+    pub(crate) pipe: Option<Arc<OwnedFd>>,
     pub(crate) watch: Option<u64>,
 }
 

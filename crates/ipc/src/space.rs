@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use ictus_abi::{
-    Datagram, Descriptor, Head, Name, NotifyId, ReplyKind, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX, INLINE_DATAGRAM_MAX,
+    Datagram, Descriptor, Head, Name, NotifyId, PipeMessage, ReplyKind, DESCRIPTOR_LEN, HEADER_LEN, HEAD_MAX,
+    INLINE_DATAGRAM_MAX, PIPE_MESSAGE_MAX,
 };
 
 /// Heads of messages with up to four descriptors are built on the stack.
@@ -97,6 +98,11 @@ struct Pooled {
     token: u32,
     /// The receive time-out set on `fd` (`None`: none).
     timer: Option<std::time::Duration>,
+    /// The read end of the channel's reply pipe, until the port lets go of its write end.
+    pipe: Option<OwnedFd>,
+    /// Who sent the last reply on `fd`, as the kernel said: the sender a reply on the
+    /// pipe is credited to (only the port's holder has the pipe's write end).
+    replier: Option<Credentials>,
 }
 
 /// What a send resolved, to carry out or undo.
@@ -128,8 +134,9 @@ enum CallReply {
     None,
     /// A send-once right made for this call alone.
     Once(OwnedFd),
-    /// A new call channel offered to the server, with its token.
-    Channel(OwnedFd, u32),
+    /// A new call channel offered to the server, with its reply pipe's write end (if
+    /// one could be made) and its token.
+    Channel(OwnedFd, Option<OwnedFd>, u32),
     /// Answer on the call channel the server keeps under this token.
     OnChannel(u32),
 }
@@ -780,14 +787,29 @@ impl Space {
                 // Ours is the receive end (`SO_PASSCRED` on, for the replies'
                 // credentials); its inode number is the token the server will know the
                 // channel by, and can find again from the kernel if the port moves.
+                // Plain replies will come through a pipe beside it, if one can be made.
                 let (b, a) = sys::connection().map_err(SendError::Os)?;
                 let token = sys::channel_token(a.as_fd()).map_err(SendError::Os)?;
-                self.send_inner(dest, msg, CallReply::Channel(b, token), send)?;
-                Pooled { fd: a, token, timer: None }
+                let (pipe, pipe_w) = sys::reply_pipe().map_or((None, None), |(r, w)| (Some(r), Some(w)));
+                self.send_inner(dest, msg, CallReply::Channel(b, pipe_w, token), send)?;
+                Pooled { fd: a, token, timer: None, pipe, replier: None }
             }
         };
         let mut chan = chan;
-        let (result, kept) = match self.inner.wait_reply(self, &chan.fd, &mut chan.timer, reply, recv) {
+        let waited = match self.inner.wait_pipe_reply(&mut chan, reply, recv) {
+            Ok(None) => {
+                let waited = self.inner.wait_reply(self, &chan.fd, &mut chan.timer, reply, recv);
+                // A reply the port sent on the connection (or its word that the reply
+                // right was destroyed) names who answers; the pipe is used from then on.
+                if matches!(waited, Ok(_) | Err((CallError::ServerDied, true))) {
+                    chan.replier = Some(reply.sender);
+                }
+                waited
+            }
+            Ok(Some(kept)) => Ok(kept),
+            Err(e) => Err(e),
+        };
+        let (result, kept) = match waited {
             Ok(kept) => (Ok(()), kept),
             Err((e, kept)) => (Err(e), kept),
         };
@@ -823,6 +845,9 @@ impl Space {
         }
         let mut plan = Plan::default();
         let dest_fd;
+        // A reply that does not fit a call channel's pipe goes on the connection, and a
+        // word on the pipe sends the caller there.
+        let mut marker: Option<Arc<OwnedFd>> = None;
         {
             // No liveness check here: the send itself finds a dead port (EPIPE).
             let mut t = self.table();
@@ -839,6 +864,7 @@ impl Space {
                     let Entry::SendOnce(so) = &e else { unreachable!() };
                     let fd = so.fd.clone();
                     plan.kept = so.channel.is_some();
+                    marker = so.pipe.clone();
                     plan.undo.push(Undo::Restore(dest, e));
                     plan.commit.push(Commit::Release(dest));
                     fd
@@ -858,9 +884,15 @@ impl Space {
                         }
                     }
                     CallReply::Once(fd) => plan.own_reply(fd, ReplyKind::SendOnce),
-                    CallReply::Channel(fd, token) => {
+                    CallReply::Channel(fd, pipe, token) => {
                         plan.token = token;
-                        plan.own_reply(fd, ReplyKind::Channel);
+                        match pipe {
+                            Some(pipe) => {
+                                plan.own_reply(fd, ReplyKind::ChannelPipe);
+                                plan.push_owned(pipe);
+                            }
+                            None => plan.own_reply(fd, ReplyKind::Channel),
+                        }
                     }
                     CallReply::OnChannel(token) => {
                         plan.token = token;
@@ -879,6 +911,9 @@ impl Space {
             }
         }
         let result = self.transmit(&dest_fd, msg, &mut plan, deadline);
+        if let (Ok(()), Some(pipe)) = (&result, marker) {
+            let _ = sys::pipe_write(pipe.as_fd(), &[IoSlice::new(&PipeMessage::on_socket(plan.kept))]);
+        }
         let mut t = self.table();
         match result {
             Ok(()) => {
@@ -942,6 +977,7 @@ impl Space {
             reply: if token != 0 { ReplyKind::OnChannel } else { ReplyKind::None },
             token,
             kept,
+            on_socket: false,
             ndesc: 0,
             nfds: 0,
             inline_len: msg.data.len() as u32,
@@ -949,7 +985,18 @@ impl Space {
         };
         let mut head = [0u8; HEADER_LEN];
         header.encode(&mut head);
-        let outcome = sys::send(fd.as_fd(), &[IoSlice::new(&head), IoSlice::new(&msg.data)], &[], deadline);
+        let bufs = [IoSlice::new(&head), IoSlice::new(&msg.data)];
+        if let Plain::Once(Entry::SendOnce(SendOnce { pipe: Some(pipe), .. })) = &target {
+            // A kept call channel's reply: through its pipe if it fits. Should the pipe
+            // refuse it (the caller let go of it), the connection takes it.
+            if HEADER_LEN + msg.data.len() <= PIPE_MESSAGE_MAX && sys::pipe_write(pipe.as_fd(), &bufs).is_ok() {
+                self.table().release(dest);
+                self.inner.cancel_requests(dest);
+                drop(target);
+                return Ok(());
+            }
+        }
+        let outcome = sys::send(fd.as_fd(), &bufs, &[], deadline);
         let failed = match outcome {
             Ok(SendOutcome::Sent) => None,
             Ok(SendOutcome::WouldBlock) => Some(SendError::TimedOut),
@@ -1029,7 +1076,7 @@ impl Space {
             let nfds = plan.order.len() + ool_count + usize::from(big.is_some());
             let mut fds: Vec<BorrowedFd<'_>> = if nfds == 0 { Vec::new() } else { Vec::with_capacity(nfds) };
             let mut order = plan.order.iter();
-            if reply_kind.has_fd() {
+            for _ in 0..reply_kind.fds() {
                 fds.push(plan.fd(*order.next().expect("reply fd")));
             }
             if let Some(b) = &big {
@@ -1287,9 +1334,13 @@ struct Origin<'a> {
 impl Plan {
     /// A reply right the call made itself (its descriptor goes first on the wire).
     fn own_reply(&mut self, fd: OwnedFd, kind: ReplyKind) {
+        self.push_owned(fd);
+        self.reply = Some(kind);
+    }
+
+    fn push_owned(&mut self, fd: OwnedFd) {
         self.owned.push(fd);
         self.order.push(FdRef::Owned(self.owned.len() - 1));
-        self.reply = Some(kind);
     }
 
     fn push_shared(&mut self, fd: Arc<OwnedFd>) {
@@ -1455,7 +1506,7 @@ impl Inner {
                     self.destroy_receive(p);
                 }
             }
-            Entry::SendOnce(SendOnce { fd, channel: Some(_) }) => {
+            Entry::SendOnce(SendOnce { fd, channel: Some(_), pipe }) => {
                 // A call channel's reply right destroyed unused: tell the caller, whose
                 // channel stays open for its next call.
                 let body = NotifyId::body(Name::NULL, 0);
@@ -1463,7 +1514,9 @@ impl Inner {
                 let spec = Head { kept: true, ..Head::new(NotifyId::SendOnce.id(), ReplyKind::None) };
                 if let Ok((_, n)) = Datagram::encode_head(spec, &[], body.len(), 0, &mut head) {
                     let bufs = [IoSlice::new(&head[..n]), IoSlice::new(&body)];
-                    let _ = sys::send(fd.as_fd(), &bufs, &[], Some(Instant::now()));
+                    if pipe.is_none_or(|p| sys::pipe_write(p.as_fd(), &bufs).is_err()) {
+                        let _ = sys::send(fd.as_fd(), &bufs, &[], Some(Instant::now()));
+                    }
                 }
             }
             Entry::Set(s) => {
@@ -1605,14 +1658,21 @@ impl Inner {
 
     /// Keep a client's call channel in a port under `key`, watched so that the port
     /// forgets it when the client's end hangs up. Returns whether the port keeps it.
-    fn keep_channel(&self, space: &Space, p: &Arc<RecvPort>, key: ChannelKey, fd: Arc<OwnedFd>) -> bool {
+    fn keep_channel(
+        &self,
+        space: &Space,
+        p: &Arc<RecvPort>,
+        key: ChannelKey,
+        fd: Arc<OwnedFd>,
+        pipe: Option<Arc<OwnedFd>>,
+    ) -> bool {
         let Ok(notifier) = self.notifier(&space.inner) else { return false };
         let mut st = p.lock();
         if st.dead {
             return false;
         }
         let Ok(watch) = notifier.watch_channel(p, key, fd.clone()) else { return false };
-        if let Some(old) = st.add_channel(key, Channel { fd, watch: Some(watch) }) {
+        if let Some(old) = st.add_channel(key, Channel { fd, pipe, watch: Some(watch) }) {
             // Only the same client could have used the key: its older channel goes.
             if let Some(w) = old.watch {
                 notifier.cancel(w);
@@ -1666,6 +1726,51 @@ impl Inner {
                 gone
             };
             drop(gone);
+        }
+    }
+
+    /// Wait for the reply to a call on its channel's reply pipe, if it has one and an
+    /// earlier reply came on the connection. `Ok(None)`: the reply is on the connection
+    /// instead (the pipe said so, or the port let go of the pipe's write end: the
+    /// channel then goes on without a pipe). A reply on the pipe is credited to the
+    /// sender of the last reply on the connection, since only the port's holder has the
+    /// pipe's write end.
+    fn wait_pipe_reply(
+        &self,
+        chan: &mut Pooled,
+        reply: &mut Received,
+        recv: ReceiveOptions,
+    ) -> Result<Option<bool>, (CallError, bool)> {
+        let lost = |e: ReceiveError| (CallError::from(e), false);
+        // The reply to the call that offered the channel comes on the connection.
+        let (Some(pipe), Some(replier)) = (&chan.pipe, chan.replier) else { return Ok(None) };
+        let deadline = recv.timeout.map(|t| Instant::now() + t);
+        // One more byte than a message may have, so that too much is seen as such.
+        let n = match sys::pipe_read(pipe.as_fd(), &mut reply.buf[..PIPE_MESSAGE_MAX + 1], deadline) {
+            Ok(0) => {
+                chan.pipe = None;
+                return Ok(None);
+            }
+            Ok(n) => n,
+            Err(rustix::io::Errno::AGAIN) => return Err(lost(ReceiveError::TimedOut)),
+            Err(e) => return Err(lost(ReceiveError::Os(e))),
+        };
+        let bad = |why: String| lost(self.count_malformed(malformed(why, chan.replier)));
+        match PipeMessage::parse(&reply.buf[..n]) {
+            Ok(PipeMessage::OnSocket { .. }) => Ok(None),
+            Ok(PipeMessage::Reply { header, .. }) => {
+                reply.reset();
+                reply.data_start = HEADER_LEN;
+                reply.data_end = n;
+                reply.id = header.id;
+                reply.sender = replier;
+                if header.id == NotifyId::SendOnce.id() {
+                    // The server destroyed the reply right of a channel call unused.
+                    return Err((CallError::ServerDied, header.kept));
+                }
+                Ok(Some(header.kept))
+            }
+            Err(e) => Err(bad(format!("reply pipe: {e}"))),
         }
     }
 
@@ -1806,7 +1911,7 @@ impl Inner {
     fn kept_channel(&self, port: &Arc<RecvPort>, sender: Credentials, token: u32) -> Result<SendOnce, ReceiveError> {
         let key = (sender.pid, token);
         match port.lock().channels.get(&key) {
-            Some(c) => Ok(SendOnce { fd: c.fd.clone(), channel: Some((port.id, key)) }),
+            Some(c) => Ok(SendOnce { fd: c.fd.clone(), channel: Some((port.id, key)), pipe: c.pipe.clone() }),
             None => Err(self.count_malformed(malformed("a call on a channel this port does not keep", Some(sender)))),
         }
     }
@@ -1868,11 +1973,11 @@ impl Inner {
         // A call channel may be offered or named only on a port's main connection.
         let mut on_channel = None;
         match (dg.header.reply, origin) {
-            (ReplyKind::Channel, Some(o)) if o.kind == ConnKind::Main => {}
+            (ReplyKind::Channel | ReplyKind::ChannelPipe, Some(o)) if o.kind == ConnKind::Main => {}
             (ReplyKind::OnChannel, Some(o)) if o.kind == ConnKind::Main => {
                 on_channel = Some(self.kept_channel(o.port, sender, dg.header.token)?);
             }
-            (ReplyKind::Channel | ReplyKind::OnChannel, _) => {
+            (ReplyKind::Channel | ReplyKind::ChannelPipe | ReplyKind::OnChannel, _) => {
                 return Err(fail("a call channel named where none may be".into()))
             }
             _ => {}
@@ -1892,12 +1997,19 @@ impl Inner {
         };
         if dg.header.reply.has_fd() {
             check_port(&fds[i], &mut idents, dg.header.reply == ReplyKind::Send).map_err(&fail)?;
-            if let (ReplyKind::Channel, Some(o)) = (dg.header.reply, origin) {
+            if let (ReplyKind::Channel | ReplyKind::ChannelPipe, Some(o)) = (dg.header.reply, origin) {
                 if !self.channel_is_foreign(o.port, fds[i].as_fd()) {
                     return Err(fail("a call channel that reaches the port itself".into()));
                 }
             }
             i += 1;
+            if dg.header.reply == ReplyKind::ChannelPipe {
+                if !sys::is_pipe_write_end(fds[i].as_fd()) {
+                    return Err(fail("a call channel's reply pipe is not a pipe's write end".into()));
+                }
+                idents.push(None);
+                i += 1;
+            }
         }
         if dg.header.big_len != 0 {
             sys::check_sealed_memfd(fds[i].as_fd(), dg.header.big_len).map_err(|e| fail(e.into()))?;
@@ -1951,6 +2063,7 @@ impl Inner {
         // Work that can fail, before any right is inserted.
         let mut taken: std::vec::IntoIter<OwnedFd> = std::mem::take(fds).into_iter();
         let reply_fd = header.reply.has_fd().then(|| taken.next().expect("counted"));
+        let reply_pipe = (header.reply == ReplyKind::ChannelPipe).then(|| taken.next().expect("counted"));
         let mut ool = Vec::new();
         let mut rights: Vec<(Descriptor, Vec<OwnedFd>)> = Vec::new();
         rcv.reset();
@@ -1982,11 +2095,14 @@ impl Inner {
         let mut t = space.table();
         if let Some(fd) = reply_fd {
             let ident = ident_iter.next().flatten();
+            if reply_pipe.is_some() {
+                ident_iter.next();
+            }
             let r = match (header.reply, ident, origin) {
                 (ReplyKind::Send, Some(ident), _) => {
                     t.insert_send(fd, ident).map(|n| ReceivedRight { name: n, kind: RightKind::Send })
                 }
-                (ReplyKind::Channel, _, Some(o)) => {
+                (ReplyKind::Channel | ReplyKind::ChannelPipe, _, Some(o)) => {
                     // A client's new call channel: the port keeps it for the client's
                     // later calls, and this request's reply goes back on it. Kept only
                     // under a pid the kernel can vouch for again (the socket's creator,
@@ -1997,8 +2113,10 @@ impl Inner {
                     let creator = rustix::net::sockopt::socket_peercred(fd.as_fd()).ok().map(to_creds);
                     let kept = sender.pid != 0
                         && creator.is_some_and(|c| c.pid == sender.pid)
-                        && self.keep_channel(space, o.port, key, fd.clone());
-                    let so = SendOnce { fd, channel: kept.then_some((o.port.id, key)) };
+                        && self.keep_channel(space, o.port, key, fd.clone(), reply_pipe.map(Arc::new));
+                    // This first reply goes on the connection, so that the caller learns
+                    // from the kernel who answers; later ones may take the pipe.
+                    let so = SendOnce { fd, channel: kept.then_some((o.port.id, key)), pipe: None };
                     t.alloc(Entry::SendOnce(so)).map(|n| ReceivedRight { name: n, kind: RightKind::SendOnce })
                 }
                 _ => t
@@ -2089,7 +2207,9 @@ impl Inner {
                 let pid = rustix::net::sockopt::socket_peercred(fd.as_fd()).ok().map(|c| to_creds(c).pid);
                 let peer = crate::diag::peer_inode(fd.as_fd()).ok().flatten();
                 if let (Some(pid), Some(ino)) = (pid.filter(|&p| p != 0), peer) {
-                    self.keep_channel(space, &port, (pid, sys::token_of_inode(ino)), fd);
+                    // Its reply pipe stayed behind: the client sees the pipe close and
+                    // takes replies on the connection from now on.
+                    self.keep_channel(space, &port, (pid, sys::token_of_inode(ino)), fd, None);
                 }
             }
         }

@@ -31,6 +31,60 @@ pub(crate) fn connection() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
     Ok((s, r))
 }
 
+/// A call channel's reply pipe: `(read end, write end)`.
+///
+/// A pipe carries a small message for about half what a `SOCK_SEQPACKET` datagram costs
+/// (no socket buffer to allocate, no credentials to attach), so a kept call channel's
+/// plain replies go through one.
+///
+/// # References
+/// - [`pipe(7)`](https://man7.org/linux/man-pages/man7/pipe.7.html), `PIPE_BUF` atomicity
+pub(crate) fn reply_pipe() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+}
+
+/// Check that an untrusted descriptor is the write end of a pipe.
+pub(crate) fn is_pipe_write_end(fd: BorrowedFd<'_>) -> bool {
+    let fifo = rustix::fs::fstat(fd)
+        .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo);
+    fifo && rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
+}
+
+/// Write one message to a reply pipe in one piece, never waiting: `RWF_NOWAIT`, since
+/// the pipe's file status flags are shared with whoever else holds its write end. A
+/// message of at most `PIPE_BUF` bytes goes in whole or not at all.
+pub(crate) fn pipe_write(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> rustix::io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    loop {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` (std guarantees it on Unix),
+        // and every slice stays alive for the call.
+        let n = unsafe {
+            libc::pwritev2(fd.as_raw_fd(), bufs.as_ptr().cast(), bufs.len() as libc::c_int, -1, libc::RWF_NOWAIT)
+        };
+        if n < 0 {
+            match Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) {
+                Errno::INTR => continue,
+                e => return Err(e),
+            }
+        }
+        return if n as usize == total { Ok(()) } else { Err(Errno::IO) };
+    }
+}
+
+/// Read one message from a reply pipe into `buf`, waiting until `deadline` (`None`:
+/// for ever). `Ok(0)`: every write end is closed.
+pub(crate) fn pipe_read(fd: BorrowedFd<'_>, buf: &mut [u8], deadline: Option<Instant>) -> rustix::io::Result<usize> {
+    if deadline.is_some() && !wait_until(fd, PollFlags::IN, deadline)? {
+        return Err(Errno::AGAIN);
+    }
+    loop {
+        match rustix::io::read(fd, &mut *buf) {
+            Err(Errno::INTR) => {}
+            other => return other,
+        }
+    }
+}
+
 /// Set the byte budget of a connection's queue from a limit in messages.
 pub(crate) fn set_queue_limit(send_end: BorrowedFd<'_>, qlimit: u32) -> rustix::io::Result<()> {
     // The kernel doubles what it is given (socket(7), SO_SNDBUF), so give half.

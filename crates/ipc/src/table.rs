@@ -33,11 +33,13 @@ pub(crate) struct PortEntry {
 pub(crate) struct SendOnce {
     pub(crate) fd: Arc<OwnedFd>,
     pub(crate) channel: Option<(u64, ChannelKey)>,
+    /// The kept channel's reply pipe, for a reply of in-line data only.
+    pub(crate) pipe: Option<Arc<OwnedFd>>,
 }
 
 impl SendOnce {
     pub(crate) fn plain(fd: Arc<OwnedFd>) -> SendOnce {
-        SendOnce { fd, channel: None }
+        SendOnce { fd, channel: None, pipe: None }
     }
 }
 

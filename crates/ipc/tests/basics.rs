@@ -203,3 +203,91 @@ fn a_send_right_dropped_during_a_call_leaves_no_channel_behind() {
     let n = rcv(&s, notify);
     assert_eq!(n.id, NotifyId::NoSenders.id());
 }
+
+/// Replies of every shape reach a caller on its kept call channel: plain ones through
+/// the channel's reply pipe, big ones and ones carrying rights on the connection (the
+/// pipe sends the caller there), a forwarded reply right's answer after the port let go
+/// of the pipe, and a destroyed one as `ServerDied`. Each reply is credited to the
+/// task that sent it.
+#[test]
+fn replies_of_every_shape_reach_a_kept_call_channel() {
+    let s = Space::new();
+    let p = s.allocate_port().unwrap();
+    let client = Space::new();
+    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
+    let helper = Space::new();
+    let hp = helper.allocate_port().unwrap();
+    let (to_helper, _) = s.extract_right(&helper, hp, Disposition::MakeSend).unwrap();
+    let gift = s.allocate_port().unwrap();
+    let big = vec![7u8; 100 << 10];
+    let rounds = 8;
+    let server = {
+        let (s, big) = (s.clone(), big.clone());
+        std::thread::spawn(move || {
+            for round in 0..rounds {
+                let req = rcv(&s, p);
+                let to = req.reply.unwrap().name;
+                let mut m = Message::new(100 + round, req.data().to_vec());
+                match round {
+                    3 => m.data = big.clone(),
+                    4 => m.ports.push(PortArg::new(gift, Disposition::MakeSend)),
+                    5 => {
+                        // Forwarded: the helper task answers.
+                        let mut fwd = Message::new(1, Vec::new());
+                        fwd.ports.push(PortArg::new(to, Disposition::MoveSendOnce));
+                        s.send(to_helper, &mut fwd, SendOptions::default()).unwrap();
+                        continue;
+                    }
+                    6 => {
+                        s.deallocate(to).unwrap();
+                        continue;
+                    }
+                    _ => {}
+                }
+                s.send(to, &mut m, SendOptions::default()).unwrap();
+            }
+        })
+    };
+    let forwarder = {
+        let helper = helper.clone();
+        std::thread::spawn(move || {
+            let fwd = rcv(&helper, hp);
+            let right = fwd.ports[0];
+            assert_eq!(right.kind, RightKind::SendOnce);
+            helper
+                .send(right.name, &mut Message::new(105, b"from the helper".to_vec()), SendOptions::default())
+                .unwrap();
+        })
+    };
+    let me = std::process::id();
+    let mut r = Received::new();
+    for round in 0..rounds {
+        let data = format!("call {round}").into_bytes();
+        let got = client.call(cp, &mut Message::new(1, data.clone()), &mut r, SendOptions::default(), within20());
+        match round {
+            6 => {
+                assert!(matches!(got, Err(CallError::ServerDied)), "round 6: {got:?}");
+                continue;
+            }
+            _ => got.unwrap_or_else(|e| panic!("round {round}: {e}")),
+        }
+        assert_eq!(r.id, 100 + round, "round {round}");
+        assert_eq!(r.sender.pid, me, "round {round}");
+        match round {
+            3 => assert_eq!(r.data(), &big[..]),
+            4 => {
+                assert_eq!(r.ports.len(), 1);
+                assert_eq!(r.ports[0].kind, RightKind::Send);
+                assert_eq!(r.data(), &data[..]);
+            }
+            5 => assert_eq!(r.data(), b"from the helper"),
+            _ => assert_eq!(r.data(), &data[..], "round {round}"),
+        }
+    }
+    server.join().unwrap();
+    forwarder.join().unwrap();
+}
+
+fn within20() -> ReceiveOptions {
+    ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() }
+}

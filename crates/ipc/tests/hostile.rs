@@ -158,10 +158,10 @@ fn bad_headers_are_refused() {
     t.refuses("wrong magic", &b, vec![], vec![], "bad magic");
 
     let mut b = good.clone();
-    b[4] = 3;
-    t.refuses("bad version", &b, vec![], vec![], "wire version 3 is not supported");
+    b[4] = 4;
+    t.refuses("bad version", &b, vec![], vec![], "wire version 4 is not supported");
 
-    for (what, off, v) in [("unknown flag", 6usize, 0x04u8), ("high flag", 7, 0x80), ("reserved byte 15", 15, 1)] {
+    for (what, off, v) in [("unknown flag", 6usize, 0x08u8), ("high flag", 7, 0x80), ("reserved byte 15", 15, 1)] {
         let mut b = good.clone();
         b[off] = v;
         t.refuses(what, &b, vec![], vec![], "reserved bits are set");
@@ -952,6 +952,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     valid("big-inline", 2, encode(9, ReplyKind::Send, &[], b"", 1 << 20));
     valid("channel-offer", 1, encode(11, ReplyKind::Channel, &[], b"first call", 0));
     valid("on-channel", 0, encode(12, ReplyKind::OnChannel, &[], b"later call", 0));
+    valid("channel-pipe-offer", 2, encode(13, ReplyKind::ChannelPipe, &[], b"first call, with a pipe", 0));
     valid(
         "everything",
         8,
@@ -987,6 +988,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     broken("magic", 1, &|b| b[0] = b'X');
     broken("version", 1, &|b| b[4] = 9);
     broken("reserved", 1, &|b| b[15] = 1);
+    broken("on-socket-word", 1, &|b| b[6] = 4);
     broken("truncated", 1, &|b| {
         b.pop();
     });
@@ -1030,6 +1032,26 @@ fn check_input(name: &str, data: &[u8]) -> bool {
         .unwrap_or_else(|e| panic!("{name}: accepted but not encodable: {e}"));
     assert_eq!(out, bytes, "{name}: re-encoding changed the bytes");
     true
+}
+
+/// Replay the reply-pipe fuzz target's corpus on stable: valid seeds are accepted and
+/// broken ones refused.
+#[test]
+fn pipe_reply_corpus_replays() {
+    let dir = corpus_dir().with_file_name("pipe_reply");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ok = ictus_abi::PipeMessage::parse(&std::fs::read(e.path()).unwrap()).is_ok();
+        if name.starts_with("seed-valid-") {
+            assert!(ok, "{name} must parse");
+            seen += 1;
+        } else if name.starts_with("seed-broken-") {
+            assert!(!ok, "{name} must be refused");
+            seen += 1;
+        }
+    }
+    assert!(seen >= 5, "the committed seeds are in {}", dir.display());
 }
 
 /// Replay the fuzz target's corpus on stable: every committed seed is current, valid
@@ -1084,4 +1106,71 @@ fn write_fuzz_seed_corpus() {
     for (name, bytes) in seeds() {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
+}
+
+// ----- a hostile server on a call channel's reply pipe ---------------------------------------
+
+/// A caller whose server writes anything but one plain reply into the channel's reply
+/// pipe gets a clear error, counts it as malformed, and never uses that channel again:
+/// its next call offers a new one. The pipe cannot carry rights.
+#[test]
+fn a_hostile_reply_pipe_is_refused_and_the_channel_dropped() {
+    let _serial = serial();
+    let client = Space::new();
+    let (mine, theirs) = socket_pair(SocketType::SEQPACKET);
+    let dest = client.insert_send_fd(mine).unwrap();
+    let garbage: [(&str, Vec<u8>); 4] = [
+        ("not a message", b"garbage".to_vec()),
+        ("a reply naming a reply right", encode(2, ReplyKind::SendOnce, &[], b"", 0)),
+        (
+            "two replies in one",
+            [encode(2, ReplyKind::None, &[], b"a", 0), encode(2, ReplyKind::None, &[], b"b", 0)].concat(),
+        ),
+        ("a truncated reply", encode(2, ReplyKind::None, &[], b"cut short", 0)[..36].to_vec()),
+    ];
+    let calls = garbage.len() * 2;
+    let caller = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let mut r = Received::new();
+            let mut outcomes = Vec::new();
+            for _ in 0..calls {
+                outcomes.push(
+                    client
+                        .call(
+                            dest,
+                            &mut Message::new(1, b"hi".to_vec()),
+                            &mut r,
+                            SendOptions::default(),
+                            within(WATCHDOG),
+                        )
+                        .map(|()| r.id),
+                );
+            }
+            outcomes
+        })
+    };
+    for (what, bytes) in &garbage {
+        // The first call offers a channel with a pipe; its reply goes on the connection.
+        let (req, fds) = raw_recv(theirs.as_fd());
+        let h = ictus_abi::Header::decode(&req).unwrap();
+        assert_eq!((h.reply, fds.len()), (ReplyKind::ChannelPipe, 2), "{what}: a fresh channel is offered");
+        let mut reply = encode(10, ReplyKind::None, &[], b"", 0);
+        reply[6] |= 2; // kept
+        raw_send(fds[0].as_fd(), &reply, &[]).unwrap();
+        // The next call names the channel; the answer is garbage on the pipe.
+        let (req, none) = raw_recv(theirs.as_fd());
+        assert_eq!((ictus_abi::Header::decode(&req).unwrap().reply, none.len()), (ReplyKind::OnChannel, 0), "{what}");
+        rustix::io::write(&fds[1], bytes).unwrap();
+    }
+    let outcomes = caller.join().unwrap();
+    for (i, (what, _)) in garbage.iter().enumerate() {
+        assert_eq!(outcomes[2 * i].as_ref().ok(), Some(&10), "{what}: the first reply");
+        assert!(
+            matches!(outcomes[2 * i + 1], Err(CallError::Receive(ReceiveError::Malformed { .. }))),
+            "{what}: {:?}",
+            outcomes[2 * i + 1]
+        );
+    }
+    assert_eq!(client.stats().malformed, garbage.len() as u64);
 }
