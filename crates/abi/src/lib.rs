@@ -15,8 +15,13 @@
 //! ```
 //!
 //! with `nfds` file descriptors beside it in one `SCM_RIGHTS` control message, in this
-//! order: the reply right (if any), the big in-line memfd (if any), then each
-//! descriptor's descriptors in descriptor order.
+//! order: the reply right (if any: one, or two for a call channel offered with its reply
+//! pipe), the big in-line memfd (if any), then each descriptor's descriptors in
+//! descriptor order.
+//!
+//! A call channel's reply pipe carries [`PipeMessage`]s instead: a header and in-line
+//! data in one `write` of at most [`PIPE_MESSAGE_MAX`] bytes, checked by
+//! [`PipeMessage::parse`].
 #![forbid(unsafe_code)]
 
 mod name;

@@ -1007,6 +1007,11 @@ impl Space {
         match (failed, target) {
             (None, Plain::Shared(_)) => Ok(()),
             (None, Plain::Once(e)) => {
+                if let Entry::SendOnce(SendOnce { pipe: Some(pipe), .. }) = &e {
+                    // Too large for the pipe (or refused by it): the caller, reading the
+                    // pipe, is sent to the connection.
+                    let _ = sys::pipe_write(pipe.as_fd(), &[IoSlice::new(&PipeMessage::on_socket(kept))]);
+                }
                 self.table().release(dest);
                 self.inner.cancel_requests(dest);
                 drop(e);

@@ -205,8 +205,8 @@ fn a_send_right_dropped_during_a_call_leaves_no_channel_behind() {
 }
 
 /// Replies of every shape reach a caller on its kept call channel: plain ones through
-/// the channel's reply pipe, big ones and ones carrying rights on the connection (the
-/// pipe sends the caller there), a forwarded reply right's answer after the port let go
+/// the channel's reply pipe, ones too big for a pipe write (in a datagram, or in a
+/// memfd) and ones carrying rights on the connection (the pipe sends the caller there), a forwarded reply right's answer after the port let go
 /// of the pipe, and a destroyed one as `ServerDied`. Each reply is credited to the
 /// task that sent it.
 #[test]
@@ -220,7 +220,7 @@ fn replies_of_every_shape_reach_a_kept_call_channel() {
     let (to_helper, _) = s.extract_right(&helper, hp, Disposition::MakeSend).unwrap();
     let gift = s.allocate_port().unwrap();
     let big = vec![7u8; 100 << 10];
-    let rounds = 8;
+    let rounds = 9;
     let server = {
         let (s, big) = (s.clone(), big.clone());
         std::thread::spawn(move || {
@@ -230,6 +230,7 @@ fn replies_of_every_shape_reach_a_kept_call_channel() {
                 let mut m = Message::new(100 + round, req.data().to_vec());
                 match round {
                     3 => m.data = big.clone(),
+                    7 => m.data = vec![9u8; 10 << 10],
                     4 => m.ports.push(PortArg::new(gift, Disposition::MakeSend)),
                     5 => {
                         // Forwarded: the helper task answers.
@@ -281,6 +282,7 @@ fn replies_of_every_shape_reach_a_kept_call_channel() {
                 assert_eq!(r.data(), &data[..]);
             }
             5 => assert_eq!(r.data(), b"from the helper"),
+            7 => assert_eq!(r.data(), &[9u8; 10 << 10][..]),
             _ => assert_eq!(r.data(), &data[..], "round {round}"),
         }
     }
