@@ -166,11 +166,16 @@ fn dispatch_by_priority_picks_the_fitting_receiver() {
     // without privilege both are 0 and the test checks only that both serve.
     let (tx, rx) = mpsc::channel();
     let mut servers = Vec::new();
+    // Both receivers are associated before the first call (and so before the port is
+    // destroyed: a late one would find the port gone).
+    let ready = std::sync::Arc::new(std::sync::Barrier::new(3));
     for k in 0..2u8 {
         let rt = rt.clone();
         let tx = tx.clone();
+        let ready = ready.clone();
         servers.push(thread::spawn(move || {
             let mut r = rt.associate(port, None).expect("associate");
+            ready.wait();
             let mut req = r.request_buffer();
             while r.receive(&mut req, None).is_ok() {
                 let _ = tx.send(k);
@@ -178,6 +183,7 @@ fn dispatch_by_priority_picks_the_fitting_receiver() {
             }
         }));
     }
+    ready.wait();
     let mut c = rt.connect(port).expect("connect");
     let mut reply = [0u8; 4];
     for _ in 0..40 {
