@@ -384,6 +384,29 @@ fn non_port_descriptors_as_rights_are_refused() {
     assert_eq!(t.s.stats().names, 1, "no right of a refused message was inserted");
 }
 
+/// A call channel offered with a reply pipe must bring a pipe's write end beside the
+/// channel, and nothing else: a pipe's read end, a socket or a memfd is refused, and so
+/// is an offer that brings one descriptor where it says two.
+#[test]
+fn a_channel_offer_with_a_bad_reply_pipe_is_refused() {
+    let _serial = serial();
+    let t = Target::new();
+    let offer = encode(5, ReplyKind::ChannelPipe, &[], b"first call", 0);
+    let why = "reply pipe is not a pipe's write end";
+
+    let (chan, peer) = socket_pair(SocketType::SEQPACKET);
+    let (_, read_end) = pipe();
+    t.refuses("a pipe's read end", &offer, vec![chan, read_end], vec![peer], why);
+    let (chan, peer) = socket_pair(SocketType::SEQPACKET);
+    let (a, wa) = socket_pair(SocketType::STREAM);
+    t.refuses("a stream socket", &offer, vec![chan, a], vec![peer, wa], why);
+    let (chan, peer) = socket_pair(SocketType::SEQPACKET);
+    t.refuses("a memfd", &offer, vec![chan, memfd(4096, all_seals())], vec![peer], why);
+    let (chan, peer) = socket_pair(SocketType::SEQPACKET);
+    t.refuses("the pipe missing", &offer, vec![chan], vec![peer], "header says 2 file descriptors, 1 arrived");
+    assert_eq!(t.s.stats().names, 1, "no right of a refused offer was inserted");
+}
+
 /// Out-of-line memory must be a memfd sealed against writing, shrinking and growing,
 /// at least as long as its descriptor says.
 #[test]
