@@ -847,7 +847,7 @@ impl Space {
         let dest_fd;
         // A reply that does not fit a call channel's pipe goes on the connection, and a
         // word on the pipe sends the caller there.
-        let mut marker: Option<Arc<OwnedFd>> = None;
+        let mut pipe: Option<Arc<OwnedFd>> = None;
         {
             // No liveness check here: the send itself finds a dead port (EPIPE).
             let mut t = self.table();
@@ -864,7 +864,7 @@ impl Space {
                     let Entry::SendOnce(so) = &e else { unreachable!() };
                     let fd = so.fd.clone();
                     plan.kept = so.channel.is_some();
-                    marker = so.pipe.clone();
+                    pipe = so.pipe.clone();
                     plan.undo.push(Undo::Restore(dest, e));
                     plan.commit.push(Commit::Release(dest));
                     fd
@@ -911,8 +911,8 @@ impl Space {
             }
         }
         let result = self.transmit(&dest_fd, msg, &mut plan, deadline);
-        if let (Ok(()), Some(pipe)) = (&result, marker) {
-            let _ = sys::pipe_write(pipe.as_fd(), &[IoSlice::new(&PipeMessage::on_socket(plan.kept))]);
+        if result.is_ok() {
+            point_to_connection(pipe.as_deref(), plan.kept);
         }
         let mut t = self.table();
         match result {
@@ -986,32 +986,30 @@ impl Space {
         let mut head = [0u8; HEADER_LEN];
         header.encode(&mut head);
         let bufs = [IoSlice::new(&head), IoSlice::new(&msg.data)];
-        if let Plain::Once(Entry::SendOnce(SendOnce { pipe: Some(pipe), .. })) = &target {
-            // A kept call channel's reply: through its pipe if it fits. Should the pipe
-            // refuse it (the caller let go of it), the connection takes it.
-            if HEADER_LEN + msg.data.len() <= PIPE_MESSAGE_MAX && sys::pipe_write(pipe.as_fd(), &bufs).is_ok() {
-                self.table().release(dest);
-                self.inner.cancel_requests(dest);
-                drop(target);
-                return Ok(());
+        // A kept call channel's reply goes through its pipe if it fits there; otherwise
+        // (or should the pipe refuse it) on the connection, where the caller is sent.
+        let pipe = match &target {
+            Plain::Once(Entry::SendOnce(so)) => so.pipe.as_deref(),
+            _ => None,
+        };
+        let failed = if reply_through_pipe(pipe, &bufs) {
+            None
+        } else {
+            let failed = match sys::send(fd.as_fd(), &bufs, &[], deadline) {
+                Ok(SendOutcome::Sent) => None,
+                Ok(SendOutcome::WouldBlock) => Some(SendError::TimedOut),
+                Ok(SendOutcome::Dead) => Some(SendError::InvalidDest(dest)),
+                Ok(SendOutcome::TooLarge) => Some(SendError::Os(rustix::io::Errno::MSGSIZE)),
+                Err(e) => Some(SendError::Os(e)),
+            };
+            if failed.is_none() {
+                point_to_connection(pipe, kept);
             }
-        }
-        let outcome = sys::send(fd.as_fd(), &bufs, &[], deadline);
-        let failed = match outcome {
-            Ok(SendOutcome::Sent) => None,
-            Ok(SendOutcome::WouldBlock) => Some(SendError::TimedOut),
-            Ok(SendOutcome::Dead) => Some(SendError::InvalidDest(dest)),
-            Ok(SendOutcome::TooLarge) => Some(SendError::Os(rustix::io::Errno::MSGSIZE)),
-            Err(e) => Some(SendError::Os(e)),
+            failed
         };
         match (failed, target) {
             (None, Plain::Shared(_)) => Ok(()),
             (None, Plain::Once(e)) => {
-                if let Entry::SendOnce(SendOnce { pipe: Some(pipe), .. }) = &e {
-                    // Too large for the pipe (or refused by it): the caller, reading the
-                    // pipe, is sent to the connection.
-                    let _ = sys::pipe_write(pipe.as_fd(), &[IoSlice::new(&PipeMessage::on_socket(kept))]);
-                }
                 self.table().release(dest);
                 self.inner.cancel_requests(dest);
                 drop(e);
@@ -1307,6 +1305,21 @@ impl Space {
     }
 }
 
+/// Send one reply through a kept call channel's reply pipe, if it has one and the reply
+/// fits one pipe write; whether it went.
+fn reply_through_pipe(pipe: Option<&OwnedFd>, bufs: &[IoSlice<'_>]) -> bool {
+    let len: usize = bufs.iter().map(|b| b.len()).sum();
+    pipe.is_some_and(|p| len <= PIPE_MESSAGE_MAX && sys::pipe_write(p.as_fd(), bufs).is_ok())
+}
+
+/// A reply on a kept call channel went on the connection: the word on the channel's
+/// reply pipe, if any, that sends the caller there.
+fn point_to_connection(pipe: Option<&OwnedFd>, kept: bool) {
+    if let Some(p) = pipe {
+        let _ = sys::pipe_write(p.as_fd(), &[IoSlice::new(&PipeMessage::on_socket(kept))]);
+    }
+}
+
 fn big_inline(data: &[u8]) -> Result<(OwnedFd, u64), SendError> {
     if data.len() as u64 > ictus_abi::BIG_INLINE_MAX {
         return Err(SendError::Invalid(ictus_abi::DecodeError::BadBigInline(data.len() as u64)));
@@ -1519,7 +1532,7 @@ impl Inner {
                 let spec = Head { kept: true, ..Head::new(NotifyId::SendOnce.id(), ReplyKind::None) };
                 if let Ok((_, n)) = Datagram::encode_head(spec, &[], body.len(), 0, &mut head) {
                     let bufs = [IoSlice::new(&head[..n]), IoSlice::new(&body)];
-                    if pipe.is_none_or(|p| sys::pipe_write(p.as_fd(), &bufs).is_err()) {
+                    if !reply_through_pipe(pipe.as_deref(), &bufs) {
                         let _ = sys::send(fd.as_fd(), &bufs, &[], Some(Instant::now()));
                     }
                 }
