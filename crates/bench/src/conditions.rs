@@ -81,6 +81,18 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
+/// Space an experiment that writes files leaves free on their filesystem for
+/// everything else on the machine.
+pub const DISK_RESERVE: u64 = 64 << 20;
+
+/// With `free` bytes free, the size of each of `shares` equal parts of what is free
+/// beyond [`DISK_RESERVE`], in whole MiB and no larger than `wanted`; `None` when a part
+/// would be less than 1 MiB.
+pub fn disk_share(free: u64, shares: u64, wanted: u64) -> Option<u64> {
+    let each = (free.saturating_sub(DISK_RESERVE) / shares.max(1)) >> 20 << 20;
+    (each >= 1 << 20).then_some(wanted.min(each))
+}
+
 /// Bytes free for an unprivileged user in the filesystem holding `dir`.
 pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
     let s = rustix::fs::statfs(dir).ok()?;

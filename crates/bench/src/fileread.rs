@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::conditions::{free_bytes, Conditions};
+use crate::conditions::{disk_share, free_bytes, Conditions, DISK_RESERVE};
 use crate::report::{Better, Headline, PaperFigure, Report};
 use crate::stats::Throughput;
 use crate::svg::escape;
@@ -390,19 +390,6 @@ fn memory_backed(dir: &Path) -> bool {
         let magic = s.f_type as u32;
         magic == TMPFS_MAGIC || magic == RAMFS_MAGIC
     })
-}
-
-/// Space the experiment leaves free on the test file's filesystem for everything else.
-const DISK_RESERVE: u64 = 64 * MIB;
-/// The smallest test file worth timing.
-const MIN_FILE: u64 = MIB;
-
-/// How large the test file may be with `free` bytes free: at most half of what is free
-/// beyond [`DISK_RESERVE`], in whole MiB, and no larger than `wanted`; `None` when not even
-/// [`MIN_FILE`] fits.
-fn fitting_file(free: u64, wanted: u64) -> Option<u64> {
-    let room = free.saturating_sub(DISK_RESERVE) / 2 / MIB * MIB;
-    (room >= MIN_FILE).then_some(wanted.min(room))
 }
 
 /// The directory to make the test directory in, and why it was chosen.
@@ -1447,13 +1434,13 @@ pub fn run(opts: &FilereadOptions) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&base).map_err(|e| BenchError::io(format!("creating {}", base.display()), e))?;
     let mut file_bytes = plan.file_bytes;
     if let Some(free) = free_bytes(&base) {
-        let fits = fitting_file(free, file_bytes).ok_or_else(|| {
+        // The file takes at most half of what is free beyond the reserve.
+        let fits = disk_share(free, 2, file_bytes).ok_or_else(|| {
             BenchError::io(
                 format!("{}: not enough free space for the test file", base.display()),
                 io::Error::other(format!(
-                    "{} MiB free; the smallest test file needs {} MiB, with {} MiB left for the rest of the machine",
+                    "{} MiB free; the smallest test file needs 1 MiB, with {} MiB left for the rest of the machine",
                     free / MIB,
-                    MIN_FILE / MIB,
                     DISK_RESERVE / MIB
                 )),
             )
@@ -1675,14 +1662,14 @@ mod tests {
     #[test]
     fn the_test_file_shrinks_to_fit_a_nearly_full_disk() {
         // Plenty of room: the file asked for.
-        assert_eq!(fitting_file(100 << 30, FULL_FILE), Some(FULL_FILE));
+        assert_eq!(disk_share(100 << 30, 2, FULL_FILE), Some(FULL_FILE));
         // 127 MiB free (seen on a CI machine): half of what is beyond the reserve.
-        assert_eq!(fitting_file(127 * MIB, 8 * MIB), Some(8 * MIB));
-        assert_eq!(fitting_file(127 * MIB, FULL_FILE), Some(31 * MIB));
+        assert_eq!(disk_share(127 * MIB, 2, 8 * MIB), Some(8 * MIB));
+        assert_eq!(disk_share(127 * MIB, 2, FULL_FILE), Some(31 * MIB));
         // Whole MiB, never below the smallest file, never into the reserve.
-        assert_eq!(fitting_file(DISK_RESERVE + 3 * MIB + 5, FULL_FILE), Some(MIB));
-        assert_eq!(fitting_file(DISK_RESERVE + MIB, FULL_FILE), None);
-        assert_eq!(fitting_file(0, MIB), None);
+        assert_eq!(disk_share(DISK_RESERVE + 3 * MIB + 5, 2, FULL_FILE), Some(MIB));
+        assert_eq!(disk_share(DISK_RESERVE + MIB, 2, FULL_FILE), None);
+        assert_eq!(disk_share(0, 2, MIB), None);
     }
 
     #[test]

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::child::{reap_status, CHILD_FLAG};
+use crate::conditions::{disk_share, DISK_RESERVE};
 use crate::BenchError;
 
 /// The longest a load may run.
@@ -300,23 +301,14 @@ fn unnamed_file(dir: &Path) -> io::Result<File> {
     }
 }
 
-/// Space the disk load leaves free for everything else on the machine.
-const DISK_RESERVE: u64 = 64 << 20;
-
-/// Each disk load file's size with `free` bytes free: [`DISK_FILE_BYTES`], or less, in
-/// whole chunks, so that the files leave [`DISK_RESERVE`]; `None` when not even one chunk
-/// each fits.
-fn disk_file_bytes(free: u64, threads: usize) -> Option<u64> {
-    let each = free.saturating_sub(DISK_RESERVE) / threads.max(1) as u64 / CHUNK as u64 * CHUNK as u64;
-    (each >= CHUNK as u64).then_some(each.min(DISK_FILE_BYTES))
-}
-
 fn disk<D: Fn() -> bool + Sync>(threads: usize, dir: PathBuf, done: &D) -> Result<u64, BenchError> {
     if !dir.is_dir() {
         return Err(invalid("disk load", format!("{} is not a directory", dir.display())));
     }
     let file_bytes = match crate::conditions::free_bytes(&dir) {
-        Some(free) => disk_file_bytes(free, threads).ok_or_else(|| {
+        // Each thread's file: an equal share of what is free beyond the reserve, in whole
+        // chunks (1 MiB), at most DISK_FILE_BYTES.
+        Some(free) => disk_share(free, threads as u64, DISK_FILE_BYTES).ok_or_else(|| {
             invalid(
                 "disk load",
                 format!(
@@ -691,12 +683,12 @@ mod tests {
 
     #[test]
     fn disk_files_shrink_to_fit_a_nearly_full_disk() {
-        assert_eq!(disk_file_bytes(100 << 30, 2), Some(DISK_FILE_BYTES));
+        assert_eq!(disk_share(100 << 30, 2, DISK_FILE_BYTES), Some(DISK_FILE_BYTES));
         // 127 MiB free: 63 MiB beyond the reserve, 31 whole MiB each.
-        assert_eq!(disk_file_bytes(127 << 20, 2), Some(31 << 20));
-        assert_eq!(disk_file_bytes(DISK_RESERVE + (1 << 20), 1), Some(1 << 20));
-        assert_eq!(disk_file_bytes(DISK_RESERVE + (1 << 20), 2), None);
-        assert_eq!(disk_file_bytes(0, 0), None);
+        assert_eq!(disk_share(127 << 20, 2, DISK_FILE_BYTES), Some(31 << 20));
+        assert_eq!(disk_share(DISK_RESERVE + (1 << 20), 1, DISK_FILE_BYTES), Some(1 << 20));
+        assert_eq!(disk_share(DISK_RESERVE + (1 << 20), 2, DISK_FILE_BYTES), None);
+        assert_eq!(disk_share(0, 0, DISK_FILE_BYTES), None);
     }
 
     #[test]
