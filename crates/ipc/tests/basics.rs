@@ -6,10 +6,23 @@ use ictus_ipc::*;
 
 fn rcv(space: &Space, port: Name) -> Received {
     let mut r = Received::new();
-    space
-        .receive(port, &mut r, ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() })
-        .expect("receive");
+    space.receive(port, &mut r, watchdog()).expect("receive");
     r
+}
+
+/// Receive options that give up after a generous watchdog, never a measured duration.
+fn watchdog() -> ReceiveOptions {
+    ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() }
+}
+
+/// A server space with a port, and a client space with a send right to it:
+/// `(server, port, client, the client's name for the port)`.
+fn server_and_client() -> (Space, Name, Space, Name) {
+    let s = Space::new();
+    let p = s.allocate_port().unwrap();
+    let client = Space::new();
+    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
+    (s, p, client, cp)
 }
 
 #[test]
@@ -128,11 +141,8 @@ fn call_gets_reply_and_dead_server_is_an_error() {
 /// the request), which the notifier must allow.
 #[test]
 fn dead_name_on_a_call_channel_reply_right_fires_when_the_caller_goes() {
-    let s = Space::new();
-    let p = s.allocate_port().unwrap();
+    let (s, p, client, cp) = server_and_client();
     let notify = s.allocate_port().unwrap();
-    let client = Space::new();
-    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
     let server = {
         let s = s.clone();
         std::thread::spawn(move || {
@@ -161,11 +171,8 @@ fn dead_name_on_a_call_channel_reply_right_fires_when_the_caller_goes() {
 /// call's channel afterwards: the port sees no senders once the call is answered.
 #[test]
 fn a_send_right_dropped_during_a_call_leaves_no_channel_behind() {
-    let s = Space::new();
-    let p = s.allocate_port().unwrap();
+    let (s, p, client, cp) = server_and_client();
     let notify = s.allocate_port().unwrap();
-    let client = Space::new();
-    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
     s.request_notification(p, NotifyKind::NoSenders, Some(PortArg::new(notify, Disposition::MakeSendOnce))).unwrap();
     let (got, got_rx) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel::<()>();
@@ -205,16 +212,13 @@ fn a_send_right_dropped_during_a_call_leaves_no_channel_behind() {
 }
 
 /// Replies of every shape reach a caller on its kept call channel: plain ones through
-/// the channel's reply pipe, ones too big for a pipe write (in a datagram, or in a
-/// memfd) and ones carrying rights on the connection (the pipe sends the caller there), a forwarded reply right's answer after the port let go
-/// of the pipe, and a destroyed one as `ServerDied`. Each reply is credited to the
-/// task that sent it.
+/// the channel's reply pipe; ones too big for a pipe write (in a datagram, or in a
+/// memfd) and ones carrying rights on the connection, where the pipe sends the caller;
+/// a forwarded reply right's answer after the port let go of the pipe; and a destroyed
+/// one as `ServerDied`. Each reply is credited to the task that sent it.
 #[test]
 fn replies_of_every_shape_reach_a_kept_call_channel() {
-    let s = Space::new();
-    let p = s.allocate_port().unwrap();
-    let client = Space::new();
-    let (cp, _) = client.extract_right(&s, p, Disposition::MakeSend).unwrap();
+    let (s, p, client, cp) = server_and_client();
     let helper = Space::new();
     let hp = helper.allocate_port().unwrap();
     let (to_helper, _) = s.extract_right(&helper, hp, Disposition::MakeSend).unwrap();
@@ -264,7 +268,7 @@ fn replies_of_every_shape_reach_a_kept_call_channel() {
     let mut r = Received::new();
     for round in 0..rounds {
         let data = format!("call {round}").into_bytes();
-        let got = client.call(cp, &mut Message::new(1, data.clone()), &mut r, SendOptions::default(), within20());
+        let got = client.call(cp, &mut Message::new(1, data.clone()), &mut r, SendOptions::default(), watchdog());
         match round {
             6 => {
                 assert!(matches!(got, Err(CallError::ServerDied)), "round 6: {got:?}");
@@ -288,8 +292,4 @@ fn replies_of_every_shape_reach_a_kept_call_channel() {
     }
     server.join().unwrap();
     forwarder.join().unwrap();
-}
-
-fn within20() -> ReceiveOptions {
-    ReceiveOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() }
 }
