@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ictus_midi::device::cable::{CableIn, CableOut, MAX_DATAGRAM};
 use ictus_midi::device::Device;
-use ictus_midi::output::{Close, Output, OutputOptions, Placement};
+use ictus_midi::output::{Close, Output, OutputOptions, OutputStats, Placement};
 use ictus_midi::parse::{Message, Parser};
 use ictus_rt::thread::{Policy, RefusalKind};
 use ictus_rt::Time;
@@ -81,6 +81,24 @@ fn note(i: usize) -> Message {
 
 fn open(name: &str) -> Output {
     Output::open(Box::new(CableOut::open(name, None).unwrap()), OutputOptions::timesharing()).unwrap()
+}
+
+/// Wait (up to the watchdog) until the output's counts satisfy `done`.
+#[track_caller]
+fn wait_for_stats(out: &Output, what: &str, done: impl Fn(&OutputStats) -> bool) {
+    let deadline = now() + WATCHDOG;
+    while !done(&out.stats()) {
+        assert!(now() < deadline, "{what}: {:?}", out.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What arrived is `note(0)`, `note(1)`, … in order.
+#[track_caller]
+fn assert_notes_in_order(got: &[(Time, Message)]) {
+    for (i, (_, m)) in got.iter().enumerate() {
+        assert_eq!(m.bytes(), note(i).bytes(), "message {i}");
+    }
 }
 
 fn threads_named(prefix: &str) -> Vec<String> {
@@ -237,15 +255,8 @@ fn with_an_idle_sender_the_timer_thread_writes_due_messages_itself() {
     for i in 0..n {
         assert_eq!(out.put(note(i), t0 + Duration::from_millis(2) * i as u32).unwrap(), Placement::Timed);
     }
-    let deadline = now() + WATCHDOG;
-    while out.stats().sent < n as u64 {
-        assert!(now() < deadline, "not all sent: {:?}", out.stats());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let got = rx.until(n).to_vec();
-    for (i, (_, m)) in got.iter().enumerate() {
-        assert_eq!(m.bytes(), note(i).bytes(), "message {i}");
-    }
+    wait_for_stats(&out, "not all sent", |s| s.sent >= n as u64);
+    assert_notes_in_order(rx.until(n));
     let closed = out.close(Close::Drain);
     assert_eq!(closed.stats.handed_off, 0, "{:?}", closed.stats);
     assert_eq!(closed.stats.sent, n as u64);
@@ -263,15 +274,8 @@ fn with_a_full_device_due_messages_are_handed_to_the_sender_in_order() {
     for i in 0..n {
         assert_eq!(out.put(note(i), t0 + Duration::from_millis(1) * i as u32).unwrap(), Placement::Timed);
     }
-    let deadline = now() + WATCHDOG;
-    while out.stats().full_retries == 0 || out.stats().handed_off == 0 {
-        assert!(now() < deadline, "never handed off: {:?}", out.stats());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let got = rx.until(n).to_vec();
-    for (i, (_, m)) in got.iter().enumerate() {
-        assert_eq!(m.bytes(), note(i).bytes(), "message {i}");
-    }
+    wait_for_stats(&out, "never handed off", |s| s.full_retries > 0 && s.handed_off > 0);
+    assert_notes_in_order(rx.until(n));
     let closed = out.close(Close::Drain);
     assert_eq!(closed.stats.sent, n as u64);
     assert!(closed.stats.handed_off > 0);
