@@ -267,16 +267,9 @@ impl Analysis {
     }
 }
 
-/// The median of `values` (the mean of the middle two for an even count).
-pub fn median(values: &[u64]) -> Option<f64> {
-    let mut v = values.to_vec();
-    v.sort_unstable();
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2] as f64),
-        _ => Some((v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0),
-    }
+/// The median of nanosecond counts.
+fn median_ns(values: &[u64]) -> Option<f64> {
+    crate::stats::median(values.iter().map(|&v| v as f64))
 }
 
 /// Steal time per CPU from the text of `/proc/stat`: `(cpu, steal)` in clock ticks
@@ -1263,7 +1256,7 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
             if w.side {
                 let seg = a.segment_worsts(per_segment);
                 row["segment_s"] = json!(SEGMENT_SECS);
-                row["median_segment_worst_ns"] = json!(median(&seg));
+                row["median_segment_worst_ns"] = json!(median_ns(&seg));
                 row["segment_worsts_ns"] = json!(seg);
             }
             row
@@ -1378,7 +1371,7 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
             let (seg_f, seg_t) = (f.analysis.segment_worsts(per_segment), t.analysis.segment_worsts(per_segment));
             let (abs_f, abs_t) = (max_err(f).unwrap_or(0), max_err(t).unwrap_or(0));
             let where_ = f.granted.rsplit("; ").next().unwrap_or("");
-            if let (Some(ours), Some(peer)) = (median(&seg_f), median(&seg_t)) {
+            if let (Some(ours), Some(peer)) = (median_ns(&seg_f), median_ns(&seg_t)) {
                 report.headline.push(
                     Headline::new(
                         "midi_fifo_vs_timesharing_max",
@@ -1553,14 +1546,6 @@ mod tests {
         if let Ok(text) = std::fs::read_to_string("/proc/interrupts") {
             assert!(!parse_device_interrupts(&text).is_empty());
         }
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[7]), Some(7.0));
-        assert_eq!(median(&[9, 1, 5]), Some(5.0));
-        assert_eq!(median(&[4, 1, 3, 100]), Some(3.5));
     }
 
     #[test]

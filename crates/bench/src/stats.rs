@@ -134,9 +134,31 @@ impl Throughput {
     }
 }
 
+/// The median of the finite `values` (the mean of the middle two for an even count);
+/// `None` if there are none.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians() {
+        let m = |v: &[u64]| median(v.iter().map(|&x| x as f64));
+        assert_eq!(m(&[]), None);
+        assert_eq!(m(&[7]), Some(7.0));
+        assert_eq!(m(&[9, 1, 5]), Some(5.0));
+        assert_eq!(m(&[4, 1, 3, 100]), Some(3.5));
+    }
 
     #[test]
     fn quantiles_of_a_uniform_distribution() {

@@ -283,18 +283,9 @@ fn run_timer(mech: Mechanism, hz: u32, cpu: usize, stop: &AtomicBool, wakeups: &
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// The median of the finite values; NaN (null in the JSON) when there are none.
+fn median(v: Vec<f64>) -> f64 {
+    crate::stats::median(v).unwrap_or(f64::NAN)
 }
 
 /// Least squares through the origin: the slope `c` of `y = c x`.
