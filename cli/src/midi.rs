@@ -100,6 +100,11 @@ struct OutputArgs {
     /// Run the output threads timesharing instead of asking for SCHED_FIFO.
     #[arg(long)]
     timesharing: bool,
+    /// Run a timer thread on every CPU, racing for each due message: on a virtual
+    /// machine, a message due while the host has stopped one virtual CPU goes out from
+    /// another.
+    #[arg(long)]
+    timer_per_cpu: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -257,7 +262,10 @@ fn decode(a: DecodeArgs) -> Result<()> {
 fn open_output(o: &OutputArgs) -> Result<Output> {
     let spec = DeviceSpec::parse(&o.device)?;
     let device = spec.open_output()?;
-    let options = if o.timesharing { OutputOptions::timesharing() } else { OutputOptions::default() };
+    let mut options = if o.timesharing { OutputOptions::timesharing() } else { OutputOptions::default() };
+    if o.timer_per_cpu {
+        options = options.with_timer_per_cpu();
+    }
     Ok(Output::open(device, options)?)
 }
 

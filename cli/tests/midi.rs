@@ -201,8 +201,9 @@ fn demo_keys() -> Vec<u8> {
     k
 }
 
-#[test]
-fn make_demo_then_play_it_onto_a_cable() {
+/// Write the demo with `make-demo`, play it onto a cable with `flags`, and check that
+/// every note arrived once, in order.
+fn make_demo_and_play_it(flags: &[&str]) {
     let dir = TempDir::new();
     let f = dir.0.join("demo.mid");
     let out = ictus().args(["midi", "make-demo"]).arg(&f).output().unwrap();
@@ -211,7 +212,9 @@ fn make_demo_then_play_it_onto_a_cable() {
     let name = unique("play");
     let reader = collect(&name, score.events.len());
     let out = ictus()
-        .args(["midi", "play", "--timesharing", "--speed", "8", "--device"])
+        .args(["midi", "play", "--timesharing", "--speed", "8"])
+        .args(flags)
+        .arg("--device")
         .arg(format!("cable:{name}"))
         .arg(&f)
         .output()
@@ -221,6 +224,16 @@ fn make_demo_then_play_it_onto_a_cable() {
     assert!(err.contains(&format!("sent {} messages", score.events.len())), "{err}");
     let got = reader.join().unwrap();
     assert_eq!(note_ons(&got), demo_keys());
+}
+
+#[test]
+fn make_demo_then_play_it_onto_a_cable() {
+    make_demo_and_play_it(&[]);
+}
+
+#[test]
+fn play_with_a_timer_thread_on_every_cpu() {
+    make_demo_and_play_it(&["--timer-per-cpu"]);
 }
 
 #[test]

@@ -90,6 +90,17 @@ pub struct OutputOptions {
     pub max_queued: usize,
     /// Leave out repeated channel status bytes (running status).
     pub running_status: bool,
+    /// Run one timer thread on each of these CPUs (each pinned to its own), all
+    /// sleeping until the head message is due and racing for it: on a virtual machine
+    /// whose host stops one virtual CPU for milliseconds now and then, or on a CPU busy
+    /// in a kernel section that does not preempt, a message due meanwhile goes out from
+    /// another. The first to take the queue's lock writes; order and once-only delivery
+    /// are kept by the lock and the `sending` flag, as with one timer thread. It costs a
+    /// wake-up per CPU per due time. Empty (the default): one timer thread, placed as
+    /// [`OutputOptions::thread`] says. A deadline thread cannot be pinned (the kernel
+    /// wants it to span its root domain): with a deadline policy the pinning is refused
+    /// and reported, and the threads run unpinned.
+    pub timer_cpus: Vec<usize>,
 }
 
 impl Default for OutputOptions {
@@ -103,6 +114,7 @@ impl Default for OutputOptions {
             retry_sleep: Duration::from_millis(1),
             max_queued: 1 << 20,
             running_status: false,
+            timer_cpus: Vec::new(),
         }
     }
 }
@@ -112,6 +124,13 @@ impl OutputOptions {
     /// real-time priority.
     pub fn timesharing() -> OutputOptions {
         OutputOptions { thread: ThreadRequest::default(), ..OutputOptions::default() }
+    }
+
+    /// These options with a timer thread on every CPU the calling thread may run on
+    /// (see [`OutputOptions::timer_cpus`]); unchanged where that set cannot be read.
+    pub fn with_timer_per_cpu(self) -> OutputOptions {
+        let timer_cpus = ictus_rt::thread::current_affinity().unwrap_or(self.timer_cpus);
+        OutputOptions { timer_cpus, ..self }
     }
 }
 
@@ -197,7 +216,8 @@ struct State {
     timed: VecDeque<Queued>,
     immediate: VecDeque<Message>,
     closing: Option<Close>,
-    timer_done: bool,
+    /// Timer threads still running.
+    timers: usize,
     /// A thread (the byte sender, or the timer thread writing due messages itself) is
     /// writing to the device; the other keeps off, which keeps the bytes in order.
     sending: bool,
@@ -266,10 +286,12 @@ pub struct Closed {
 pub struct Output {
     id: u64,
     shared: Arc<Shared>,
-    timer: Option<JoinHandle<()>>,
+    timers: Vec<JoinHandle<()>>,
     sender: Option<JoinHandle<Box<dyn Device>>>,
     describe: String,
     max_queued: usize,
+    /// Threads that record what the scheduler granted them: the timers and the sender.
+    threads: usize,
 }
 
 impl fmt::Debug for Output {
@@ -298,21 +320,45 @@ impl Output {
                 scratch: Vec::with_capacity(SCRATCH),
             }),
         });
-        let timer = {
-            let shared = Arc::clone(&shared);
-            let req = options.thread.clone();
-            std::thread::Builder::new()
-                .name(Output::thread_name(id, "timer"))
-                .spawn(move || timer_thread(&shared, &req))
-                .map_err(OpenError::Spawn)?
+        // One timer thread, or one pinned to each CPU asked for.
+        let placements: Vec<Option<usize>> = if options.timer_cpus.is_empty() {
+            vec![None]
+        } else {
+            options.timer_cpus.iter().copied().map(Some).collect()
         };
-        let sender = {
-            let shared = Arc::clone(&shared);
-            let opts = options.clone();
-            std::thread::Builder::new()
-                .name(Output::thread_name(id, "send"))
-                .spawn(move || sender_thread(&shared, &opts))
+        shared.lock().timers = placements.len();
+        let mut timers = Vec::with_capacity(placements.len());
+        let mut spawned = Ok(());
+        for (i, cpu) in placements.iter().enumerate() {
+            let mine = Arc::clone(&shared);
+            let mut req = options.thread.clone();
+            if let Some(cpu) = cpu {
+                req.cpus = Some(vec![*cpu]);
+            }
+            let role = if i == 0 { "timer".to_string() } else { format!("timer{i}") };
+            match std::thread::Builder::new()
+                .name(Output::thread_name(id, &role))
+                .spawn(move || timer_thread(&mine, &req))
+            {
+                Ok(t) => timers.push(t),
+                Err(e) => {
+                    shared.lock().timers -= placements.len() - i;
+                    spawned = Err(e);
+                    break;
+                }
+            }
+        }
+        let sender = match spawned {
+            Ok(()) => {
+                let shared = Arc::clone(&shared);
+                let opts = options.clone();
+                std::thread::Builder::new()
+                    .name(Output::thread_name(id, "send"))
+                    .spawn(move || sender_thread(&shared, &opts))
+            }
+            Err(e) => Err(e),
         };
+        let threads = timers.len() + 1;
         let sender = match sender {
             Ok(s) => s,
             Err(e) => {
@@ -322,11 +368,13 @@ impl Output {
                 }
                 shared.discard.store(true, Ordering::SeqCst);
                 shared.timed_changed.notify_all();
-                let _ = timer.join();
+                for t in timers {
+                    let _ = t.join();
+                }
                 return Err(OpenError::Spawn(e));
             }
         };
-        Ok(Output { id, shared, timer: Some(timer), sender: Some(sender), describe, max_queued: options.max_queued })
+        Ok(Output { id, shared, timers, sender: Some(sender), describe, max_queued: options.max_queued, threads })
     }
 
     /// This output's number in the process (its threads are named `mo<ID>-timer` and
@@ -385,7 +433,8 @@ impl Output {
             st.timed.push_back(Queued { at, message });
             drop(st);
             if was_empty {
-                self.shared.timed_changed.notify_one();
+                // Every timer thread races for it.
+                self.shared.timed_changed.notify_all();
             }
         } else {
             st.immediate.push_back(message);
@@ -406,11 +455,11 @@ impl Output {
         st.timed.len() + st.immediate.len()
     }
 
-    /// What the scheduler granted each thread (`("timer", …)`, `("send", …)`), waiting
-    /// until both have started.
+    /// What the scheduler granted each thread (`("timer", …)` for each timer thread,
+    /// `("send", …)`), waiting until all have started.
     pub fn granted(&self) -> Vec<(&'static str, Granted)> {
         let mut st = self.shared.lock();
-        while st.granted.len() < 2 && !(st.timer_done && st.closing.is_some()) {
+        while st.granted.len() < self.threads && !(st.timers == 0 && st.closing.is_some()) {
             st = self.shared.granted_changed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         st.granted.clone()
@@ -432,7 +481,7 @@ impl Output {
         }
         self.shared.timed_changed.notify_all();
         self.shared.immediate_changed.notify_all();
-        if let Some(t) = self.timer.take() {
+        for t in self.timers.drain(..) {
             let _ = t.join();
         }
         let device = self.sender.take().map(|s| s.join());
@@ -449,7 +498,7 @@ impl Output {
 
 impl Drop for Output {
     fn drop(&mut self) {
-        if self.timer.is_some() || self.sender.is_some() {
+        if !self.timers.is_empty() || self.sender.is_some() {
             self.shutdown(Close::Discard);
         }
     }
@@ -522,7 +571,7 @@ fn timer_thread(shared: &Shared, req: &ThreadRequest) {
         sleep_until(wake);
         st = shared.lock();
     }
-    st.timer_done = true;
+    st.timers -= 1;
     drop(st);
     shared.immediate_changed.notify_all();
     shared.granted_changed.notify_all();
@@ -606,7 +655,7 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
                         st.sending = true;
                         break Work::Message(m);
                     }
-                    if st.closing == Some(Close::Drain) && st.timer_done {
+                    if st.closing == Some(Close::Drain) && st.timers == 0 {
                         return give_back();
                     }
                 }

@@ -410,3 +410,37 @@ fn a_failing_device_is_counted_and_the_rest_still_goes() {
     assert!(closed.stats.last_error.as_deref().unwrap_or("").contains("/dev/null"), "{:?}", closed.stats);
     assert!(closed.device.is_some());
 }
+
+/// With a timer thread on each CPU, each pinned to its own, every message still goes
+/// out exactly once, in order and never early, whichever thread wins it; closing ends
+/// every timer thread.
+#[test]
+fn timer_threads_on_every_cpu_send_each_message_once_in_order() {
+    let cpus = ictus_rt::thread::current_affinity().unwrap();
+    let name = unique("timers");
+    let mut rx = Rx::open(&name);
+    let opts = OutputOptions { timer_cpus: cpus.clone(), ..OutputOptions::timesharing() };
+    let out = Output::open(Box::new(CableOut::open(&name, None).unwrap()), opts).unwrap();
+    let prefix = format!("mo{}-", out.id());
+    let granted = out.granted();
+    assert_eq!(granted.iter().filter(|(role, _)| *role == "timer").count(), cpus.len());
+    assert_eq!(threads_named(&prefix).len(), cpus.len() + 1, "{:?}", threads_named(&prefix));
+    let t0 = now() + Duration::from_millis(50);
+    let n = 200;
+    let mut when = Vec::new();
+    for i in 0..n {
+        // Some messages due at the same instant, most a little apart.
+        let at = t0 + Duration::from_millis(2) * (i / 2) as u32;
+        when.push(at);
+        assert_eq!(out.put(note(i), at).unwrap(), Placement::Timed);
+    }
+    let got = rx.until(n).to_vec();
+    for (i, (arrived, m)) in got.iter().enumerate() {
+        assert_eq!(m.bytes(), note(i).bytes(), "message {i} out of order or twice");
+        assert!(*arrived >= when[i], "message {i} arrived at {arrived}, before its time {}", when[i]);
+    }
+    assert!(rx.nothing_within(Duration::from_millis(200)), "a message went out twice");
+    let closed = out.close(Close::Drain);
+    assert_eq!((closed.stats.sent, closed.stats.timed, closed.stats.discarded), (n as u64, n as u64, 0));
+    assert!(threads_named(&prefix).is_empty(), "output threads outlived close: {:?}", threads_named(&prefix));
+}
