@@ -105,7 +105,6 @@ use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
 use ictus_rt::{clock, Time};
 use serde_json::json;
 
-use crate::alarm::{parse_cyclictest, CyclictestHistogram, CYCLICTEST_HIST_US};
 use crate::child::{fd_arg, num_arg, reap_status, spawn_child};
 use crate::load::{self, LoadKind};
 use crate::report::{Better, Headline, PaperFigure, Report};
@@ -128,11 +127,14 @@ pub const MAX_MESSAGES: u64 = 128 * 127;
 /// `midi_fifo_vs_timesharing_max` compares the medians of the segments' worst errors.
 pub const SEGMENT_SECS: u64 = 5;
 /// In the side-by-side window, the timesharing output's messages are due this long
-/// after the fixed-priority output's: not at all, so that whatever stops the CPU at a
-/// due time delays both outputs' messages alike. (Woken by the same interrupt, the
-/// fixed-priority timer thread runs first; its write takes tens of µs. With 5 ms, in
-/// the first runs, a stall of the CPU could hit one output and miss the other.)
-pub const SIDE_OFFSET: Duration = Duration::ZERO;
+/// after the fixed-priority output's: half a period, so that its timer threads wake
+/// alone. (Due at the same instants, the timesharing threads ran right after the
+/// fixed-priority ones had written and slept — the scheduling point their wake-up
+/// made — and so borrowed the fixed priority's promptness: in one run, with a timer
+/// thread on each CPU, 134 µs against 119 µs. With one timer thread, a stall of the
+/// virtual CPU could hit one output and miss the other at any offset but zero; with a
+/// timer thread on each CPU, a stall of one virtual CPU delays neither.)
+pub const SIDE_OFFSET: Duration = Duration::from_millis(5);
 
 /// How the output threads are scheduled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -449,7 +451,8 @@ struct Window {
     analysis: Analysis,
     /// On the receiver's own clock readings after each read (its wake-up included).
     analysis_user: Analysis,
-    cyclictest: Vec<CyclictestHistogram>,
+    /// cyclictest's wake-up latencies, ns, one run (in wake-up order) per window.
+    cyclictest: Vec<Vec<u64>>,
     output_late: u64,
     sent: u64,
     /// Steal time per CPU during the window, ms.
@@ -471,21 +474,61 @@ impl Window {
     }
 }
 
-/// Every cyclictest sample of several runs in one recorder (overflows at each run's
-/// maximum, as [`CyclictestHistogram::recorder`] does); `None` without samples.
-fn cyclictest_recorder(runs: &[CyclictestHistogram]) -> Option<LatencyRecorder> {
-    let mut r = LatencyRecorder::new();
-    for h in runs {
-        for &(us, n) in &h.buckets {
-            for _ in 0..n {
-                r.record(us * 1000);
-            }
-        }
-        for _ in 0..h.overflows {
-            r.record(h.max_us.unwrap_or(CYCLICTEST_HIST_US) * 1000);
-        }
-    }
+/// Every cyclictest wake-up latency of several runs in one recorder; `None` without
+/// samples.
+fn cyclictest_recorder(runs: &[Vec<u64>]) -> Option<LatencyRecorder> {
+    let r = recorder(&runs.concat());
     (r.count() > 0).then_some(r)
+}
+
+/// cyclictest's interval errors over several runs (see [`cyclictest_interval_errors`]).
+fn cyclictest_errors(runs: &[Vec<u64>]) -> Vec<u64> {
+    runs.iter().flat_map(|r| cyclictest_interval_errors(r, INTERVAL.as_nanos() as u64)).collect()
+}
+
+/// The paper's measure on cyclictest's wake-ups: |interval − nominal| between
+/// consecutive wake-ups, from their latencies (`latencies[i]` = wake-up `i` − its due
+/// time). cyclictest's due times are `nominal` apart, except that after a wake-up late
+/// by more than a period it skips the periods already past (its `next += interval`
+/// while `now > next`); so wake-up `i + 1` is due `m·nominal` after wake-up `i`'s due
+/// time, `m` = max(1, ⌈latencies[i] / nominal⌉), and the interval between the two
+/// wake-ups is `m·nominal + latencies[i + 1] − latencies[i]`.
+pub fn cyclictest_interval_errors(latencies: &[u64], nominal: u64) -> Vec<u64> {
+    let nominal = i128::from(nominal.max(1));
+    latencies
+        .windows(2)
+        .map(|w| {
+            let (a, b) = (i128::from(w[0]), i128::from(w[1]));
+            let periods = ((a + nominal - 1) / nominal).max(1);
+            ((periods - 1) * nominal + b - a).unsigned_abs() as u64
+        })
+        .collect()
+}
+
+/// cyclictest's per-wake-up output (`-v -N`): lines `thread: cycle: latency`, the
+/// latency in ns. The latencies of thread 0, in cycle order; an error if a line that
+/// looks like a sample does not parse, if cycles are missing, or if there are none.
+pub fn parse_cyclictest_samples(text: &str) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(':').map(str::trim).collect();
+        if fields.len() != 3 || !fields.iter().all(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let parse = |f: &str| f.parse::<u64>().map_err(|e| format!("cyclictest line {line:?}: {e}"));
+        let (thread, cycle, latency) = (parse(fields[0])?, parse(fields[1])?, parse(fields[2])?);
+        if thread != 0 {
+            continue;
+        }
+        if cycle != out.len() as u64 {
+            return Err(format!("cyclictest: cycle {cycle} where {} was expected", out.len()));
+        }
+        out.push(latency);
+    }
+    if out.is_empty() {
+        return Err("cyclictest printed no samples".into());
+    }
+    Ok(out)
 }
 
 fn recorder(samples: &[u64]) -> LatencyRecorder {
@@ -679,9 +722,63 @@ fn parse_records(bytes: &[u8]) -> (Arrivals, Arrivals, Vec<(u64, u32)>) {
     (kernel, user, cpus)
 }
 
-fn start_cyclictest(sched: Sched, loops: u64) -> std::io::Result<Child> {
-    let (policy, prio) = sched.cyclictest_policy();
-    crate::alarm::spawn_cyclictest(policy, prio, INTERVAL, loops)
+/// cyclictest running in a window, its output read as it comes (a pipe would fill
+/// with a long window's samples).
+struct Cyclictest {
+    child: Child,
+    reader: Option<JoinHandle<String>>,
+}
+
+impl Cyclictest {
+    /// One thread at 100 Hz in `sched`'s class for `loops` wake-ups, each printed in
+    /// ns (`-v -N`).
+    fn start(sched: Sched, loops: u64) -> std::io::Result<Cyclictest> {
+        let (policy, prio) = sched.cyclictest_policy();
+        let mut child = std::process::Command::new("cyclictest")
+            .args([
+                "-q".to_string(),
+                "-t".into(),
+                "1".into(),
+                "-i".into(),
+                INTERVAL.as_micros().to_string(),
+                "-l".into(),
+                loops.to_string(),
+                "-v".into(),
+                "-N".into(),
+                "-p".into(),
+                prio.to_string(),
+                format!("--policy={policy}"),
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let mut out = child.stdout.take();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(out) = out.as_mut() {
+                let _ = out.read_to_string(&mut text);
+            }
+            text
+        });
+        Ok(Cyclictest { child, reader: Some(reader) })
+    }
+
+    /// Its wake-up latencies, once it has finished.
+    fn finish(mut self) -> Result<Vec<u64>, String> {
+        let text = self.reader.take().and_then(|r| r.join().ok()).unwrap_or_default();
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        parse_cyclictest_samples(&text).map_err(|e| format!("{e} (exit {status})"))
+    }
+}
+
+impl Drop for Cyclictest {
+    fn drop(&mut self) {
+        if self.reader.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Kilobytes of this process's memory that are locked (`VmLck`), if known.
@@ -790,7 +887,8 @@ impl Drop for Receiver {
     }
 }
 
-/// An output library on a logged cable, its threads in class `sched` (and on `cpus`).
+/// An output library on a logged cable, its threads in class `sched` (and on `cpus`),
+/// with a timer thread on each CPU where the class allows it ([`timer_cpus`]).
 fn open_output(
     cable: &str,
     sched: Sched,
@@ -805,7 +903,11 @@ fn open_output(
     records.clear();
     let log = Arc::new(Mutex::new(records));
     let device = LoggedCable { inner: device, log: Arc::clone(&log) };
-    let options = OutputOptions { thread: ThreadRequest { cpus, ..sched.request() }, ..OutputOptions::default() };
+    let options = OutputOptions {
+        thread: ThreadRequest { cpus, ..sched.request() },
+        timer_cpus: timer_cpus(sched),
+        ..OutputOptions::default()
+    };
     let output = Output::open(Box::new(device), options)
         .map_err(|e| BenchError::io("midi: output", std::io::Error::other(e.to_string())))?;
     let threads = output.granted();
@@ -814,6 +916,19 @@ fn open_output(
         granted.push("CPU placement refused".into());
     }
     Ok((output, log, granted.join(", ")))
+}
+
+/// The CPUs the output library runs a timer thread on, in every window of class
+/// `sched` (`OutputOptions::timer_cpus`): one on each CPU this process may use, racing
+/// for each due message, so that a virtual CPU the host stops at a due time (or a CPU
+/// busy in a kernel section that does not preempt) delays no message while the other
+/// runs. Not for deadline threads: the kernel refuses to pin them (a deadline task
+/// must span its root domain), so those windows keep one timer thread.
+fn timer_cpus(sched: Sched) -> Vec<usize> {
+    match sched {
+        Sched::Timesharing | Sched::Fixed => ictus_rt::thread::current_affinity().unwrap_or_default(),
+        Sched::Deadline => Vec::new(),
+    }
 }
 
 /// The producer: keeps `n` messages, due at `t0 + k·INTERVAL`, queued about [`AHEAD`]
@@ -934,7 +1049,7 @@ fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) 
         || {
             steal0 = read_steal();
             faults0 = output_faults(output.id());
-            cyclictest = Some(start_cyclictest(sched, n));
+            cyclictest = Some(Cyclictest::start(sched, n));
         },
         &mut failures,
     );
@@ -952,20 +1067,13 @@ fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) 
     let mut w = assemble(load, sched, false, granted, &records, &log, &closed, n, t0, steal, faults, notes);
 
     w.cyclictest = match cyclictest {
-        Some(Ok(mut c)) => {
-            let mut text = String::new();
-            if let Some(mut out) = c.stdout.take() {
-                let _ = out.read_to_string(&mut text);
+        Some(Ok(c)) => match c.finish() {
+            Ok(samples) => vec![samples],
+            Err(e) => {
+                notes.push(format!("cyclictest ({load}, {}): {e}", sched.name()));
+                Vec::new()
             }
-            let _ = c.wait();
-            match parse_cyclictest(&text) {
-                Ok(h) => vec![h],
-                Err(e) => {
-                    notes.push(format!("cyclictest ({load}, {}): {e}", sched.name()));
-                    Vec::new()
-                }
-            }
-        }
+        },
         Some(Err(e)) => {
             notes.push(format!("cyclictest could not run ({e}); install Debian rt-tests (scripts/setup.sh)"));
             Vec::new()
@@ -975,60 +1083,19 @@ fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) 
     Ok(w)
 }
 
-/// Device interrupts taken so far by each CPU, from the text of `/proc/interrupts`
-/// (the numbered lines only: devices, not the local timer or inter-processor ones).
-pub fn parse_device_interrupts(text: &str) -> Vec<(usize, u64)> {
-    let mut lines = text.lines();
-    let cpus: Vec<usize> =
-        lines.next().unwrap_or("").split_whitespace().filter_map(|c| c.strip_prefix("CPU")?.parse().ok()).collect();
-    let mut sums = vec![0u64; cpus.len()];
-    for line in lines {
-        let mut f = line.split_whitespace();
-        let Some(irq) = f.next().and_then(|i| i.strip_suffix(':')) else { continue };
-        if irq.parse::<u32>().is_err() {
-            continue;
-        }
-        for (sum, count) in sums.iter_mut().zip(f) {
-            match count.parse::<u64>() {
-                Ok(c) => *sum += c,
-                Err(_) => break,
-            }
-        }
-    }
-    cpus.into_iter().zip(sums).collect()
-}
-
-/// Of `allowed`, the CPU that has taken the fewest device interrupts (the last one on a
-/// tie, or when the counts are unknown).
-pub fn quietest_cpu(allowed: &[usize], interrupts: &[(usize, u64)]) -> Option<usize> {
-    let count = |c: usize| interrupts.iter().find(|&&(i, _)| i == c).map_or(0, |&(_, n)| n);
-    allowed.iter().copied().rev().min_by_key(|&c| count(c))
-}
-
-/// The CPU both outputs of the side-by-side window run on: of those this thread may
-/// use, the one that has taken the fewest device interrupts (a disk's or network
-/// card's handler and what it raises run before any thread there).
-fn side_cpu() -> Option<usize> {
-    let allowed = ictus_rt::thread::current_affinity().ok()?;
-    let interrupts =
-        std::fs::read_to_string("/proc/interrupts").map(|t| parse_device_interrupts(&t)).unwrap_or_default();
-    quietest_cpu(&allowed, &interrupts)
-}
-
 /// The side-by-side window: a fixed-priority output and a timesharing output of the
 /// same library, at once, under the same load, each on its own cable with its own
-/// receiver and its own producer, both outputs' threads (and producers) on the same
-/// CPU, so that whatever stops that CPU — the host taking the virtual CPU away, a
-/// kernel section that cannot be preempted — stops both. The timesharing output's
-/// messages are due [`SIDE_OFFSET`] after the fixed-priority output's.
+/// receiver and its own producer (at its output's class), so that both meet the same
+/// machine at the same time — the host's stalls of a virtual CPU, other programs'
+/// kernel sections — and only the class differs. Each has a timer thread on every CPU
+/// ([`timer_cpus`]); the timesharing output's messages are due [`SIDE_OFFSET`] after
+/// the fixed-priority output's.
 fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Result<Vec<Window>, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
-    let cpu = side_cpu();
     let rx_fixed = Receiver::start(n)?;
     let rx_ts = Receiver::start(n)?;
-    let cpus = cpu.map(|c| vec![c]);
-    let (out_fixed, log_fixed, granted_fixed) = open_output(&rx_fixed.cable, Sched::Fixed, cpus.clone(), n)?;
-    let (out_ts, log_ts, granted_ts) = open_output(&rx_ts.cable, Sched::Timesharing, cpus.clone(), n)?;
+    let (out_fixed, log_fixed, granted_fixed) = open_output(&rx_fixed.cable, Sched::Fixed, None, n)?;
+    let (out_ts, log_ts, granted_ts) = open_output(&rx_ts.cable, Sched::Timesharing, None, n)?;
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let t0_ts = t0 + SIDE_OFFSET;
     let last_due = t0_ts + INTERVAL * (n.saturating_sub(1)) as u32;
@@ -1037,12 +1104,12 @@ fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Resul
     let (mut fail_fixed, mut fail_ts) = (Vec::new(), Vec::new());
     std::thread::scope(|scope| {
         let ts = scope.spawn(|| {
-            configure_current_thread(&ThreadRequest { cpus: cpus.clone(), ..Sched::Timesharing.request() });
+            configure_current_thread(&Sched::Timesharing.request());
             produce(&out_ts, n, t0_ts, || faults0_ts = output_faults(out_ts.id()), &mut fail_ts);
         });
         let fixed = scope.spawn(|| {
             // At the fixed priority, as in the fixed-priority windows (see `window`).
-            configure_current_thread(&ThreadRequest { cpus: cpus.clone(), ..Sched::Fixed.request() });
+            configure_current_thread(&Sched::Fixed.request());
             produce(
                 &out_fixed,
                 n,
@@ -1070,12 +1137,11 @@ fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Resul
     for f in fail_ts {
         notes.push(format!("{load} side by side, timesharing: {f}"));
     }
-    let pinned = cpu.map_or("threads not pinned".to_string(), |c| format!("threads and producers on cpu {c}"));
     let fixed = assemble(
         load,
         Sched::Fixed,
         true,
-        format!("{granted_fixed}; {pinned}"),
+        granted_fixed,
         &rec_fixed,
         &log_fixed,
         &closed_fixed,
@@ -1089,7 +1155,7 @@ fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Resul
         load,
         Sched::Timesharing,
         true,
-        format!("{granted_ts}; {pinned}"),
+        granted_ts,
         &rec_ts,
         &log_ts,
         &closed_ts,
@@ -1217,8 +1283,7 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
         "output threads timesharing / SCHED_FIFO {FIFO_PRIORITY} / SCHED_DEADLINE (see rows' granted); receiver SCHED_FIFO {RECEIVER_PRIORITY}"
     );
     if let Some(w) = windows.iter().find(|w| w.side) {
-        let placed = w.granted.rsplit("; ").next().unwrap_or("not pinned");
-        report.conditions.pinned = format!("side-by-side window: both outputs' {placed}; otherwise none");
+        let _ = w;
     }
     notes.insert(
         0,
@@ -1290,6 +1355,20 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
                     .with("late_puts", 0u64)
                     .to_value(),
             );
+            let errors = cyclictest_errors(&w.cyclictest);
+            if !errors.is_empty() {
+                report.rows.push(
+                    recorder(&errors)
+                        .row(format!("{} {}: cyclictest, interval error", w.load, w.sched.name()))
+                        .with("load", w.load)
+                        .with("sched", w.sched.name())
+                        .with("measure", "interval error |Δ − 10 ms| between cyclictest's consecutive wake-ups")
+                        .with("granted", format!("{p} {prio}"))
+                        .with("lost", 0u64)
+                        .with("late_puts", 0u64)
+                        .to_value(),
+                );
+            }
         }
         if a.strays > 0 {
             notes.push(format!("{} {}: {} arrivals were not ours or came twice", w.load, w.sched.name(), a.strays));
@@ -1351,26 +1430,50 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
     // Headlines.
     if let Some(w) = find("cpu", Sched::Fixed) {
         if let (Some(c), false) = (cyclictest_recorder(&w.cyclictest), w.analysis.errors.is_empty()) {
+            let peer_name = |what: &str| {
+                format!("cyclictest (rt-tests) SCHED_FIFO {FIFO_PRIORITY}, 100 Hz, same window, CPU load: {what}")
+            };
             let ours = recorder(&w.analysis.errors).quantile(0.99) as f64;
-            let peer = c.quantile(0.99) as f64;
             report.headline.push(
                 Headline::new(
                     "midi_fifo_p99_vs_cyclictest",
                     ours,
-                    peer,
-                    format!("cyclictest (rt-tests) SCHED_FIFO {FIFO_PRIORITY}, 100 Hz, same window, CPU load"),
+                    c.quantile(0.99) as f64,
+                    peer_name("its wake-up latency p99; ours is the interval error p99"),
                     "ns",
                     Better::Lower,
                 )
                 .with_target(1.5),
             );
+            // The same measure on both sides: the interval error counts a late message
+            // twice (the interval before it and the one after), a wake-up latency once.
+            let errors = cyclictest_errors(&w.cyclictest);
+            if !errors.is_empty() {
+                report.headline.push(Headline::new(
+                    "midi_fifo_p99_vs_cyclictest_interval",
+                    ours,
+                    recorder(&errors).quantile(0.99) as f64,
+                    peer_name("the interval error p99 between its consecutive wake-ups, ours likewise"),
+                    "ns",
+                    Better::Lower,
+                ));
+            }
+            if !w.analysis.latencies.is_empty() {
+                report.headline.push(Headline::new(
+                    "midi_fifo_latency_p99_vs_cyclictest",
+                    recorder(&w.analysis.latencies).quantile(0.99) as f64,
+                    c.quantile(0.99) as f64,
+                    peer_name("its wake-up latency p99; ours is the delivery latency p99 (arrival − due)"),
+                    "ns",
+                    Better::Lower,
+                ));
+            }
         }
     }
     match (find_side(Sched::Fixed), find_side(Sched::Timesharing)) {
         (Some(f), Some(t)) if !f.analysis.errors.is_empty() && !t.analysis.errors.is_empty() => {
             let (seg_f, seg_t) = (f.analysis.segment_worsts(per_segment), t.analysis.segment_worsts(per_segment));
             let (abs_f, abs_t) = (max_err(f).unwrap_or(0), max_err(t).unwrap_or(0));
-            let where_ = f.granted.rsplit("; ").next().unwrap_or("");
             if let (Some(ours), Some(peer)) = (median_ns(&seg_f), median_ns(&seg_t)) {
                 report.headline.push(
                     Headline::new(
@@ -1378,7 +1481,8 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
                         ours,
                         peer,
                         format!(
-                            "timesharing threads of the same output library, side by side in one window under CPU load ({where_}); ours and peer are the median over {} {SEGMENT_SECS}-s segments of each segment's worst interval error; absolute worst: fixed {}, timesharing {}",
+                            "timesharing threads of the same output library, side by side in one window under CPU load, due {} ms after ours; ours and peer are the median over {} {SEGMENT_SECS}-s segments of each segment's worst interval error; absolute worst: fixed {}, timesharing {}",
+                            SIDE_OFFSET.as_millis(),
                             seg_f.len().min(seg_t.len()),
                             format_ns(abs_f as f64),
                             format_ns(abs_t as f64)
@@ -1534,18 +1638,43 @@ mod tests {
     }
 
     #[test]
-    fn device_interrupts_and_the_quietest_cpu() {
-        let text = "           CPU0       CPU1       \n 24:          1          0  IO-APIC   5-edge      ACPI:Ged\n 36:          0    1490680 PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0\n 41:       9629          0 PCI-MSIX-0000:00:04.0   1-edge      virtio3-rx\nNMI:          0          0   Non-maskable interrupts\nLOC:   13066674   13825646   Local timer interrupts\nERR:          0\n";
-        let irqs = parse_device_interrupts(text);
-        assert_eq!(irqs, vec![(0, 9630), (1, 1_490_680)]);
-        assert_eq!(quietest_cpu(&[0, 1], &irqs), Some(0));
-        assert_eq!(quietest_cpu(&[1], &irqs), Some(1));
-        assert_eq!(quietest_cpu(&[0, 1], &[]), Some(1));
-        assert_eq!(quietest_cpu(&[], &irqs), None);
-        assert!(parse_device_interrupts("").is_empty());
-        if let Ok(text) = std::fs::read_to_string("/proc/interrupts") {
-            assert!(!parse_device_interrupts(&text).is_empty());
-        }
+    fn cyclictest_samples_parse() {
+        let text = "# /dev/cpu_dma_latency set to 0us\nThread 0 Interval: 10500\n       0:       0:   17460\n       0:       1:   14531\n       1:       0:      99\n       0:       2:   15868\nT: 0 ( 3073) P:80 I:10000 C:      3 Min:  14531 Act:   15868 Avg:   15953 Max:   17460\n";
+        assert_eq!(parse_cyclictest_samples(text).unwrap(), vec![17460, 14531, 15868]);
+        assert!(parse_cyclictest_samples("").is_err());
+        assert!(parse_cyclictest_samples("T: 0 ( 3073) P:80 I:10000 C: 0\n").is_err());
+        let gap = "       0:       0:   17\n       0:       2:   15\n";
+        assert!(parse_cyclictest_samples(gap).unwrap_err().contains("cycle 2"));
+        let huge = "       0:       0:   99999999999999999999999\n";
+        assert!(parse_cyclictest_samples(huge).is_err());
+    }
+
+    #[test]
+    fn cyclictest_interval_errors_follow_its_skipping() {
+        let t = 10_000_000u64;
+        // On time, a little late, on time: the late wake-up makes two intervals wrong.
+        assert_eq!(cyclictest_interval_errors(&[10, 510, 20], t), vec![500, 490]);
+        // A wake-up 25 ms late: cyclictest skips the two periods already past, so the
+        // next one is due three periods after it, 5 ms after the late wake-up.
+        assert_eq!(cyclictest_interval_errors(&[25_000_000, 0], t), vec![5_000_000]);
+        // Exactly one period late: the next is due at that same instant.
+        assert_eq!(cyclictest_interval_errors(&[t, 0], t), vec![t]);
+        assert!(cyclictest_interval_errors(&[5], t).is_empty());
+        assert!(cyclictest_interval_errors(&[], t).is_empty());
+        // The same measure as `analyse` on arrivals: wake-ups at due + latency.
+        let lat = [3_000u64, 80_000, 4_000, 9_000];
+        let arrivals: Vec<(u64, Time)> =
+            lat.iter().enumerate().map(|(k, &l)| (k as u64, Time::from_nanos(t * k as u64 + l))).collect();
+        let a = analyse(&arrivals, 4, Time::ZERO, Duration::from_nanos(t));
+        assert_eq!(cyclictest_interval_errors(&lat, t), a.errors);
+    }
+
+    #[test]
+    fn timer_threads_go_where_the_class_allows() {
+        assert!(timer_cpus(Sched::Deadline).is_empty());
+        let cpus = ictus_rt::thread::current_affinity().unwrap();
+        assert_eq!(timer_cpus(Sched::Fixed), cpus);
+        assert_eq!(timer_cpus(Sched::Timesharing), cpus);
     }
 
     #[test]
