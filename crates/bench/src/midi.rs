@@ -27,12 +27,19 @@
 //! - **the peer**: `cyclictest` (Debian rt-tests) in the same window, one thread at
 //!   100 Hz, the same class and priority as the output threads (`SCHED_FIFO` 80 for
 //!   fixed priority and deadline windows; `SCHED_OTHER` for timesharing), as many
-//!   loops as messages; its histogram is parsed by [`crate::alarm::parse_cyclictest`].
+//!   loops as messages; every wake-up's latency is read (`-v -N`,
+//!   [`parse_cyclictest_samples`]), so that its interval error can be computed too
+//!   ([`cyclictest_interval_errors`]).
 //!
 //! The measure is the paper's: the **interval error**, |interval − 10 ms| between
 //! consecutive arrivals (both present). Because sender and receiver share the clock,
 //! the **delivery latency** (arrival − due time) is reported too, which the paper
 //! could not measure across machines.
+//!
+//! The output library runs a timer thread on each CPU in the timesharing and
+//! fixed-priority windows (`timer_cpus`; a deadline thread cannot be pinned): on this
+//! VM the host stops one virtual CPU for milliseconds now and then, and a single timer
+//! thread was as late as cyclictest's, as often.
 //!
 //! The sending process locks its memory (`mlockall`, for every window alike, undone at
 //! the end; refused without privileges, then noted) and each window records the steal
@@ -47,47 +54,30 @@
 //! rounds of a timesharing, a fixed-priority and a deadline window, cyclictest in each.
 //! Under CPU load there is also one **side-by-side window**: a fixed-priority output and
 //! a timesharing output of the same library at once, each on its own cable with its own
-//! receiver and producer, their messages due at the same instants ([`SIDE_OFFSET`]),
-//! both outputs' threads and producers on one CPU (the one that has taken the fewest
-//! device interrupts). Whatever stops that CPU at a due time delays both.
+//! receiver and producer, the timesharing messages due [`SIDE_OFFSET`] after the
+//! fixed-priority ones, so both meet the same machine at the same time and only the
+//! class differs.
 //!
 //! # Headlines
 //!
 //! - `midi_fifo_p99_vs_cyclictest`: the fixed-priority window's interval-error p99 under
-//!   CPU load against cyclictest's p99 in the same window (target ≤ 1.5);
+//!   CPU load against cyclictest's wake-up latency p99 in the same window (target ≤ 1.5).
+//!   Beside it, without target, the same measure on both sides
+//!   (`midi_fifo_p99_vs_cyclictest_interval`: cyclictest's interval error) and delivery
+//!   latency against wake-up latency (`midi_fifo_latency_p99_vs_cyclictest`): an
+//!   interval error counts a late message twice and a steady delay not at all;
 //! - `midi_fifo_vs_timesharing_max`: from the side-by-side window, cut into
 //!   [`SEGMENT_SECS`]-second segments: the median over the segments of the
 //!   fixed-priority output's worst interval error in each, against the same for the
 //!   timesharing output (target ≤ 0.5). Every sample counts, none is capped; the median
 //!   of segment maxima is the worst case of a typical five seconds, which a single
-//!   stall of the virtual CPU does not decide;
+//!   stall of the machine does not decide;
 //! - `midi_fifo_vs_timesharing_abs_max` (no target), beside it: the single worst
 //!   interval error of each class in that window.
 //!
-//! # Where the worst cases come from
-//!
-//! A 120-s probe on this 2-vCPU VM (fixed-priority output threads, eight CPU-bound
-//! threads, the kernel's scheduler, timer and interrupt trace events on the monotonic
-//! clock) found 16 wake-ups of the timer thread more than 1 ms late (max 14.4 ms). In
-//! 15 the virtual CPU was not running: the timer interrupt came 0.9–14.4 ms after its
-//! expiry and the CPU had logged nothing before it for up to 15.7 ms — not even the
-//! 250 Hz tick a busy CPU takes every 4 ms — while a load thread ran in user mode (or
-//! the CPU was idle), or the interrupt came on time and the switch to the woken thread,
-//! due at once for a user-mode victim, came 2–3 ms later with nothing logged between.
-//! The host had taken the CPU (steal time rose on it). One (2 ms) was another
-//! program's huge-page fault in a kernel that does not preempt (`PREEMPT_NONE`). None
-//! was a page fault or a lock of ours. So the single worst case of a window is the
-//! host's, and hits every thread of the CPU alike; see `doc/midi.md`.
-//!
-//! # Measured
-//!
-//! Five full runs on 22 November 2026 (2-vCPU VM shared with other agents' builds; load
-//! average 0.9–4.7 at the start, about 2 at the end; steal 0.3–0.8 s per CPU in each
-//! 548-s run). `midi_fifo_vs_timesharing_max`: 0.269, 0.012, 1.65 (not met) with the
-//! timesharing messages due 5 ms after the fixed-priority ones, then, due at the same
-//! instants, 1.40 ms / 3.97 ms = 0.352 and 532 µs / 3.96 ms = 0.134; the single worst
-//! of each class in those two was one stall, the same for both (14.1 and 17.8 ms).
-//! `midi_fifo_p99_vs_cyclictest`: 1.20, 1.27, 0.72, 0.47, 3.36. Details in `doc/midi.md`.
+//! Where the worst cases come from (stalls of the virtual CPU by the host, other
+//! programs' kernel sections in a kernel that does not preempt) and the full runs are
+//! in `doc/midi.md`.
 
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -491,7 +481,7 @@ fn cyclictest_errors(runs: &[Vec<u64>]) -> Vec<u64> {
 /// time). cyclictest's due times are `nominal` apart, except that after a wake-up late
 /// by more than a period it skips the periods already past (its `next += interval`
 /// while `now > next`); so wake-up `i + 1` is due `m·nominal` after wake-up `i`'s due
-/// time, `m` = max(1, ⌈latencies[i] / nominal⌉), and the interval between the two
+/// time, `m = max(1, ⌈latencies[i] / nominal⌉)`, and the interval between the two
 /// wake-ups is `m·nominal + latencies[i + 1] − latencies[i]`.
 pub fn cyclictest_interval_errors(latencies: &[u64], nominal: u64) -> Vec<u64> {
     let nominal = i128::from(nominal.max(1));
@@ -1282,9 +1272,12 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
     report.conditions.policy = format!(
         "output threads timesharing / SCHED_FIFO {FIFO_PRIORITY} / SCHED_DEADLINE (see rows' granted); receiver SCHED_FIFO {RECEIVER_PRIORITY}"
     );
-    if let Some(w) = windows.iter().find(|w| w.side) {
-        let _ = w;
-    }
+    report.conditions.pinned = match timer_cpus(Sched::Fixed) {
+        cpus if cpus.len() > 1 => format!(
+            "the output library's timer threads, one on each of cpus {cpus:?} (timesharing and fixed-priority windows; a deadline thread cannot be pinned); nothing else"
+        ),
+        _ => "none".into(),
+    };
     notes.insert(
         0,
         format!(
@@ -1521,12 +1514,12 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
         }
     }
     notes.push(format!(
-        "{secs} s per window, {rounds} round(s) of timesharing, fixed priority and deadline per load (Table 1: each class in its own window); under CPU load also one {side_secs}-s window with a fixed-priority and a timesharing output side by side (each its own cable, receiver and producer; both outputs' messages due at the same instants ({} ms apart) and both outputs' threads on one CPU, so a stall of that CPU at a due time hits both); 100 messages/s enqueued {} s ahead; receivers SCHED_FIFO {RECEIVER_PRIORITY}, memory locked; the sender's memory {}",
+        "{secs} s per window, {rounds} round(s) of timesharing, fixed priority and deadline per load (Table 1: each class in its own window); under CPU load also one {side_secs}-s window with a fixed-priority and a timesharing output side by side (each its own cable, receiver and producer; the timesharing messages due {} ms after the fixed-priority ones, so that its threads wake alone); the output library runs a timer thread on each CPU in the timesharing and fixed-priority windows, one in the deadline windows (a deadline thread cannot be pinned); 100 messages/s enqueued {} s ahead; receivers SCHED_FIFO {RECEIVER_PRIORITY}, memory locked; the sender's memory {}",
         SIDE_OFFSET.as_millis(),
         AHEAD.as_secs(),
         if locked { "locked too (mlockall), for every window alike" } else { "not locked (see above)" }
     ));
-    notes.push("interval error is the paper's measure, on the kernel's arrival stamps (SO_TIMESTAMPNS; the rows 'receiver's reading' add the receiver's own wake-up); cyclictest measures wake-up lateness, one wake-up per period: our interval error is a difference of two latencies; a due message is written by the output library's timer thread itself when the byte sender is idle (one wake-up, as in cyclictest), and handed to the byte sender only when the device is full or messages are queued".into());
+    notes.push("interval error is the paper's measure, on the kernel's arrival stamps (SO_TIMESTAMPNS; the rows 'receiver's reading' add the receiver's own wake-up); cyclictest measures wake-up lateness, one wake-up per period, and its rows 'interval error' apply the paper's measure to its consecutive wake-ups (read with -v -N); an interval error counts a late message twice and a steady delay not at all; a due message is written by the output library's timer thread itself when the byte sender is idle (one wake-up, as in cyclictest), and handed to the byte sender only when the device is full or messages are queued".into());
     notes.push("the cable is unpaced (a UART with a FIFO); cyclictest sets /dev/cpu_dma_latency to 0 while it runs, for everything in its window".into());
     notes.push("the paper's AFS load is set beside our disk load and its X11+network load beside our network load; memory load has no counterpart".into());
     notes.push(
