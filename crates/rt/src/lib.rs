@@ -18,13 +18,16 @@
 //!   `SCHED_DEADLINE` reservation when permitted, create/run/suspend/destroy from any thread.
 //! - [`thread`]: real-time thread control (`SCHED_FIFO`/`SCHED_RR`/`SCHED_DEADLINE`,
 //!   affinity, `mlockall`, timer slack), granted as far as permitted and reported.
+//! - [`sync`]: a priority-inheriting mutex (a PI futex) and its condition variable, for
+//!   locks that real-time threads share with threads of lower priority.
 //!
 //! Time is always a parameter (`now`, `finished_at`), so every test runs on a virtual
 //! clock and never sleeps. The threads, timers and scheduling classes that turn these
 //! decisions into a running clock server and dispatcher are built on top. See
-//! `DESIGN.md` beside this crate for the choices and what of the papers is left out.
+//! `doc/rt.md` for the choices and what of the papers is left out.
 // Unsafe is denied here and allowed, per file, only in the thin system-call shells
-// (`thread`), where every block says why it is sound.
+// (`thread`) and the priority-inheriting lock (`sync`), where every block says why it
+// is sound.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -33,6 +36,7 @@ pub mod alarm;
 pub mod clock;
 pub mod runtime;
 pub mod sim;
+pub mod sync;
 pub mod thread;
 pub mod time;
 pub mod upcall;
