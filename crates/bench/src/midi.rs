@@ -10,8 +10,9 @@
 //! - **the sender**: this process, through the output library
 //!   ([`ictus_midi::output::Output`]: a timed queue, a timer thread that sleeps until
 //!   the head is due, a byte-sender thread) onto the virtual cable, unpaced (a UART
-//!   with a hardware FIFO: bytes leave when written). A producer thread keeps the
-//!   queue about a second ahead, 100 messages a second. The output threads run in one
+//!   with a hardware FIFO: bytes leave when written). A producer thread (timesharing,
+//!   as an application's own thread would be) keeps the queue about a second ahead,
+//!   100 messages a second. The output threads run in one
 //!   of three classes: **timesharing** (`SCHED_OTHER`), **fixed priority**
 //!   (`SCHED_FIFO` 80), **deadline** (`SCHED_DEADLINE`, 1 ms every 10 ms, implicit
 //!   deadline); all with 1 ns timer slack, so only the class differs;
@@ -1018,15 +1019,11 @@ fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) 
     let receiver = Receiver::start(n)?;
     let (output, log, granted) = open_output(&receiver.cable, sched, None, n)?;
 
-    // The producer (this thread) shares the output library's lock with its threads, and
-    // that lock does not inherit priority: a timesharing producer preempted while
-    // holding it would hold up the real-time threads (the priority inversion the paper
-    // found in C-Threads). So in the real-time windows it runs at the fixed priority,
-    // as an application using the library this way must; back to timesharing after.
-    let producer = match sched {
-        Sched::Timesharing => None,
-        Sched::Fixed | Sched::Deadline => Some(configure_current_thread(&Sched::Fixed.request())),
-    };
+    // The producer (this thread) is timesharing in every window, as an application's
+    // own thread would be. It shares the output library's lock with the output threads;
+    // the lock inherits priority, so a producer preempted while holding it runs at the
+    // priority of a real-time output thread waiting for it (the paper found this
+    // inversion in C-Threads' locks and had none to prevent it).
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let last_due = t0 + INTERVAL * (n.saturating_sub(1)) as u32;
     let mut cyclictest = None;
@@ -1046,9 +1043,6 @@ fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) 
     sleep_until(last_due + Duration::from_millis(200));
     let steal = steal_ms(&steal0, &read_steal());
     let faults = faults_between(faults0, output_faults(output.id()));
-    if producer.is_some() {
-        configure_current_thread(&Sched::Timesharing.request());
-    }
     let closed = output.close(Close::Drain);
     let records = receiver.finish();
     for f in failures {
@@ -1075,7 +1069,7 @@ fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) 
 
 /// The side-by-side window: a fixed-priority output and a timesharing output of the
 /// same library, at once, under the same load, each on its own cable with its own
-/// receiver and its own producer (at its output's class), so that both meet the same
+/// receiver and its own (timesharing) producer, so that both meet the same
 /// machine at the same time — the host's stalls of a virtual CPU, other programs'
 /// kernel sections — and only the class differs. Each has a timer thread on every CPU
 /// ([`timer_cpus`]); the timesharing output's messages are due [`SIDE_OFFSET`] after
@@ -1098,8 +1092,8 @@ fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Resul
             produce(&out_ts, n, t0_ts, || faults0_ts = output_faults(out_ts.id()), &mut fail_ts);
         });
         let fixed = scope.spawn(|| {
-            // At the fixed priority, as in the fixed-priority windows (see `window`).
-            configure_current_thread(&Sched::Fixed.request());
+            // Timesharing, as in the fixed-priority windows (see `window`).
+            configure_current_thread(&Sched::Timesharing.request());
             produce(
                 &out_fixed,
                 n,
@@ -1514,7 +1508,7 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
         }
     }
     notes.push(format!(
-        "{secs} s per window, {rounds} round(s) of timesharing, fixed priority and deadline per load (Table 1: each class in its own window); under CPU load also one {side_secs}-s window with a fixed-priority and a timesharing output side by side (each its own cable, receiver and producer; the timesharing messages due {} ms after the fixed-priority ones, so that its threads wake alone); the output library runs a timer thread on each CPU in the timesharing and fixed-priority windows, one in the deadline windows (a deadline thread cannot be pinned); 100 messages/s enqueued {} s ahead; receivers SCHED_FIFO {RECEIVER_PRIORITY}, memory locked; the sender's memory {}",
+        "{secs} s per window, {rounds} round(s) of timesharing, fixed priority and deadline per load (Table 1: each class in its own window); under CPU load also one {side_secs}-s window with a fixed-priority and a timesharing output side by side (each its own cable, receiver and producer; producers timesharing in every window, the output library's lock inheriting priority; the timesharing messages due {} ms after the fixed-priority ones, so that its threads wake alone); the output library runs a timer thread on each CPU in the timesharing and fixed-priority windows, one in the deadline windows (a deadline thread cannot be pinned); 100 messages/s enqueued {} s ahead; receivers SCHED_FIFO {RECEIVER_PRIORITY}, memory locked; the sender's memory {}",
         SIDE_OFFSET.as_millis(),
         AHEAD.as_secs(),
         if locked { "locked too (mlockall), for every window alike" } else { "not locked (see above)" }

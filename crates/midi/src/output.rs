@@ -57,10 +57,11 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use ictus_rt::sync::{PiCondvar, PiMutex, PiMutexGuard};
 use ictus_rt::thread::{configure_current_thread, Granted, Policy, ThreadRequest};
 use ictus_rt::Time;
 
@@ -230,13 +231,16 @@ struct State {
 
 #[derive(Debug)]
 struct Shared {
-    state: Mutex<State>,
+    /// Priority-inheriting: a timesharing program thread that `put`s while holding it
+    /// runs at the priority of a real-time output thread waiting for it (the paper's
+    /// priority inversion in C-Threads' locks, 000 §5).
+    state: PiMutex<State>,
     /// Signalled when the timed queue gains a message or the output closes.
-    timed_changed: Condvar,
+    timed_changed: PiCondvar,
     /// Signalled when the immediate queue gains a message or the output closes.
-    immediate_changed: Condvar,
+    immediate_changed: PiCondvar,
     /// Signalled when a thread has recorded what the scheduler granted it.
-    granted_changed: Condvar,
+    granted_changed: PiCondvar,
     /// Set by `close(Discard)`: read by the sender between retries without the lock.
     discard: AtomicBool,
     /// The device and what writing to it needs. Taken by whichever thread `sending`
@@ -262,9 +266,10 @@ impl fmt::Debug for Writer {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic in one of our threads must not take the host program down with it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> PiMutexGuard<'_, State> {
+        // Not poisoned: a panic in one of our threads must not take the host program
+        // down with it.
+        self.state.lock()
     }
 
     fn writer(&self) -> MutexGuard<'_, Writer> {
@@ -308,10 +313,10 @@ impl Output {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let describe = device.describe();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            timed_changed: Condvar::new(),
-            immediate_changed: Condvar::new(),
-            granted_changed: Condvar::new(),
+            state: PiMutex::new(State::default()),
+            timed_changed: PiCondvar::new(),
+            immediate_changed: PiCondvar::new(),
+            granted_changed: PiCondvar::new(),
             discard: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 device: Some(device),
@@ -460,7 +465,7 @@ impl Output {
     pub fn granted(&self) -> Vec<(&'static str, Granted)> {
         let mut st = self.shared.lock();
         while st.granted.len() < self.threads && !(st.timers == 0 && st.closing.is_some()) {
-            st = self.shared.granted_changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.shared.granted_changed.wait(st);
         }
         st.granted.clone()
     }
@@ -531,7 +536,7 @@ fn timer_thread(shared: &Shared, req: &ThreadRequest) {
             if st.closing.is_some() {
                 break;
             }
-            st = shared.timed_changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = shared.timed_changed.wait(st);
             continue;
         };
         let now = ictus_rt::clock::now();
@@ -659,7 +664,7 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
                         return give_back();
                     }
                 }
-                st = shared.immediate_changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = shared.immediate_changed.wait(st);
             }
         };
         let mut w = shared.writer();
