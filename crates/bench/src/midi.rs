@@ -1330,31 +1330,26 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
         if !a.latencies.is_empty() {
             report.rows.push(base(format!("{label}: delivery latency"), &recorder(&a.latencies), "arrival − due"));
         }
+        let (p, prio) = w.sched.cyclictest_policy();
+        let cyclictest_row = |case: &str, r: &LatencyRecorder, what: &str| {
+            r.row(format!("{} {}: {case}", w.load, w.sched.name()))
+                .with("load", w.load)
+                .with("sched", w.sched.name())
+                .with("measure", what)
+                .with("granted", format!("{p} {prio}"))
+                .with("lost", 0u64)
+                .with("late_puts", 0u64)
+                .to_value()
+        };
         if let Some(c) = cyclictest_recorder(&w.cyclictest) {
-            let (p, prio) = w.sched.cyclictest_policy();
-            report.rows.push(
-                c.row(format!("{} {}: cyclictest", w.load, w.sched.name()))
-                    .with("load", w.load)
-                    .with("sched", w.sched.name())
-                    .with("measure", "cyclictest wake-up latency, 100 Hz")
-                    .with("granted", format!("{p} {prio}"))
-                    .with("lost", 0u64)
-                    .with("late_puts", 0u64)
-                    .to_value(),
-            );
+            report.rows.push(cyclictest_row("cyclictest", &c, "cyclictest wake-up latency, 100 Hz"));
             let errors = cyclictest_errors(&w.cyclictest);
             if !errors.is_empty() {
-                report.rows.push(
-                    recorder(&errors)
-                        .row(format!("{} {}: cyclictest, interval error", w.load, w.sched.name()))
-                        .with("load", w.load)
-                        .with("sched", w.sched.name())
-                        .with("measure", "interval error |Δ − 10 ms| between cyclictest's consecutive wake-ups")
-                        .with("granted", format!("{p} {prio}"))
-                        .with("lost", 0u64)
-                        .with("late_puts", 0u64)
-                        .to_value(),
-                );
+                report.rows.push(cyclictest_row(
+                    "cyclictest, interval error",
+                    &recorder(&errors),
+                    "interval error |Δ − 10 ms| between cyclictest's consecutive wake-ups",
+                ));
             }
         }
         if a.strays > 0 {

@@ -114,6 +114,19 @@ fn threads_named(prefix: &str) -> Vec<String> {
     out
 }
 
+/// Put notes `0..n`, note `i` due at `due(i)`, each into the timed queue, and check
+/// that they arrive once each, in order, none before its time.
+fn put_timed_and_check_arrivals(out: &Output, rx: &mut Rx, n: usize, due: impl Fn(usize) -> Time) {
+    for i in 0..n {
+        assert_eq!(out.put(note(i), due(i)).unwrap(), Placement::Timed);
+    }
+    let got = rx.until(n).to_vec();
+    for (i, (arrived, m)) in got.iter().enumerate() {
+        assert_eq!(m.bytes(), note(i).bytes(), "message {i} out of order or twice");
+        assert!(*arrived >= due(i), "message {i} arrived at {arrived}, before its time {}", due(i));
+    }
+}
+
 #[test]
 fn timed_messages_keep_their_order_and_are_never_early() {
     let name = unique("order");
@@ -121,17 +134,7 @@ fn timed_messages_keep_their_order_and_are_never_early() {
     let out = open(&name);
     let t0 = now() + Duration::from_millis(50);
     let n = 40;
-    let mut when = Vec::new();
-    for i in 0..n {
-        let at = t0 + Duration::from_millis(3) * i as u32;
-        when.push(at);
-        assert_eq!(out.put(note(i), at).unwrap(), Placement::Timed);
-    }
-    let got = rx.until(n).to_vec();
-    for (i, (arrived, m)) in got.iter().enumerate() {
-        assert_eq!(m.bytes(), note(i).bytes(), "message {i} out of order");
-        assert!(*arrived >= when[i], "message {i} arrived at {arrived}, before its time {}", when[i]);
-    }
+    put_timed_and_check_arrivals(&out, &mut rx, n, |i| t0 + Duration::from_millis(3) * i as u32);
     let closed = out.close(Close::Drain);
     assert_eq!(closed.stats.sent, n as u64);
     assert_eq!(closed.stats.timed, n as u64);
@@ -427,18 +430,8 @@ fn timer_threads_on_every_cpu_send_each_message_once_in_order() {
     assert_eq!(threads_named(&prefix).len(), cpus.len() + 1, "{:?}", threads_named(&prefix));
     let t0 = now() + Duration::from_millis(50);
     let n = 200;
-    let mut when = Vec::new();
-    for i in 0..n {
-        // Some messages due at the same instant, most a little apart.
-        let at = t0 + Duration::from_millis(2) * (i / 2) as u32;
-        when.push(at);
-        assert_eq!(out.put(note(i), at).unwrap(), Placement::Timed);
-    }
-    let got = rx.until(n).to_vec();
-    for (i, (arrived, m)) in got.iter().enumerate() {
-        assert_eq!(m.bytes(), note(i).bytes(), "message {i} out of order or twice");
-        assert!(*arrived >= when[i], "message {i} arrived at {arrived}, before its time {}", when[i]);
-    }
+    // Pairs of messages due at the same instant, the pairs 2 ms apart.
+    put_timed_and_check_arrivals(&out, &mut rx, n, |i| t0 + Duration::from_millis(2) * (i / 2) as u32);
     assert!(rx.nothing_within(Duration::from_millis(200)), "a message went out twice");
     let closed = out.close(Close::Drain);
     assert_eq!((closed.stats.sent, closed.stats.timed, closed.stats.discarded), (n as u64, n as u64, 0));

@@ -63,44 +63,42 @@ fn a_panic_while_holding_it_unlocks_it() {
     assert_eq!(*m.lock(), 2);
 }
 
+/// Two threads taking turns through two condition variables: the one whose `parity`
+/// the turn has advances it and notifies the other (`notify_one` on one side,
+/// `notify_all` on the other, so both are used).
+type Turns = (PiMutex<u64>, [PiCondvar; 2]);
+
+fn take_turns(shared: &Turns, parity: u64, n: u64, started: Instant) {
+    let (m, cvs) = shared;
+    let mut g = m.lock();
+    while *g < n {
+        if *g % 2 == parity {
+            *g += 1;
+            let other = &cvs[1 - parity as usize];
+            if parity == 0 {
+                other.notify_all();
+            } else {
+                other.notify_one();
+            }
+        } else {
+            g = cvs[parity as usize].wait_timeout(g, Duration::from_secs(1));
+            assert!(started.elapsed() < WATCHDOG, "stuck at turn {}", *g);
+        }
+    }
+}
+
 #[test]
 fn waiters_see_every_notified_change() {
-    // A ping-pong of 2000 turns through two condition variables: a lost wake-up
-    // would hang it (the watchdog turns that into a failure).
-    struct Turns {
-        turn: u64,
-    }
-    let shared = Arc::new((PiMutex::new(Turns { turn: 0 }), PiCondvar::new(), PiCondvar::new()));
+    // A ping-pong of 2000 turns: a lost wake-up would hang it (the watchdog turns that
+    // into a failure).
+    let shared: Arc<Turns> = Arc::new((PiMutex::new(0), [PiCondvar::new(), PiCondvar::new()]));
     let n = 2000u64;
-    let other = Arc::clone(&shared);
     let started = Instant::now();
-    let odd = std::thread::spawn(move || {
-        let (m, even_cv, odd_cv) = &*other;
-        let mut g = m.lock();
-        while g.turn < n {
-            if g.turn % 2 == 1 {
-                g.turn += 1;
-                even_cv.notify_one();
-            } else {
-                g = odd_cv.wait_timeout(g, Duration::from_secs(1));
-                assert!(started.elapsed() < WATCHDOG, "stuck at turn {}", g.turn);
-            }
-        }
-    });
-    let (m, even_cv, odd_cv) = &*shared;
-    let mut g = m.lock();
-    while g.turn < n {
-        if g.turn % 2 == 0 {
-            g.turn += 1;
-            odd_cv.notify_all();
-        } else {
-            g = even_cv.wait_timeout(g, Duration::from_secs(1));
-            assert!(started.elapsed() < WATCHDOG, "stuck at turn {}", g.turn);
-        }
-    }
-    drop(g);
+    let other = Arc::clone(&shared);
+    let odd = std::thread::spawn(move || take_turns(&other, 1, n, started));
+    take_turns(&shared, 0, n, started);
     odd.join().unwrap();
-    assert_eq!(m.lock().turn, n);
+    assert_eq!(*shared.0.lock(), n);
 }
 
 #[test]
