@@ -1,6 +1,7 @@
 //! The output library: the paper's `libmtmidi` (000 §4.2) in Rust form.
 //!
-//! [`Output::open`] takes a [`Device`] and starts two threads:
+//! [`Output::open`] takes a [`Device`] and starts two threads (a timer thread per CPU
+//! asked for, see below, and the byte sender):
 //!
 //! - the **timer thread** serves the *timed queue*: it sleeps until the head message is
 //!   due (`clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`, see
@@ -34,6 +35,13 @@
 //! of timer slack) through [`ictus_rt::thread::configure_current_thread`], which never
 //! fails: what the system refused is reported once on standard error and in
 //! [`Output::granted`].
+//!
+//! With [`OutputOptions::timer_cpus`] there is a timer thread pinned to each of those
+//! CPUs, racing for each due message, so that a CPU stopped by a virtual machine's host
+//! (or busy in a kernel section that does not preempt) at a message's time does not
+//! delay it. The queue's lock inherits priority ([`ictus_rt::sync::PiMutex`]): a
+//! program's timesharing thread preempted inside [`Output::put`] runs at the priority of
+//! an output thread waiting for it (the inversion the paper met in C-Threads, 000 §5).
 //!
 //! # Nothing to wait for on the way out
 //!
