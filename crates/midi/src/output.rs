@@ -1,7 +1,7 @@
 //! The output library: the paper's `libmtmidi` (000 §4.2) in Rust form.
 //!
-//! [`Output::open`] takes a [`Device`] and starts two threads (a timer thread per CPU
-//! asked for, see below, and the byte sender):
+//! [`Output::open`] takes a [`Device`] and starts a timer thread (or one on each CPU
+//! asked for, see below) and a byte sender:
 //!
 //! - the **timer thread** serves the *timed queue*: it sleeps until the head message is
 //!   due (`clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`, see
