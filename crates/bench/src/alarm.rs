@@ -247,32 +247,28 @@ fn start_cyclictest(sched: Sched, interval: Duration, loops: u64) -> std::io::Re
 /// Start `cyclictest` (rt-tests) as the peer of a timing experiment: one thread woken
 /// every `interval`, `loops` times, under `policy` (`other` or `fifo`) at `prio`, its
 /// latency histogram (µs buckets up to `CYCLICTEST_HIST_US`) on standard output for
-/// [`parse_cyclictest`]. Used by `alarm` and `midi`.
+/// [`parse_cyclictest`].
 pub fn spawn_cyclictest(
     policy: &str,
     prio: u8,
     interval: Duration,
     loops: u64,
 ) -> std::io::Result<std::process::Child> {
-    Command::new("cyclictest")
-        .args([
-            "-q".to_string(),
-            "-t".into(),
-            "1".into(),
-            "-i".into(),
-            interval.as_micros().to_string(),
-            "-l".into(),
-            loops.to_string(),
-            "-h".into(),
-            CYCLICTEST_HIST_US.to_string(),
-            "-p".into(),
-            prio.to_string(),
-            format!("--policy={policy}"),
-        ])
+    cyclictest_command(policy, prio, interval, loops, &["-h", &CYCLICTEST_HIST_US.to_string()]).spawn()
+}
+
+/// The `cyclictest` command of [`spawn_cyclictest`] with `output` for what it prints
+/// (`-h N` for a histogram, `-v -N` for every wake-up in ns), standard output piped.
+/// Used by `alarm` and `midi`.
+pub fn cyclictest_command(policy: &str, prio: u8, interval: Duration, loops: u64, output: &[&str]) -> Command {
+    let mut c = Command::new("cyclictest");
+    c.args(["-q", "-t", "1", "-i", &interval.as_micros().to_string(), "-l", &loops.to_string()])
+        .args(output)
+        .args(["-p", &prio.to_string(), &format!("--policy={policy}")])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+        .stderr(Stdio::null());
+    c
 }
 
 /// The in-process sleeper: deadlines `t0 + k·interval`, k = 1..=loops, missed ones

@@ -725,25 +725,7 @@ impl Cyclictest {
     /// ns (`-v -N`).
     fn start(sched: Sched, loops: u64) -> std::io::Result<Cyclictest> {
         let (policy, prio) = sched.cyclictest_policy();
-        let mut child = std::process::Command::new("cyclictest")
-            .args([
-                "-q".to_string(),
-                "-t".into(),
-                "1".into(),
-                "-i".into(),
-                INTERVAL.as_micros().to_string(),
-                "-l".into(),
-                loops.to_string(),
-                "-v".into(),
-                "-N".into(),
-                "-p".into(),
-                prio.to_string(),
-                format!("--policy={policy}"),
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
+        let mut child = crate::alarm::cyclictest_command(policy, prio, INTERVAL, loops, &["-v", "-N"]).spawn()?;
         let mut out = child.stdout.take();
         let reader = std::thread::spawn(move || {
             let mut text = String::new();
@@ -878,14 +860,9 @@ impl Drop for Receiver {
     }
 }
 
-/// An output library on a logged cable, its threads in class `sched` (and on `cpus`),
-/// with a timer thread on each CPU where the class allows it ([`timer_cpus`]).
-fn open_output(
-    cable: &str,
-    sched: Sched,
-    cpus: Option<Vec<usize>>,
-    n: u64,
-) -> Result<(Output, WriteLog, String), BenchError> {
+/// An output library on a logged cable, its threads in class `sched`, with a timer
+/// thread on each CPU where the class allows it ([`timer_cpus`]).
+fn open_output(cable: &str, sched: Sched, n: u64) -> Result<(Output, WriteLog, String), BenchError> {
     let device = CableOut::open(cable, None).map_err(|e| BenchError::io("midi: cable", std::io::Error::other(e)))?;
     // Written through once here, so that the output threads' first writes to it take no
     // page fault (its memory may be reused heap that the receiver's fork made
@@ -894,11 +871,7 @@ fn open_output(
     records.clear();
     let log = Arc::new(Mutex::new(records));
     let device = LoggedCable { inner: device, log: Arc::clone(&log) };
-    let options = OutputOptions {
-        thread: ThreadRequest { cpus, ..sched.request() },
-        timer_cpus: timer_cpus(sched),
-        ..OutputOptions::default()
-    };
+    let options = OutputOptions { thread: sched.request(), timer_cpus: timer_cpus(sched), ..OutputOptions::default() };
     let output = Output::open(Box::new(device), options)
         .map_err(|e| BenchError::io("midi: output", std::io::Error::other(e.to_string())))?;
     let threads = output.granted();
@@ -1017,7 +990,7 @@ fn faults_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, 
 fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Vec<String>) -> Result<Window, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
     let receiver = Receiver::start(n)?;
-    let (output, log, granted) = open_output(&receiver.cable, sched, None, n)?;
+    let (output, log, granted) = open_output(&receiver.cable, sched, n)?;
 
     // The producer (this thread) is timesharing in every window, as an application's
     // own thread would be. It shares the output library's lock with the output threads;
@@ -1078,8 +1051,8 @@ fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Resul
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
     let rx_fixed = Receiver::start(n)?;
     let rx_ts = Receiver::start(n)?;
-    let (out_fixed, log_fixed, granted_fixed) = open_output(&rx_fixed.cable, Sched::Fixed, None, n)?;
-    let (out_ts, log_ts, granted_ts) = open_output(&rx_ts.cable, Sched::Timesharing, None, n)?;
+    let (out_fixed, log_fixed, granted_fixed) = open_output(&rx_fixed.cable, Sched::Fixed, n)?;
+    let (out_ts, log_ts, granted_ts) = open_output(&rx_ts.cable, Sched::Timesharing, n)?;
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let t0_ts = t0 + SIDE_OFFSET;
     let last_due = t0_ts + INTERVAL * (n.saturating_sub(1)) as u32;
@@ -1087,13 +1060,11 @@ fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Resul
     let (mut faults0_fixed, mut faults0_ts) = (None, None);
     let (mut fail_fixed, mut fail_ts) = (Vec::new(), Vec::new());
     std::thread::scope(|scope| {
+        // Both producers timesharing, as in the other windows (see `window`).
         let ts = scope.spawn(|| {
-            configure_current_thread(&Sched::Timesharing.request());
             produce(&out_ts, n, t0_ts, || faults0_ts = output_faults(out_ts.id()), &mut fail_ts);
         });
         let fixed = scope.spawn(|| {
-            // Timesharing, as in the fixed-priority windows (see `window`).
-            configure_current_thread(&Sched::Timesharing.request());
             produce(
                 &out_fixed,
                 n,
@@ -1689,7 +1660,7 @@ mod tests {
     fn an_output_on_a_logged_cable_reports_its_writes_and_faults() {
         let name = unique_cable();
         let rx = StampedCable::open(&name).unwrap();
-        let (output, log, granted) = open_output(&name, Sched::Timesharing, None, 4).unwrap();
+        let (output, log, granted) = open_output(&name, Sched::Timesharing, 4).unwrap();
         assert!(granted.contains("timer"), "{granted}");
         assert!(output_faults(output.id()).is_some());
         for k in 0..3 {

@@ -303,8 +303,6 @@ pub struct Output {
     sender: Option<JoinHandle<Box<dyn Device>>>,
     describe: String,
     max_queued: usize,
-    /// Threads that record what the scheduler granted them: the timers and the sender.
-    threads: usize,
 }
 
 impl fmt::Debug for Output {
@@ -361,17 +359,13 @@ impl Output {
                 }
             }
         }
-        let sender = match spawned {
-            Ok(()) => {
-                let shared = Arc::clone(&shared);
-                let opts = options.clone();
-                std::thread::Builder::new()
-                    .name(Output::thread_name(id, "send"))
-                    .spawn(move || sender_thread(&shared, &opts))
-            }
-            Err(e) => Err(e),
-        };
-        let threads = timers.len() + 1;
+        let sender = spawned.and_then(|()| {
+            let shared = Arc::clone(&shared);
+            let opts = options.clone();
+            std::thread::Builder::new()
+                .name(Output::thread_name(id, "send"))
+                .spawn(move || sender_thread(&shared, &opts))
+        });
         let sender = match sender {
             Ok(s) => s,
             Err(e) => {
@@ -387,7 +381,7 @@ impl Output {
                 return Err(OpenError::Spawn(e));
             }
         };
-        Ok(Output { id, shared, timers, sender: Some(sender), describe, max_queued: options.max_queued, threads })
+        Ok(Output { id, shared, timers, sender: Some(sender), describe, max_queued: options.max_queued })
     }
 
     /// This output's number in the process (its threads are named `mo<ID>-timer` and
@@ -471,8 +465,10 @@ impl Output {
     /// What the scheduler granted each thread (`("timer", …)` for each timer thread,
     /// `("send", …)`), waiting until all have started.
     pub fn granted(&self) -> Vec<(&'static str, Granted)> {
+        // Every timer thread and the sender record what they were granted.
+        let threads = self.timers.len() + 1;
         let mut st = self.shared.lock();
-        while st.granted.len() < self.threads && !(st.timers == 0 && st.closing.is_some()) {
+        while st.granted.len() < threads && !(st.timers == 0 && st.closing.is_some()) {
             st = self.shared.granted_changed.wait(st);
         }
         st.granted.clone()
