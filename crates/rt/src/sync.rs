@@ -41,10 +41,23 @@ thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
 }
 
-/// The calling thread's kernel id (what a PI futex word holds).
+/// The calling thread's kernel id (what a PI futex word holds), read once per thread.
+/// A child made by `fork` starts with a copy of the forking thread's cache but a new
+/// id, so the first read registers a handler that clears the cache in the child.
 fn current_tid() -> u32 {
     TID.with(|t| {
         if t.get() == 0 {
+            static AT_FORK: std::sync::Once = std::sync::Once::new();
+            AT_FORK.call_once(|| {
+                extern "C" fn forget_tid() {
+                    TID.with(|t| t.set(0));
+                }
+                // SAFETY: registers a handler that only writes this thread's
+                // thread-local cell, which is safe to do in a freshly forked child.
+                unsafe {
+                    libc::pthread_atfork(None, None, Some(forget_tid));
+                }
+            });
             t.set(rustix::thread::gettid().as_raw_nonzero().get() as u32);
         }
         t.get()
@@ -99,11 +112,6 @@ impl<T> PiMutex<T> {
         }
     }
 
-    /// The data, through exclusive access (no locking needed).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.data.get_mut()
-    }
-
     /// The data, taking the mutex apart.
     pub fn into_inner(self) -> T {
         self.data.into_inner()
@@ -118,12 +126,6 @@ impl<T> PiMutex<T> {
                 panic!("PiMutex::unlock: FUTEX_UNLOCK_PI failed: {e}");
             }
         }
-    }
-}
-
-impl<T: Default> Default for PiMutex<T> {
-    fn default() -> PiMutex<T> {
-        PiMutex::new(T::default())
     }
 }
 

@@ -187,3 +187,66 @@ fn the_owner_runs_at_the_priority_of_a_real_time_waiter() {
         m_spun_ms.load(Ordering::Acquire)
     );
 }
+
+/// The state letter of thread `tid` of this process (`R`, `S`, …) from `/proc`.
+fn thread_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// In a child made by `fork` from a thread that had used a mutex, the lock still names
+/// the right owner: the child's main thread locks, a second thread blocks on it in the
+/// kernel, and the unlock hands it over. (A thread id cached from before the fork would
+/// put the parent's thread id in the word, and the kernel would refuse the unlock.)
+#[test]
+fn a_forked_child_locks_with_its_own_thread_id() {
+    let warm = PiMutex::new(());
+    drop(warm.lock());
+    // SAFETY: the child only locks, spawns a thread and reads /proc before `_exit`;
+    // glibc keeps malloc usable in a child of a threaded parent.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(|| {
+            let m = Arc::new(PiMutex::new(0u32));
+            let g = m.lock();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let other = Arc::clone(&m);
+            let t = std::thread::spawn(move || {
+                tx.send(rustix::thread::gettid().as_raw_nonzero().get()).unwrap();
+                *other.lock() += 1;
+            });
+            let tid = rx.recv().unwrap();
+            let started = Instant::now();
+            while thread_state(tid) != Some('S') {
+                assert!(started.elapsed() < WATCHDOG, "the second thread never blocked");
+                std::thread::yield_now();
+            }
+            drop(g);
+            t.join().unwrap();
+            assert_eq!(*m.lock(), 1);
+        })
+        .is_ok();
+        // SAFETY: ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let started = Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if started.elapsed() > WATCHDOG {
+            // SAFETY: kills and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("the forked child hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child failed: status {status:#x}");
+}
