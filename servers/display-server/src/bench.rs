@@ -1,0 +1,1 @@
+//! The experiment (written below).

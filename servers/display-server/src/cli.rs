@@ -1,0 +1,1 @@
+//! `ictus display` (written below).

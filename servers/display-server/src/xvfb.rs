@@ -1,0 +1,86 @@
+//! A private X server for tests and experiments: Debian's `Xvfb`, on a display number
+//! it picks itself (`-displayfd`), listening on no TCP port, stopped on drop.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running Xvfb.
+#[derive(Debug)]
+pub struct Xvfb {
+    child: Child,
+    display: String,
+}
+
+/// Why Xvfb could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum XvfbError {
+    /// The program is not there.
+    #[error("Xvfb is not installed (Debian package xvfb; scripts/setup.sh installs it): {0}")]
+    Missing(std::io::Error),
+    /// It started but did not say its display.
+    #[error("Xvfb did not start: {0}")]
+    NoDisplay(String),
+}
+
+impl Xvfb {
+    /// Start one with a `width × height` 24-bit screen; returns once it accepts
+    /// connections.
+    pub fn start(width: u16, height: u16) -> Result<Xvfb, XvfbError> {
+        let mut cmd = Command::new("Xvfb");
+        cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-screen", "0"])
+            .arg(format!("{width}x{height}x24"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        crate::sys::die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(XvfbError::Missing)?;
+        let out = child.stdout.take().expect("piped");
+        // -displayfd writes the number once the server listens.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let line = loop {
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(50)) {
+                break l;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(XvfbError::NoDisplay(format!("it exited with {status}")));
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(XvfbError::NoDisplay("no display number within 30 s".into()));
+            }
+        };
+        let n: u32 = line.trim().parse().map_err(|_| XvfbError::NoDisplay(format!("it said {line:?}")))?;
+        Ok(Xvfb { child, display: format!(":{n}") })
+    }
+
+    /// The display name, for `DISPLAY` or [`crate::Screen::X`].
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
