@@ -606,7 +606,6 @@ impl<'a> Request<'a> {
                 };
                 if let Request::PresentFrame { tag, due_ns, .. } = *self {
                     out.extend_from_slice(&tag.to_le_bytes());
-                    out.extend_from_slice(&0u32.to_le_bytes());
                     out.extend_from_slice(&due_ns.to_le_bytes());
                 }
                 if let Some(b) = inline {

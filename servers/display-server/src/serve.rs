@@ -199,10 +199,9 @@ fn open_reply(core: &Core, p: &PortSetup, rcv: &Received, clients: &mut HashMap<
                 _ => return refuse("a port connection brings one send right, to its event port"),
             };
             let Ok(port) = p.space.allocate_port() else { return refuse("no port") };
-            let notify = PortArg::new(p.notify, Disposition::MakeSendOnce);
-            if p.space.move_member(port, p.set).is_err()
-                || p.space.request_notification(port, NotifyKind::NoSenders, Some(notify)).is_err()
-            {
+            // The no-senders request comes after the answer has made the client's send
+            // right (see `port_loop`): asked now, with no sender yet, it would fire at once.
+            if p.space.move_member(port, p.set).is_err() {
                 let _ = p.space.destroy(port);
                 return refuse("cannot set up the request port");
             }
@@ -255,14 +254,13 @@ pub(crate) fn port_loop(core: Arc<Core>, p: PortSetup) {
         if port == p.service {
             if rcv.id == service::OPEN {
                 let mut m = open_reply(&core, &p, &rcv, &mut clients);
-                if let Some(r) = reply {
-                    if space.send(r, &mut m, SendOptions::NONBLOCKING).is_err() {
-                        // The caller gave up: forget the port it would have had.
-                        if let Some(PortArg { name, .. }) = m.ports.first() {
-                            if clients.contains_key(name) {
-                                close_port_client(&core, &space, *name, &mut clients);
-                            }
-                        }
+                let new_port = m.ports.first().map(|a| a.name).filter(|n| clients.contains_key(n));
+                let sent = reply.is_some_and(|r| space.send(r, &mut m, SendOptions::NONBLOCKING).is_ok());
+                if let Some(port) = new_port {
+                    let notify = PortArg::new(p.notify, Disposition::MakeSendOnce);
+                    if !sent || space.request_notification(port, NotifyKind::NoSenders, Some(notify)).is_err() {
+                        // The caller gave up, or the port cannot be watched: forget it.
+                        close_port_client(&core, &space, port, &mut clients);
                     }
                 }
             } else if let Some(r) = reply {
