@@ -572,6 +572,8 @@ impl Display {
         Request::Sync { serial, shown }.encode(&mut self.st.out);
         let reply = self.send_batch(true)?;
         if let Some(bytes) = reply {
+            // Messages the server sent before its answer are already on the event port.
+            self.drain_events()?;
             self.take_messages(&bytes)?;
         }
         let deadline = Instant::now() + self.st.timeout;
@@ -595,6 +597,24 @@ impl Display {
             bytes = &bytes[n..];
         }
         Ok(())
+    }
+
+    /// Take every message already waiting on a port client's event port.
+    fn drain_events(&mut self) -> Result<(), DisplayError> {
+        loop {
+            let Conn::Port { space, events, received, .. } = &mut self.conn else { return Ok(()) };
+            let opts = ReceiveOptions { timeout: Some(Duration::ZERO), populate_ool: false };
+            match space.receive(*events, received, opts) {
+                Ok(()) => {}
+                Err(ictus_ipc::ReceiveError::TimedOut) => return Ok(()),
+                Err(e) => return Err(DisplayError::Closed(e.to_string())),
+            }
+            if received.id != service::EVENTS || !received.ports.is_empty() || received.reply.is_some() {
+                return Err(DisplayError::Closed(format!("message {} on the event port", received.id)));
+            }
+            let bytes = received.data().to_vec();
+            self.take_messages(&bytes)?;
+        }
     }
 
     /// Read what the server sent, waiting at most `timeout` for something.
@@ -681,6 +701,23 @@ impl Display {
     /// Messages already received, without waiting.
     pub fn pending_events(&mut self) -> impl Iterator<Item = Message> + '_ {
         self.st.events.drain(..)
+    }
+
+    /// Send `bytes` as a batch, unchecked, as a client that ignores the protocol would
+    /// (for tests that play a hostile client).
+    #[doc(hidden)]
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), DisplayError> {
+        self.st.out.extend_from_slice(bytes);
+        self.send_batch(false).map(|_| ())
+    }
+
+    /// The shared-memory channel itself (for tests that scribble on it).
+    #[doc(hidden)]
+    pub fn shm_channel(&mut self) -> Option<&mut ictus_shm::Client> {
+        match &mut self.conn {
+            Conn::Shm { client } => Some(client),
+            _ => None,
+        }
     }
 
     /// Counters of the shared-memory channel, for the experiments (wake-ups per record).

@@ -36,7 +36,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { windows: 64, pixels: 64 << 20, queued_frames: 16, outbox: 4096, attachments: 64 }
+        Limits { windows: 64, pixels: 16 << 20, queued_frames: 16, outbox: 4096, attachments: 64 }
     }
 }
 

@@ -164,7 +164,12 @@ pub(crate) fn run(core: Arc<Core>) {
             lead.retain(|k, _| wins.iter().any(|w| w.key == *k));
             continue;
         }
-        // Nothing to do now: sleep until woken, the next frame, or the next refresh.
+        // Nothing to do now: everything sent was acknowledged, so what was retired
+        // meanwhile is no longer read by the screen.
+        drop(wins);
+        let retired = std::mem::take(&mut *lock(&core.retired));
+        core.free(retired);
+        // Sleep until woken, the next frame, or the next refresh.
         let mut wake_at = next_due;
         if core.damage_pending.load(Ordering::Acquire) {
             let r = last_damage + core.refresh_ns;

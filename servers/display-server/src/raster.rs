@@ -304,7 +304,8 @@ mod tests {
             let seg = Segment { x1: x % 200, y1: y % 200, x2: x2 % 200, y2: y2 % 200 };
             prop_assert!(s.bounds().contains(&s.segment(seg, RasterOp::Copy, 3)));
             let img = vec![9u8; 4 * 5 * 3];
-            prop_assert!(s.bounds().contains(&s.put_image(Rect { x, y, w: 5, h: 3 }, 20, &img)));
+            let r = Rect { x, y, w: 5, h: 3 };
+            prop_assert!(s.bounds().contains(&s.put_image(r, 20, &img)));
         }
     }
 }

@@ -419,6 +419,7 @@ pub(crate) fn socket_loop(core: Arc<Core>, listener: UnixListener, wake: Arc<Wak
         }
         for (key, c) in conns.iter_mut() {
             if !write_client(&ep, *key, c) {
+                core.stats.cut_off.fetch_add(1, Ordering::Relaxed);
                 closed.push(*key);
             }
         }

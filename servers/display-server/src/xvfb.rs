@@ -58,7 +58,18 @@ impl Xvfb {
             }
         };
         let n: u32 = line.trim().parse().map_err(|_| XvfbError::NoDisplay(format!("it said {line:?}")))?;
-        Ok(Xvfb { child, display: format!(":{n}") })
+        let x = Xvfb { child, display: format!(":{n}") };
+        // Until a connection completes its set-up: a client connecting in the same
+        // instant has been seen to be hung up on.
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match x11rb::rust_connection::RustConnection::connect(Some(&x.display)) {
+                Ok(_) => return Ok(x),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(XvfbError::NoDisplay(format!("{} never accepted a connection: {last}", x.display)))
     }
 
     /// The display name, for `DISPLAY` or [`crate::Screen::X`].
