@@ -7,7 +7,10 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ictus_ipc::{Disposition, Message as PortMessage, Name, OolBuffer, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space};
+use ictus_ipc::{
+    Disposition, Message as PortMessage, Name, OolBuffer, PortArg, ReceiveOptions, Received, RightKind, SendOptions,
+    Space,
+};
 use ictus_shm::{ClientOptions, Geometry, WaitConfig};
 
 use crate::proto::{self, items, Message, RasterOp, Rect, Request, Segment, Source};
@@ -257,10 +260,7 @@ impl Display {
             cleanup(space);
             return Err(invalid(format!("protocol version {version}")));
         }
-        let info = ServerInfo {
-            width: u16::from_le_bytes([d[4], d[5]]),
-            height: u16::from_le_bytes([d[6], d[7]]),
-        };
+        let info = ServerInfo { width: u16::from_le_bytes([d[4], d[5]]), height: u16::from_le_bytes([d[6], d[7]]) };
         let one_send_right = |space: &Space| -> Result<Name, ConnectError> {
             match got.ports.as_slice() {
                 [r] if r.kind == RightKind::Send => Ok(r.name),
@@ -344,7 +344,12 @@ impl Display {
     }
 
     /// Create a window (inside `parent`, or top-level), filled with `background`.
-    pub fn create_window(&mut self, parent: Option<Window>, rect: Rect, background: u32) -> Result<Window, DisplayError> {
+    pub fn create_window(
+        &mut self,
+        parent: Option<Window>,
+        rect: Rect,
+        background: u32,
+    ) -> Result<Window, DisplayError> {
         let id = self.st.next_window;
         self.st.next_window += 1;
         self.push(Request::CreateWindow { id, parent: parent.map_or(0, |w| w.0), rect, background })?;
@@ -398,7 +403,15 @@ impl Display {
     }
 
     /// Draw text in 8×8 cells from `(x, y)` (top-left), on `bg` if given.
-    pub fn text(&mut self, w: Window, x: i16, y: i16, fg: u32, bg: Option<u32>, text: &[u8]) -> Result<(), DisplayError> {
+    pub fn text(
+        &mut self,
+        w: Window,
+        x: i16,
+        y: i16,
+        fg: u32,
+        bg: Option<u32>,
+        text: &[u8],
+    ) -> Result<(), DisplayError> {
         self.push(Request::Text { window: w.0, x, y, fg, bg, text })
     }
 
@@ -453,7 +466,9 @@ impl Display {
                     Err(e) => return Err(DisplayError::Unsendable(e.to_string())),
                 }
             }
-            Conn::Port { .. } => FrameBuf::Ool(OolBuffer::new(len).map_err(|e| DisplayError::Unsendable(e.to_string()))?),
+            Conn::Port { .. } => {
+                FrameBuf::Ool(OolBuffer::new(len).map_err(|e| DisplayError::Unsendable(e.to_string()))?)
+            }
             Conn::Socket { .. } => {
                 // The request's header first, the pixels behind it: written in place.
                 let at = self.st.out.len();
@@ -532,10 +547,12 @@ impl Display {
                         }
                         end += n;
                     }
-                    client.send_wait(service::TAG_BATCH, &st.out[start..end], Some(st.timeout)).map_err(|e| match e {
-                        ictus_shm::SendError::TimedOut => DisplayError::TimedOut,
-                        e => DisplayError::Closed(e.to_string()),
-                    })?;
+                    client.send_wait(service::TAG_BATCH, &st.out[start..end], Some(st.timeout)).map_err(
+                        |e| match e {
+                            ictus_shm::SendError::TimedOut => DisplayError::TimedOut,
+                            e => DisplayError::Closed(e.to_string()),
+                        },
+                    )?;
                     start = end;
                 }
                 st.out.clear();
@@ -578,7 +595,9 @@ impl Display {
         }
         let deadline = Instant::now() + self.st.timeout;
         loop {
-            if let Some(i) = self.st.events.iter().position(|m| matches!(m, Message::Synced { serial: s, .. } if *s == serial)) {
+            if let Some(i) =
+                self.st.events.iter().position(|m| matches!(m, Message::Synced { serial: s, .. } if *s == serial))
+            {
                 let Some(Message::Synced { exec_ns, requests, .. }) = self.st.events.remove(i) else { unreachable!() };
                 return Ok(SyncInfo { server_ns: exec_ns, requests });
             }
@@ -653,7 +672,8 @@ impl Display {
                 Ok(())
             }
             Conn::Port { space, events, received, .. } => {
-                let opts = ReceiveOptions { timeout: Some(timeout.unwrap_or(Duration::from_secs(3600))), populate_ool: false };
+                let opts =
+                    ReceiveOptions { timeout: Some(timeout.unwrap_or(Duration::from_secs(3600))), populate_ool: false };
                 match space.receive(*events, received, opts) {
                     Ok(()) => {}
                     Err(ictus_ipc::ReceiveError::TimedOut) => return Ok(()),

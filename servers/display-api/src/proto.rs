@@ -475,7 +475,12 @@ impl<'a> Request<'a> {
                 if op == op::FILL_RECTS {
                     Request::FillRects { window, op: rop, color, rects: Items { bytes, _t: std::marker::PhantomData } }
                 } else {
-                    Request::Segments { window, op: rop, color, segments: Items { bytes, _t: std::marker::PhantomData } }
+                    Request::Segments {
+                        window,
+                        op: rop,
+                        color,
+                        segments: Items { bytes, _t: std::marker::PhantomData },
+                    }
                 }
             }
             op::TEXT => {
@@ -588,7 +593,8 @@ impl<'a> Request<'a> {
                 out.extend_from_slice(&dx.to_le_bytes());
                 out.extend_from_slice(&dy.to_le_bytes());
             }
-            Request::PutImage { window, rect, stride, source } | Request::PresentFrame { window, rect, stride, source, .. } => {
+            Request::PutImage { window, rect, stride, source }
+            | Request::PresentFrame { window, rect, stride, source, .. } => {
                 opcode = if matches!(self, Request::PutImage { .. }) { op::PUT_IMAGE } else { op::PRESENT_FRAME };
                 out.extend_from_slice(&window.to_le_bytes());
                 put_rect(out, rect);
@@ -843,7 +849,8 @@ impl Message {
             kind::KEY | kind::BUTTON => {
                 exact(20)?;
                 only(0)?;
-                let (window, press, code, state, x, y) = (r.u32(8), buf[12] != 0, buf[13], r.u16(14), r.i16(16), r.i16(18));
+                let (window, press, code, state, x, y) =
+                    (r.u32(8), buf[12] != 0, buf[13], r.u16(14), r.i16(16), r.i16(18));
                 if k == kind::KEY {
                     Message::Key { window, press, keycode: code, state, x, y }
                 } else {
@@ -953,7 +960,8 @@ mod tests {
         // An image whose stated size does not match its bytes.
         let img = [0u8; 16];
         let mut out = Vec::new();
-        Request::PutImage { window: 1, rect: Rect::new(0, 0, 2, 2), stride: 8, source: Source::Inline(&img) }.encode(&mut out);
+        Request::PutImage { window: 1, rect: Rect::new(0, 0, 2, 2), stride: 8, source: Source::Inline(&img) }
+            .encode(&mut out);
         out[20] = 4; // stride 4 < 2 pixels
         assert_eq!(Request::decode(&out), Err(DecodeError::BadGeometry(op::PUT_IMAGE)));
         // A window of zero width.
@@ -986,4 +994,35 @@ mod tests {
             prop_assert_eq!((o, c), (op, color));
         }
     }
+}
+
+/// The fuzz target's body (`fuzz/fuzz_targets/display_request.rs`): decode `data` as a
+/// batch of requests, and as messages, checking the decoder's promises; returns how
+/// many requests the whole batch holds, or `None` if it is not a valid batch.
+///
+/// Promises: a decoded request never claims more bytes than there are, is a multiple
+/// of 4 long, and encodes to bytes that decode to the same request.
+pub fn fuzz_batch(data: &[u8]) -> Option<usize> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        let Ok((m, n)) = Message::decode(rest) else { break };
+        assert!(n <= rest.len() && n % 4 == 0 && n >= HEADER);
+        let mut again = Vec::new();
+        m.encode(&mut again);
+        assert_eq!(Message::decode(&again), Ok((m, again.len())), "a message does not survive re-encoding");
+        rest = &rest[n..];
+    }
+    let mut rest = data;
+    let mut count = 0;
+    while !rest.is_empty() {
+        let (req, n) = Request::decode(rest).ok()?;
+        assert!(n <= rest.len() && n % 4 == 0 && n >= HEADER, "a request claims {n} of {} bytes", rest.len());
+        let mut again = Vec::new();
+        req.encode(&mut again);
+        let (back, m) = Request::decode(&again).expect("a decoded request encodes to a valid one");
+        assert_eq!((back, m), (req, again.len()), "a request does not survive re-encoding");
+        rest = &rest[n..];
+        count += 1;
+    }
+    Some(count)
 }

@@ -1,1 +1,164 @@
-//! `ictus display` (written below).
+//! What `ictus display` does: serve, or run a small client against a server.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ictus_display::{monotonic_ns, ConnectOptions, Display, Rect, Transport};
+use ictus_ipc::Space;
+
+use crate::{Options, Screen};
+
+/// Why `ictus display` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The server could not start.
+    #[error(transparent)]
+    Start(#[from] crate::StartError),
+    /// The name server.
+    #[error("reaching the name server: {0} (start `ictus name-server` first)")]
+    NameServer(#[from] ictus_name_server::ConnectError),
+    /// Registration.
+    #[error("registering {0:?} with the name server: {1}")]
+    Register(String, ictus_name_server::ClientError),
+    /// The socket's directory.
+    #[error(transparent)]
+    Path(#[from] ictus_name_server::socket::PathError),
+    /// Signals, files.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// As a client.
+    #[error(transparent)]
+    Connect(#[from] ictus_display::ConnectError),
+    /// As a client.
+    #[error(transparent)]
+    Display(#[from] ictus_display::DisplayError),
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Options of `ictus display serve`.
+#[derive(Debug, Default)]
+pub struct ServeOptions {
+    /// Headless, with this screen size (`WxH`), instead of an X server.
+    pub headless: Option<String>,
+    /// The X display (default `$DISPLAY`).
+    pub display: Option<String>,
+    /// Do not use MIT-SHM even if the X server has it.
+    pub no_mit_shm: bool,
+    /// The socket transport's path (default: `display.sock` beside the name server's).
+    pub socket: Option<PathBuf>,
+    /// The name to register under.
+    pub name: Option<String>,
+    /// The name server's socket.
+    pub name_server: Option<PathBuf>,
+    /// Presents of drawing per second at most.
+    pub refresh_hz: Option<u32>,
+    /// Save the screen as a PNG when stopping.
+    pub png: Option<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Result<(u16, u16), CliError> {
+    let (w, h) = s.split_once('x').ok_or_else(|| CliError::Usage(format!("{s:?}: expected WIDTHxHEIGHT")))?;
+    let p = |v: &str| v.parse::<u16>().ok().filter(|&n| n > 0 && n <= 8192);
+    match (p(w), p(h)) {
+        (Some(w), Some(h)) => Ok((w, h)),
+        _ => Err(CliError::Usage(format!("{s:?}: sizes are 1 to 8192"))),
+    }
+}
+
+/// `ictus display serve`: run the server, register it, serve until `SIGINT`/`SIGTERM`.
+pub fn serve(o: ServeOptions) -> Result<(), CliError> {
+    let (stop_r, stop_w) = UnixStream::pair()?;
+    let mut ids = Vec::new();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        ids.push(signal_hook::low_level::pipe::register(sig, stop_w.try_clone()?)?);
+    }
+    let screen = match &o.headless {
+        Some(s) => {
+            let (width, height) = parse_size(s)?;
+            Screen::Headless { width, height }
+        }
+        None => Screen::X { display: o.display.clone(), shm: !o.no_mit_shm },
+    };
+    let socket = match o.socket {
+        Some(p) => p,
+        None => ictus_name_server::socket::prepare_default_socket_path()?.with_file_name("display.sock"),
+    };
+    let mut opts = Options::headless(0, 0, Some(socket.clone()));
+    opts.screen = screen;
+    if let Some(hz) = o.refresh_hz {
+        opts.refresh_hz = hz;
+    }
+    let space = Space::task();
+    let running = crate::spawn(&space, opts)?;
+    let ns = match &o.name_server {
+        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
+        None => ictus_name_server::Client::connect(&space)?,
+    };
+    let name = o.name.unwrap_or_else(|| ictus_display::SERVICE_NAME.to_owned());
+    ns.register(&name, running.service_port()).map_err(|e| CliError::Register(name.clone(), e))?;
+    let how = match running.x() {
+        Some(x) if x.has_shm() => "an X server, MIT-SHM",
+        Some(_) => "an X server, PutImage (no MIT-SHM)",
+        None => "headless",
+    };
+    eprintln!(
+        "ictus display: registered as {name:?}; shown on {how}; socket {} (pid {})",
+        socket.display(),
+        std::process::id()
+    );
+    let mut b = [0u8; 1];
+    let _ = rustix::io::read(stop_r.as_fd(), &mut b);
+    for id in ids {
+        signal_hook::low_level::unregister(id);
+    }
+    let _ = ns.unregister(&name);
+    if let Some(p) = &o.png {
+        running.save_png(p)?;
+        eprintln!("ictus display: saved the screen to {}", p.display());
+    }
+    let s = running.stats();
+    running.stop();
+    eprintln!(
+        "ictus display: stopped ({} clients, {} presents, {} frames shown, {} dropped, {} cut off)",
+        s.clients, s.presents, s.frames_shown, s.frames_dropped, s.cut_off
+    );
+    Ok(())
+}
+
+/// `ictus display demo`: a client that shows what the server does for `seconds`:
+/// munching squares, scrolling text and a moving frame, over `transport`.
+pub fn demo(transport: Transport, seconds: f64, name_server: Option<PathBuf>) -> Result<(), CliError> {
+    let mut o = ConnectOptions::new(transport);
+    o.name_server = name_server;
+    let mut d = Display::connect(&o)?;
+    let w = d.create_window(None, Rect::new(0, 0, 512, 320), 0x000020)?;
+    d.set_title(w, &format!("ictus display demo ({})", transport.name()))?;
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut k = 0u32;
+    let mut iters = 0u64;
+    while Instant::now() < end {
+        for i in 0..256i16 {
+            d.fill_rect(w, Rect::new(i, (i ^ (k as i16 & 0xff)) % 256, 1, 1), 0xffffff)?;
+        }
+        d.copy_area(w, Rect::new(256, 8, 256, 248), 256, 0)?;
+        d.text(w, 256, 248, 0x00ff00, Some(0), format!("frame {k:6} over {}", transport.name()).as_bytes())?;
+        let mut f = d.frame(128, 64)?;
+        for (i, px) in f.pixels().chunks_exact_mut(4).enumerate() {
+            let v = ((i as u32 / 4 + k * 3) & 0xff) * 0x010001;
+            px.copy_from_slice(&v.to_le_bytes());
+        }
+        f.present(w, 64, 256, monotonic_ns() + 5_000_000, k)?;
+        d.sync()?;
+        let _ = d.pending_events().count();
+        k += 1;
+        iters += 1;
+        std::thread::sleep(Duration::from_millis(16));
+    }
+    d.sync_shown()?;
+    println!("{iters} iterations over {}", transport.name());
+    Ok(())
+}

@@ -250,14 +250,22 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(screen: (u16, u16), x: Option<Arc<XConn>>, limits: Limits, refresh_ns: u64) -> rustix::io::Result<Core> {
+    pub(crate) fn new(
+        screen: (u16, u16),
+        x: Option<Arc<XConn>>,
+        limits: Limits,
+        refresh_ns: u64,
+    ) -> rustix::io::Result<Core> {
         Ok(Core {
             windows: Mutex::new(HashMap::new()),
             screen,
             x,
             limits,
             next_key: AtomicU64::new(1),
-            present_wake: rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?,
+            present_wake: rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )?,
             damage_pending: AtomicBool::new(false),
             fences: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
@@ -506,12 +514,18 @@ impl Session {
             Request::Text { window, x, y, fg, bg, text } => {
                 draw(self, window, op::TEXT, &mut |s| s.text(x, y, fg & 0xff_ffff, bg.map(|b| b & 0xff_ffff), text))
             }
-            Request::CopyArea { window, src, dx, dy } => draw(self, window, op::COPY_AREA, &mut |s| s.copy_area(src, dx, dy)),
+            Request::CopyArea { window, src, dx, dy } => {
+                draw(self, window, op::COPY_AREA, &mut |s| s.copy_area(src, dx, dy))
+            }
             Request::PutImage { window, rect, stride, source } => match source {
                 Source::Inline(b) => draw(self, window, op::PUT_IMAGE, &mut |s| s.put_image(rect, stride as usize, b)),
                 Source::Attachment(seq) => {
-                    let Some(src) = self.attachment_for(core, op::PUT_IMAGE, window, seq, rect, stride) else { return false };
-                    let changed = draw(self, window, op::PUT_IMAGE, &mut |s| src.with_bytes(|b| s.put_image(rect, stride as usize, b)));
+                    let Some(src) = self.attachment_for(core, op::PUT_IMAGE, window, seq, rect, stride) else {
+                        return false;
+                    };
+                    let changed = draw(self, window, op::PUT_IMAGE, &mut |s| {
+                        src.with_bytes(|b| s.put_image(rect, stride as usize, b))
+                    });
                     core.free(vec![src]);
                     changed
                 }
@@ -546,7 +560,15 @@ impl Session {
         }
     }
 
-    fn attachment_for(&mut self, core: &Core, opc: u8, window: u32, seq: u32, rect: Rect, stride: u32) -> Option<FrameSrc> {
+    fn attachment_for(
+        &mut self,
+        core: &Core,
+        opc: u8,
+        window: u32,
+        seq: u32,
+        rect: Rect,
+        stride: u32,
+    ) -> Option<FrameSrc> {
         let Some(src) = self.take_attachment(core, seq) else {
             self.error(core, error::BAD_ATTACHMENT, opc, window);
             return None;

@@ -14,8 +14,8 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use ictus_display::proto::Message;
 use ictus_display::monotonic_ns;
+use ictus_display::proto::Message;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::core::{lock, resize, Core, FrameJob, Out, Win};
@@ -73,7 +73,13 @@ pub(crate) fn run(core: Arc<Core>) {
                     core.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
                     frames.push((
                         win.clone(),
-                        Message::Frame { window: win.id, tag: prev.tag, due_ns: prev.due_ns, shown_ns: now, dropped: true },
+                        Message::Frame {
+                            window: win.id,
+                            tag: prev.tag,
+                            due_ns: prev.due_ns,
+                            shown_ns: now,
+                            dropped: true,
+                        },
                     ));
                     lock(&core.retired).push(prev.src);
                 }
@@ -233,8 +239,12 @@ fn x_event(core: &Core, e: XEvent) {
             }
             Message::Configure { window: win.id, rect }
         }
-        XEvent::Key { press, code, state, x, y, .. } => Message::Key { window: win.id, press, keycode: code, state, x, y },
-        XEvent::Button { press, button, state, x, y, .. } => Message::Button { window: win.id, press, button, state, x, y },
+        XEvent::Key { press, code, state, x, y, .. } => {
+            Message::Key { window: win.id, press, keycode: code, state, x, y }
+        }
+        XEvent::Button { press, button, state, x, y, .. } => {
+            Message::Button { window: win.id, press, button, state, x, y }
+        }
         XEvent::Motion { state, x, y, .. } => Message::Motion { window: win.id, state, x, y },
     };
     let mut b = Vec::with_capacity(32);

@@ -20,7 +20,12 @@ pub struct Area {
 impl Area {
     /// From a protocol rectangle.
     pub fn of(r: Rect) -> Area {
-        Area { x0: r.x.into(), y0: r.y.into(), x1: i32::from(r.x) + i32::from(r.w), y1: i32::from(r.y) + i32::from(r.h) }
+        Area {
+            x0: r.x.into(),
+            y0: r.y.into(),
+            x1: i32::from(r.x) + i32::from(r.w),
+            y1: i32::from(r.y) + i32::from(r.h),
+        }
     }
 
     /// Whether it covers nothing.
@@ -196,7 +201,8 @@ impl Surface<'_> {
             return Area::default();
         }
         let (w, sx) = (d.w(), (d.x0 - ox) as usize);
-        let rows: Box<dyn Iterator<Item = i32>> = if oy > 0 { Box::new((d.y0..d.y1).rev()) } else { Box::new(d.y0..d.y1) };
+        let rows: Box<dyn Iterator<Item = i32>> =
+            if oy > 0 { Box::new((d.y0..d.y1).rev()) } else { Box::new(d.y0..d.y1) };
         for y in rows {
             let from = (y - oy) as usize * self.w + sx;
             let to = y as usize * self.w + d.x0 as usize;

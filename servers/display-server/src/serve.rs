@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ictus_display::{proto, service, Transport};
-use ictus_ipc::{Disposition, Message, Name, NotifyKind, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space};
+use ictus_ipc::{
+    Disposition, Message, Name, NotifyKind, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space,
+};
 use ictus_shm::{ClientId, Event, Next};
 use rustix::event::epoll;
 
@@ -514,4 +516,3 @@ pub(crate) fn socket_waker() -> rustix::io::Result<Arc<Waker>> {
     let fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
     Ok(Arc::new(Waker::Fd(fd)))
 }
-

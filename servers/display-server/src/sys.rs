@@ -107,3 +107,11 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
         std::os::unix::process::CommandExt::pre_exec(cmd, pre);
     }
 }
+
+/// A `u32` slice as its bytes (little-endian on the machines ictus runs on).
+pub fn u32_bytes_mut(s: &mut [u32]) -> &mut [u8] {
+    let len = s.len() * 4;
+    // SAFETY: u8 has no alignment requirement and every bit pattern is valid; the
+    // byte slice covers exactly the u32 slice's memory and borrows it mutably.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
+}

@@ -325,7 +325,9 @@ impl XConn {
                     x: e.event_x,
                     y: e.event_y,
                 },
-                Event::MotionNotify(e) => XEvent::Motion { xid: e.event, state: e.state.into(), x: e.event_x, y: e.event_y },
+                Event::MotionNotify(e) => {
+                    XEvent::Motion { xid: e.event, state: e.state.into(), x: e.event_x, y: e.event_y }
+                }
                 _ => continue,
             };
             out.push(ev);

@@ -28,7 +28,9 @@ impl Xvfb {
     /// connections.
     pub fn start(width: u16, height: u16) -> Result<Xvfb, XvfbError> {
         let mut cmd = Command::new("Xvfb");
-        cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-screen", "0"])
+        // -noreset: an X server resets when its last client leaves, and refuses
+        // connections meanwhile; a test or an experiment opens and closes many.
+        cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-screen", "0"])
             .arg(format!("{width}x{height}x24"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

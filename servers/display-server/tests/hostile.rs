@@ -24,7 +24,9 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 fn errors(d: &mut Display) -> Vec<(u16, u32)> {
     d.sync().expect("sync");
-    d.pending_events().filter_map(|m| if let Message::Error { code, window, .. } = m { Some((code, window)) } else { None }).collect()
+    d.pending_events()
+        .filter_map(|m| if let Message::Error { code, window, .. } = m { Some((code, window)) } else { None })
+        .collect()
 }
 
 #[test]

@@ -21,7 +21,8 @@ fn expected() -> Vec<u32> {
         s.copy_area(Rect::new(0, 0, 100, 50), 100, 60);
         let img: Vec<u8> = (0..16 * 8).flat_map(|i| (0x010101 * (i as u32 % 200)).to_le_bytes()).collect();
         s.put_image(Rect::new(150, 5, 16, 8), 64, &img);
-        let frame: Vec<u8> = (0..32 * 24).flat_map(|i| (0x00a0_0000 | (i as u32 * 97) & 0xffff).to_le_bytes()).collect();
+        let frame: Vec<u8> =
+            (0..32 * 24).flat_map(|i| (0x00a0_0000 | (i as u32 * 97) & 0xffff).to_le_bytes()).collect();
         s.put_image(Rect::new(10, 60, 32, 24), 128, &frame);
     }
     let mut sub = vec![0x00ff00u32; 40 * 30];
