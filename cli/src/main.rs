@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod display;
 mod load;
 mod midi;
 
@@ -84,6 +85,8 @@ enum Command {
     /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
     /// send each message to the clients subscribed to its class; registered as "midi_inputport".
     MidiServer(ictus_midi_server::cli::ServerArgs),
+    /// The display server (002) and a demo client.
+    Display(display::DisplayArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench {
         /// List the experiments, one per line, and exit.
@@ -139,12 +142,16 @@ enum Experiment {
     /// library onto the virtual cable, timesharing / fixed priority / deadline, under loads,
     /// beside cyclictest in the same window.
     Midi(BenchArgs),
+    /// Display transports (002 Table 1, §4.2; 000 §10): muncher, a scrolling terminal, a maze,
+    /// frames and frames paced at 30 fps over socket, ports and shared memory, beside x11rb
+    /// drawing straight into the same Xvfb.
+    Display(BenchArgs),
 }
 
 impl Experiment {
     /// Every experiment, as `ictus bench NAME` spells it.
     const NAMES: &'static [&'static str] =
-        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"];
+        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "display"];
 }
 
 #[derive(clap::Args, Debug)]
@@ -185,6 +192,7 @@ fn bench_ipc(a: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn main() -> ExitCode {
     // Experiments run their peers as child processes of this same binary.
     ictus_bench::maybe_run_child();
+    ictus_display_server::bench::maybe_run_child();
     let cli = Cli::parse();
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
@@ -212,6 +220,7 @@ fn main() -> ExitCode {
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
+        Command::Display(a) => display::main(a),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {
                 println!("{e}");
@@ -233,6 +242,7 @@ fn main() -> ExitCode {
             }
             Experiment::Shm(a) => ictus_bench::shm::main(a.quick, a.json).map_err(Into::into),
             Experiment::Midi(a) => ictus_bench::midi::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Display(a) => ictus_display_server::bench::main(a.quick, a.json).map_err(Into::into),
         },
     };
     match result {
