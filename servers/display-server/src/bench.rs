@@ -1048,6 +1048,9 @@ fn collect_frames(
                     early.record(due_ns.saturating_sub(shown_ns));
                 }
             }
+            Some(Message::Error { code, op, .. }) => {
+                return Err(io("paced frames", format!("the server refused a request: error {code}, opcode {op}")))
+            }
             Some(_) => {}
             None => return Ok(()),
         }

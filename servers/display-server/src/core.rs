@@ -247,6 +247,8 @@ pub(crate) struct Core {
     pub stats: CoreStats,
     /// The shortest time between two presents of damage (not of timed frames).
     pub refresh_ns: u64,
+    /// The presenter's state, for whichever thread runs a present cycle.
+    pub present: Mutex<crate::present::PresentState>,
 }
 
 impl Core {
@@ -274,6 +276,7 @@ impl Core {
             stop: AtomicBool::new(false),
             stats: CoreStats::default(),
             refresh_ns,
+            present: Mutex::new(crate::present::PresentState::default()),
         })
     }
 
@@ -425,7 +428,7 @@ impl Session {
     /// batch goes on; bytes that do not decode end the batch with `Err` (the caller cuts
     /// the client off).
     pub(crate) fn execute(&mut self, core: &Core, mut bytes: &[u8]) -> Result<(), BatchError> {
-        let start = Instant::now();
+        let mut mark = Instant::now();
         let mut damaged = false;
         let result = loop {
             if bytes.is_empty() {
@@ -438,8 +441,14 @@ impl Session {
             bytes = &bytes[n..];
             self.requests += 1;
             if let Request::Sync { serial, shown } = req {
-                self.exec_ns += start.elapsed().as_nanos() as u64;
+                // What this batch drew so far is damage a sync with the screen must show.
+                if std::mem::take(&mut damaged) {
+                    core.damaged();
+                }
+                self.exec_ns += mark.elapsed().as_nanos() as u64;
                 self.sync(core, serial, shown);
+                // A sync with the screen presents on this thread: not request time.
+                mark = Instant::now();
                 continue;
             }
             damaged |= self.one(core, req);
@@ -447,7 +456,7 @@ impl Session {
         if damaged {
             core.damaged();
         }
-        self.exec_ns += start.elapsed().as_nanos() as u64;
+        self.exec_ns += mark.elapsed().as_nanos() as u64;
         result
     }
 
@@ -462,8 +471,17 @@ impl Session {
             None => Out::Msg(bytes),
         };
         if shown {
+            // Present now, on this thread, and answer after the X server has: two
+            // thread hops fewer than asking the presenter.
             lock(&core.fences).push(Fence { outbox: self.outbox.clone(), out });
-            core.wake_presenter();
+            let done = match core.present.try_lock() {
+                Ok(mut ps) => crate::present::cycle(core, &mut ps, true).is_ok(),
+                Err(_) => false,
+            };
+            if !done {
+                // The presenter is in a cycle now (or gone): it will answer.
+                core.wake_presenter();
+            }
         } else {
             lock(&self.outbox.q).push_back(out);
         }

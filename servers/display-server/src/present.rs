@@ -22,12 +22,160 @@ use crate::core::{lock, resize, Core, FrameJob, Out, Win};
 use crate::raster::{Area, Surface};
 use crate::x11::XEvent;
 
+/// What the presenter remembers between cycles.
+#[derive(Debug, Default)]
+pub(crate) struct PresentState {
+    /// When damage was last presented.
+    last_damage: u64,
+    /// Per window: the X server's latency for its frames (send to acknowledge).
+    lead: HashMap<u64, u64>,
+    /// The earliest time a queued frame is to be sent.
+    next_due: Option<u64>,
+}
+
+/// One present cycle: due frames, damage (if the refresh period has passed, or
+/// `force`), fenced syncs; then a round trip to the X server and what follows it.
+/// Returns `Err` when the X server is gone. Any thread may run one (a transport
+/// thread does for a sync that waits for the screen, saving two thread hops); they
+/// take turns on the state's lock.
+pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<bool, ()> {
+    let now = monotonic_ns();
+    let fences = std::mem::take(&mut *lock(&core.fences));
+    let force = force || !fences.is_empty();
+    let damage_now =
+        core.damage_pending.load(Ordering::Acquire) && (now.saturating_sub(ps.last_damage) >= core.refresh_ns || force);
+    if damage_now {
+        core.damage_pending.store(false, Ordering::Release);
+    }
+    let wins: Vec<Arc<Win>> = lock(&core.windows).values().cloned().collect();
+    ps.next_due = None;
+    let mut frames: Vec<(Arc<Win>, Message)> = Vec::new();
+    let mut framed: Vec<u64> = Vec::new();
+    let mut sent = false;
+    for win in &wins {
+        let mut st = lock(&win.st);
+        if st.destroyed {
+            continue;
+        }
+        let ahead = ps.lead.get(&win.key).copied().unwrap_or(0);
+        let mut take: Option<FrameJob> = None;
+        while let Some(f) = st.queue.front() {
+            let send_at = f.due_ns.saturating_sub(ahead);
+            if f.due_ns != 0 && send_at > now {
+                ps.next_due = Some(ps.next_due.map_or(send_at, |d: u64| d.min(send_at)));
+                break;
+            }
+            let f = st.queue.pop_front().expect("not empty");
+            if let Some(prev) = take.replace(f) {
+                // A later frame is due too: this one is never shown.
+                core.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                frames.push((
+                    win.clone(),
+                    Message::Frame { window: win.id, tag: prev.tag, due_ns: prev.due_ns, shown_ns: now, dropped: true },
+                ));
+                lock(&core.retired).push(prev.src);
+            }
+        }
+        if let Some(f) = take {
+            if let Some(old) = st.overlay.take() {
+                if Area::of(f.rect).contains(&Area::of(old.rect)) {
+                    lock(&core.retired).push(old.src);
+                } else {
+                    st.overlay = Some(old);
+                    st.materialize(&core.retired);
+                }
+            }
+            frames.push((
+                win.clone(),
+                Message::Frame { window: win.id, tag: f.tag, due_ns: f.due_ns, shown_ns: 0, dropped: false },
+            ));
+            framed.push(win.key);
+            st.overlay = Some(f);
+            st.overlay_dirty = true;
+            if core.x.is_none() {
+                // Headless: the frame goes into the contents now.
+                st.materialize(&core.retired);
+            }
+        }
+        let Some(x) = &core.x else {
+            st.damage = Area::default();
+            continue;
+        };
+        let Some(xw) = st.x else { continue };
+        if damage_now {
+            let d = std::mem::take(&mut st.damage);
+            if !d.is_empty() {
+                sent |= x.put_area(xw, &st.px, d).is_ok();
+                // The contents under a frame not yet copied into them are stale: the
+                // frame goes on top again.
+                if st.overlay.as_ref().is_some_and(|f| !Area::of(f.rect).clip(&d).is_empty()) {
+                    st.overlay_dirty = true;
+                }
+            }
+        }
+        if st.overlay_dirty {
+            st.overlay_dirty = false;
+            if let Some(f) = &st.overlay {
+                let ok = match &f.src {
+                    crate::core::FrameSrc::Held { held, seg: Some(seg) } => {
+                        x.put_segment(xw, *seg, held.offset(), f.stride, f.rect).is_ok()
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    // Not in a segment the X server has: through the contents.
+                    st.materialize(&core.retired);
+                    let d = std::mem::take(&mut st.damage);
+                    let _ = x.put_area(xw, &st.px, d);
+                }
+                sent = true;
+            }
+        }
+    }
+    drop(wins);
+    if damage_now {
+        ps.last_damage = now;
+    }
+    if !(sent || force || !frames.is_empty()) {
+        return Ok(false);
+    }
+    // What was retired up to now is read, if at all, by requests sent before the round
+    // trip below: free it once the X server has answered.
+    let retired = std::mem::take(&mut *lock(&core.retired));
+    let t_send = monotonic_ns();
+    if let Some(x) = &core.x {
+        x.ack().map_err(|_| ())?;
+    }
+    let t_ack = monotonic_ns();
+    core.stats.presents.fetch_add(1, Ordering::Relaxed);
+    for key in framed {
+        let e = ps.lead.entry(key).or_insert(t_ack - t_send);
+        *e = (*e * 7 + (t_ack - t_send)) / 8;
+    }
+    for f in fences {
+        f.outbox.push_wake(f.out);
+    }
+    for (win, mut m) in frames {
+        if let Message::Frame { shown_ns, dropped: false, .. } = &mut m {
+            *shown_ns = t_ack;
+            core.stats.frames_shown.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut b = Vec::with_capacity(32);
+        m.encode(&mut b);
+        win.outbox.push_wake(Out::Msg(b));
+    }
+    core.free(retired);
+    if ps.lead.len() > 4 * lock(&core.windows).len() + 16 {
+        let live = lock(&core.windows);
+        ps.lead.retain(|k, _| live.contains_key(k));
+    }
+    Ok(true)
+}
+
 /// Run until `core.stop`.
 pub(crate) fn run(core: Arc<Core>) {
     crate::sys::exact_timers();
     let mut xev = Vec::new();
-    let mut last_damage = 0u64;
-    let mut lead: HashMap<u64, u64> = HashMap::new();
     loop {
         if core.stop.load(Ordering::Acquire) {
             break;
@@ -42,137 +190,20 @@ pub(crate) fn run(core: Arc<Core>) {
                 x_event(&core, e);
             }
         }
-        let now = monotonic_ns();
-        let fences = std::mem::take(&mut *lock(&core.fences));
-        let damage_now = core.damage_pending.load(Ordering::Acquire)
-            && (now.saturating_sub(last_damage) >= core.refresh_ns || !fences.is_empty());
-        if damage_now {
-            core.damage_pending.store(false, Ordering::Release);
-        }
-        let wins: Vec<Arc<Win>> = lock(&core.windows).values().cloned().collect();
-        let mut next_due: Option<u64> = None;
-        let mut frames: Vec<(Arc<Win>, Message)> = Vec::new();
-        let mut framed: Vec<u64> = Vec::new();
-        let mut sent = false;
-        for win in &wins {
-            let mut st = lock(&win.st);
-            if st.destroyed {
-                continue;
-            }
-            let ahead = lead.get(&win.key).copied().unwrap_or(0);
-            let mut take: Option<FrameJob> = None;
-            while let Some(f) = st.queue.front() {
-                let send_at = f.due_ns.saturating_sub(ahead);
-                if f.due_ns != 0 && send_at > now {
-                    next_due = Some(next_due.map_or(send_at, |d: u64| d.min(send_at)));
-                    break;
-                }
-                let f = st.queue.pop_front().expect("not empty");
-                if let Some(prev) = take.replace(f) {
-                    // A later frame is due too: this one is never shown.
-                    core.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-                    frames.push((
-                        win.clone(),
-                        Message::Frame {
-                            window: win.id,
-                            tag: prev.tag,
-                            due_ns: prev.due_ns,
-                            shown_ns: now,
-                            dropped: true,
-                        },
-                    ));
-                    lock(&core.retired).push(prev.src);
-                }
-            }
-            if let Some(f) = take {
-                if let Some(old) = st.overlay.take() {
-                    if Area::of(f.rect).contains(&Area::of(old.rect)) {
-                        lock(&core.retired).push(old.src);
-                    } else {
-                        st.overlay = Some(old);
-                        st.materialize(&core.retired);
-                    }
-                }
-                frames.push((
-                    win.clone(),
-                    Message::Frame { window: win.id, tag: f.tag, due_ns: f.due_ns, shown_ns: 0, dropped: false },
-                ));
-                framed.push(win.key);
-                st.overlay = Some(f);
-                st.overlay_dirty = true;
-                if core.x.is_none() {
-                    // Headless: the frame goes into the contents now.
-                    st.materialize(&core.retired);
-                }
-            }
-            let Some(x) = &core.x else {
-                st.damage = Area::default();
-                continue;
-            };
-            let Some(xw) = st.x else { continue };
-            if damage_now || !fences.is_empty() {
-                let d = std::mem::take(&mut st.damage);
-                if !d.is_empty() {
-                    sent |= x.put_area(xw, &st.px, d).is_ok();
-                }
-            }
-            if st.overlay_dirty {
-                st.overlay_dirty = false;
-                if let Some(f) = &st.overlay {
-                    let ok = match &f.src {
-                        crate::core::FrameSrc::Held { held, seg: Some(seg) } => {
-                            x.put_segment(xw, *seg, held.offset(), f.stride, f.rect).is_ok()
-                        }
-                        _ => false,
-                    };
-                    if !ok {
-                        // Not in a segment the X server has: through the contents.
-                        st.materialize(&core.retired);
-                        let d = std::mem::take(&mut st.damage);
-                        let _ = x.put_area(xw, &st.px, d);
-                    }
-                    sent = true;
-                }
-            }
-        }
-        if damage_now {
-            last_damage = now;
-        }
-        let work = sent || !fences.is_empty() || !frames.is_empty();
-        if work {
-            let t_send = monotonic_ns();
-            if let Some(x) = &core.x {
-                if x.ack().is_err() {
+        let (worked, next_due, last_damage) = {
+            let mut ps = lock(&core.present);
+            match cycle(&core, &mut ps, false) {
+                Ok(w) => (w, ps.next_due, ps.last_damage),
+                Err(()) => {
                     eprintln!("ictus display: lost the X server; presenting stops");
                     break;
                 }
             }
-            let t_ack = monotonic_ns();
-            core.stats.presents.fetch_add(1, Ordering::Relaxed);
-            for key in framed {
-                let e = lead.entry(key).or_insert(t_ack - t_send);
-                *e = (*e * 7 + (t_ack - t_send)) / 8;
-            }
-            for f in fences {
-                f.outbox.push_wake(f.out);
-            }
-            for (win, mut m) in frames {
-                if let Message::Frame { shown_ns, dropped: false, .. } = &mut m {
-                    *shown_ns = t_ack;
-                    core.stats.frames_shown.fetch_add(1, Ordering::Relaxed);
-                }
-                let mut b = Vec::with_capacity(32);
-                m.encode(&mut b);
-                win.outbox.push_wake(Out::Msg(b));
-            }
-            let retired = std::mem::take(&mut *lock(&core.retired));
-            core.free(retired);
-            lead.retain(|k, _| wins.iter().any(|w| w.key == *k));
+        };
+        if worked {
             continue;
         }
-        // Nothing to do now: everything sent was acknowledged, so what was retired
-        // meanwhile is no longer read by the screen.
-        drop(wins);
+        // Nothing was in flight: what was retired meanwhile is no longer read.
         let retired = std::mem::take(&mut *lock(&core.retired));
         core.free(retired);
         // Sleep until woken, the next frame, or the next refresh.
@@ -182,7 +213,7 @@ pub(crate) fn run(core: Arc<Core>) {
             wake_at = Some(wake_at.map_or(r, |w| w.min(r)));
         }
         let timeout = wake_at.map(|t| {
-            let d = t.saturating_sub(monotonic_ns());
+            let d = t.saturating_sub(monotonic_ns()).min(100_000_000);
             Timespec { tv_sec: (d / 1_000_000_000) as i64, tv_nsec: (d % 1_000_000_000) as i64 }
         });
         let timeout = timeout.or(Some(Timespec { tv_sec: 0, tv_nsec: 100_000_000 }));
