@@ -643,7 +643,7 @@ impl Display {
                 let t = timeout.map(|t| t.max(Duration::from_micros(1)));
                 stream.set_read_timeout(t).map_err(|e| DisplayError::Closed(e.to_string()))?;
                 let at = inbuf.len();
-                inbuf.resize(at + 16 << 10, 0);
+                inbuf.resize(at + (16 << 10), 0);
                 match stream.read(&mut inbuf[at..]) {
                     Ok(0) => {
                         inbuf.truncate(at);

@@ -879,6 +879,37 @@ impl Message {
     }
 }
 
+/// The fuzz target's body (`fuzz/fuzz_targets/display_request.rs`): decode `data` as a
+/// batch of requests, and as messages, checking the decoder's promises; returns how
+/// many requests the whole batch holds, or `None` if it is not a valid batch.
+///
+/// Promises: a decoded request never claims more bytes than there are, is a multiple
+/// of 4 long, and encodes to bytes that decode to the same request.
+pub fn fuzz_batch(data: &[u8]) -> Option<usize> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        let Ok((m, n)) = Message::decode(rest) else { break };
+        assert!(n <= rest.len() && n % 4 == 0 && n >= HEADER);
+        let mut again = Vec::new();
+        m.encode(&mut again);
+        assert_eq!(Message::decode(&again), Ok((m, again.len())), "a message does not survive re-encoding");
+        rest = &rest[n..];
+    }
+    let mut rest = data;
+    let mut count = 0;
+    while !rest.is_empty() {
+        let (req, n) = Request::decode(rest).ok()?;
+        assert!(n <= rest.len() && n % 4 == 0 && n >= HEADER, "a request claims {n} of {} bytes", rest.len());
+        let mut again = Vec::new();
+        req.encode(&mut again);
+        let (back, m) = Request::decode(&again).expect("a decoded request encodes to a valid one");
+        assert_eq!((back, m), (req, again.len()), "a request does not survive re-encoding");
+        rest = &rest[n..];
+        count += 1;
+    }
+    Some(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -994,35 +1025,4 @@ mod tests {
             prop_assert_eq!((o, c), (op, color));
         }
     }
-}
-
-/// The fuzz target's body (`fuzz/fuzz_targets/display_request.rs`): decode `data` as a
-/// batch of requests, and as messages, checking the decoder's promises; returns how
-/// many requests the whole batch holds, or `None` if it is not a valid batch.
-///
-/// Promises: a decoded request never claims more bytes than there are, is a multiple
-/// of 4 long, and encodes to bytes that decode to the same request.
-pub fn fuzz_batch(data: &[u8]) -> Option<usize> {
-    let mut rest = data;
-    while !rest.is_empty() {
-        let Ok((m, n)) = Message::decode(rest) else { break };
-        assert!(n <= rest.len() && n % 4 == 0 && n >= HEADER);
-        let mut again = Vec::new();
-        m.encode(&mut again);
-        assert_eq!(Message::decode(&again), Ok((m, again.len())), "a message does not survive re-encoding");
-        rest = &rest[n..];
-    }
-    let mut rest = data;
-    let mut count = 0;
-    while !rest.is_empty() {
-        let (req, n) = Request::decode(rest).ok()?;
-        assert!(n <= rest.len() && n % 4 == 0 && n >= HEADER, "a request claims {n} of {} bytes", rest.len());
-        let mut again = Vec::new();
-        req.encode(&mut again);
-        let (back, m) = Request::decode(&again).expect("a decoded request encodes to a valid one");
-        assert_eq!((back, m), (req, again.len()), "a request does not survive re-encoding");
-        rest = &rest[n..];
-        count += 1;
-    }
-    Some(count)
 }

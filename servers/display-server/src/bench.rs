@@ -63,6 +63,7 @@ fn child(args: &[String]) -> Result<(), String> {
     let mut opts = crate::Options::headless(0, 0, Some(PathBuf::from(socket)));
     opts.screen = crate::Screen::X { display: Some(display.clone()), shm: true };
     opts.refresh_hz = refresh.parse().map_err(|_| "bad refresh rate")?;
+    opts.shm_wait.spin = spin();
     let running = crate::spawn(&space, opts).map_err(|e| e.to_string())?;
     let mut m = PortMessage::new(1, Vec::new());
     m.ports.push(PortArg::new(running.service_port(), Disposition::MakeSend));
@@ -73,6 +74,14 @@ fn child(args: &[String]) -> Result<(), String> {
     }
     running.stop();
     Ok(())
+}
+
+/// How long both ends of a shared-memory channel spin before they block: 0 by default
+/// (three processes share two CPUs here: a spinning end takes the CPU the other needs);
+/// `ICTUS_DISPLAY_SPIN_US` overrides it.
+fn spin() -> Duration {
+    let us = std::env::var("ICTUS_DISPLAY_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    Duration::from_micros(us)
 }
 
 /// Our display server in a process of its own.
@@ -119,6 +128,7 @@ impl ServerProc {
 
     fn connect(&self, t: Transport) -> Result<Display, BenchError> {
         let mut o = ConnectOptions::new(t);
+        o.wait.spin = spin();
         o.timeout = Duration::from_secs(60);
         Display::connect_to(&self.space, self.service, &o).map_err(|e| io("connecting", e))
     }

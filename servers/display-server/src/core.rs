@@ -145,7 +145,7 @@ pub(crate) enum Out {
 pub(crate) enum Waker {
     /// A shared-memory channel of the server's own to itself: a record rings the
     /// server's bell like any client's (the paper's "back door").
-    Shm(Mutex<ictus_shm::Client>),
+    Shm(Mutex<Box<ictus_shm::Client>>),
     /// A port in the port thread's set.
     Port { space: Space, port: Name },
     /// An eventfd in the socket thread's epoll.
@@ -370,6 +370,8 @@ pub(crate) struct Session {
     pub reply: Option<Name>,
     /// The client's channel attached to the X server (shared memory).
     pub channel_seg: Option<u32>,
+    /// A frame due now waits for the end of the batch.
+    present_now: bool,
 }
 
 /// What executing a batch found wrong with the bytes (the client is cut off).
@@ -388,6 +390,7 @@ impl Session {
             requests: 0,
             reply: None,
             channel_seg: None,
+            present_now: false,
         }
     }
 
@@ -457,6 +460,11 @@ impl Session {
             core.damaged();
         }
         self.exec_ns += mark.elapsed().as_nanos() as u64;
+        if std::mem::take(&mut self.present_now)
+            && crate::present::cycle(core, &mut lock(&core.present), false).is_err()
+        {
+            core.wake_presenter();
+        }
         result
     }
 
@@ -474,12 +482,9 @@ impl Session {
             // Present now, on this thread, and answer after the X server has: two
             // thread hops fewer than asking the presenter.
             lock(&core.fences).push(Fence { outbox: self.outbox.clone(), out });
-            let done = match core.present.try_lock() {
-                Ok(mut ps) => crate::present::cycle(core, &mut ps, true).is_ok(),
-                Err(_) => false,
-            };
-            if !done {
-                // The presenter is in a cycle now (or gone): it will answer.
+            self.present_now = false;
+            if crate::present::cycle(core, &mut lock(&core.present), true).is_err() {
+                // The X server is gone: the presenter will answer as it stops.
                 core.wake_presenter();
             }
         } else {
@@ -571,7 +576,13 @@ impl Session {
                 }
                 st.queue.push_back(FrameJob { src, rect, stride, tag, due_ns });
                 drop(st);
-                core.wake_presenter();
+                if due_ns == 0 {
+                    // Due now: shown from this thread at the end of the batch.
+                    self.present_now = true;
+                } else {
+                    // The presenter sets its timer for it.
+                    core.wake_presenter();
+                }
                 false
             }
             Request::Sync { .. } => false,

@@ -208,7 +208,7 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
             timeout: Duration::from_secs(10),
         };
         let client = ictus_shm::Client::connect(&own, name, copts).map_err(|e| StartError::Shm(e.to_string()))?;
-        *lock(&core.shm_waker) = Some(Arc::new(Waker::Shm(Mutex::new(client))));
+        *lock(&core.shm_waker) = Some(Arc::new(Waker::Shm(Mutex::new(Box::new(client)))));
         Some(svc)
     } else {
         None
