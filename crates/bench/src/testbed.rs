@@ -1420,7 +1420,8 @@ mod tests {
         assert!(!section.contains("measured in 4 s"), "{section}");
         assert!(report.contains("- #1 transfer costs (000 §8, Fig. 3): measured by ipc"), "{report}");
         assert!(report.contains("- #2 file read methods (000 Table 2): not measured: fileread failed"), "{report}");
-        assert!(report.contains("- #6 display transfer (000 §10): no experiment yet"), "{report}");
+        // #6 has an experiment now (display); #7 has none yet.
+        assert!(report.contains("- #7 frame timing model (000 §11): no experiment yet"), "{report}");
     }
 
     #[test]
