@@ -70,7 +70,7 @@
 //!     Ok(())
 //! }
 //! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod listener;

@@ -31,7 +31,6 @@
 //! next server reclaims them.
 
 use std::io::IoSlice;
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -39,9 +38,7 @@ use std::path::{Path, PathBuf};
 use ictus_name_api::socket::{euid, peer_allowed, PathError, HANDSHAKE};
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
-};
+use rustix::net::{AddressFamily, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 /// Why the server could not listen.
 #[derive(Debug, thiserror::Error)]
@@ -189,16 +186,10 @@ impl Listener {
                 continue;
             }
             let Some(fd) = right() else { continue };
-            let fds = [fd.as_fd()];
-            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-                continue;
-            }
-            let sent = rustix::net::sendmsg(
-                &conn,
+            let sent = ictus_sys::socket::sendmsg(
+                conn.as_fd(),
                 &[IoSlice::new(&HANDSHAKE)],
-                &mut control,
+                &[fd.as_fd()],
                 SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
             );
             if sent.is_ok() {

@@ -31,7 +31,7 @@
 //! # let _ = id;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod client;
 pub mod control;

@@ -13,7 +13,7 @@
 //! - [`cli`]: `ictus clock-server` and `ictus clock`.
 //!
 //! See `doc/clock.md` for the design and what of the paper is left out.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod server;

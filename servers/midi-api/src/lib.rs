@@ -8,7 +8,7 @@
 //! - [`client`]: [`Input`], the library side: `get` and `getx`, blocking or not.
 //!
 //! See `doc/midi-server.md` for the design and what of the paper is left out.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod client;
 pub mod protocol;

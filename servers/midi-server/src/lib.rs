@@ -16,11 +16,10 @@
 //! - [`cli`]: `ictus midi-server` and `ictus midi monitor`.
 //!
 //! See `doc/midi-server.md` for the design and what of the paper is left out.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod monitor;
-#[allow(unsafe_code)]
 pub mod ring;
 pub mod server;
 

@@ -37,8 +37,7 @@
 
 use std::ffi::OsStr;
 use std::io::IoSliceMut;
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -46,10 +45,7 @@ use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SocketAddrUnix, SocketFlags,
-    SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 /// The bytes the server sends with the service right: "ICNS", then protocol version 1.
 pub const HANDSHAKE: [u8; 8] = *b"ICNS\x01\0\0\0";
@@ -227,28 +223,16 @@ pub fn fetch_service_fd(path: &Path, timeout: Duration) -> Result<OwnedFd, Fetch
         }
     }
     let mut buf = [0u8; 64];
-    // Room for more than one descriptor, so that extra ones are seen (and closed).
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(8))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
+    // Every descriptor that came is owned (and closed on refusal), however many.
+    let mut fds: Vec<OwnedFd> = Vec::new();
     let msg = loop {
-        match rustix::net::recvmsg(
-            &s,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
-        ) {
+        match ictus_sys::socket::recvmsg(s.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT) {
             Ok(m) => break m,
             Err(Errno::INTR) => continue,
             Err(e) => return Err(os("recvmsg")(e)),
         }
     };
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(r) = m {
-            fds.extend(r);
-        }
-    }
-    if msg.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
+    if msg.truncated || msg.control_truncated {
         return Err(bad("truncated"));
     }
     if msg.bytes == 0 && fds.is_empty() {
