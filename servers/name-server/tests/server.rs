@@ -410,3 +410,95 @@ fn the_generated_stubs_carry_typed_errors() {
     assert_eq!(running.space().names().len(), base);
     running.stop();
 }
+
+const ROLE: ictus_testkit::Role = ictus_testkit::Role { env: "ICTUS_NAME_SERVER_TEST_ROLE" };
+const SOCKET_ENV: &str = "ICTUS_NAME_SERVER_TEST_SOCKET";
+
+/// Roles of the re-executed test binary; does nothing in a normal test run.
+#[test]
+fn child_role() {
+    let Some(role) = ROLE.current() else { return };
+    let socket = std::path::PathBuf::from(std::env::var_os(SOCKET_ENV).expect("socket"));
+    let space = Space::task();
+    let ns = Client::connect_socket(&space, &socket).unwrap().with_timeout(WATCHDOG);
+    match role.as_str() {
+        // Another task: its own quota.
+        "register-one" => {
+            let p = space.allocate_port().unwrap();
+            match ns.register("from-another-task", p) {
+                Ok(()) => println!("ROLE: REGISTERED"),
+                Err(e) => println!("ROLE: {e}"),
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn one_task_may_hold_only_its_quota_of_names() {
+    use ictus_name_server::protocol::{NamesError, MAX_NAMES_PER_CLIENT};
+    let running = NameServer::start();
+    let (a, ns) = connect(&running.socket());
+    let p = a.allocate_port().unwrap();
+    for i in 0..MAX_NAMES_PER_CLIENT {
+        ns.register(&format!("n{i}"), p).unwrap();
+    }
+    // Every space of this process is one task to the server (one kernel-verified pid).
+    let (b, ns_b) = connect(&running.socket());
+    let q = b.allocate_port().unwrap();
+    let err = ns_b.register("one-too-many", q).unwrap_err();
+    assert!(matches!(err, ClientError::QuotaExceeded), "{err:?}");
+    assert!(err.to_string().contains("quota per task") && err.to_string().contains("256"), "{err}");
+    // The stubs carry the typed error, with its own code.
+    let stubs = ns.stubs();
+    let r = stubs.register("one-too-many", ictus_idl::SendRight::make(p));
+    assert!(matches!(r, Err(ictus_idl::ClientError::Remote(NamesError::QuotaExceeded))), "{r:?}");
+    assert_eq!(NamesError::QuotaExceeded.return_code(), ReturnCode::QuotaExceeded);
+    // Another task is not held back by ours.
+    let mut child = ictus_testkit::Proc::spawn(
+        "a child task",
+        ROLE.command("child_role", "register-one")
+            .env(SOCKET_ENV, running.socket())
+            .stdout(std::process::Stdio::piped()),
+    );
+    let rx = child.tagged_lines("ROLE: ");
+    ictus_testkit::expect_line(&rx, "REGISTERED");
+    child.wait_success();
+    // The child's name went with it (its port died), and its count with it.
+    wait_until("the child's name to vanish", || !running.has("from-another-task"));
+    // One of ours gone, one more allowed.
+    ns.unregister("n0").unwrap();
+    ns_b.register("one-too-many", q).unwrap();
+    assert_eq!(ns.list().unwrap().len(), MAX_NAMES_PER_CLIENT);
+    running.stop();
+}
+
+#[test]
+fn a_server_that_replaces_a_crashed_one_holds_lookups_until_the_name_is_back() {
+    let dir = TempDir::new("ns");
+    let path = dir.join("ns.sock");
+    // A socket nobody listens on, as `kill -9` leaves it.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let running = server::spawn(Space::new(), Some(&path)).expect("the stale socket is reclaimed");
+    // A look-up of a name not yet registered again waits for it.
+    let waiting = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let (space, ns) = connect(&path);
+            let right = ns.lookup("clock");
+            right.map(|r| space.right_kinds(r).unwrap())
+        })
+    };
+    let (a, ns) = connect(&path);
+    // Let the look-up arrive first (it is answered either way; this only makes it the
+    // held case most of the time).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let p = a.allocate_port().unwrap();
+    ns.register("clock", p).unwrap();
+    assert_eq!(waiting.join().unwrap().unwrap(), vec![RightKind::Send]);
+    // A name nobody registers is not found once the window closes, not never.
+    assert!(matches!(ns.lookup("nobody"), Err(ClientError::NotFound(_))));
+    // Names that are registered are answered at once, as ever.
+    assert_eq!(ns.lookup("clock").unwrap(), p);
+    running.stop().unwrap();
+}
