@@ -33,7 +33,7 @@ fn spawn_logged(what: &str, args: &[&std::ffi::OsStr], log: &Path) -> Proc {
 /// The registered names, or none if no name server answers.
 fn names(socket: &Path) -> Vec<String> {
     let space = Space::new();
-    Client::connect_socket(&space, socket).and_then(|c| Ok(c.list().unwrap_or_default())).unwrap_or_default()
+    Client::connect_socket(&space, socket).map(|c| c.list().unwrap_or_default()).unwrap_or_default()
 }
 
 /// What one client saw: failed calls, by restart round, and calls that succeeded after
