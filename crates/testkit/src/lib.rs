@@ -337,6 +337,14 @@ impl NameServer {
         wait_until(&format!("{name:?} to be registered"), || self.has(name));
     }
 
+    /// Start a new name server on the same socket (after [`NameServer::stop`], or to
+    /// replace one that was killed), as a restart would.
+    pub fn restart(&self) {
+        let mut running = self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(running.is_none(), "stop the name server before starting another on its socket");
+        *running = Some(ictus_name_server::server::spawn(Space::new(), Some(&self.socket())).expect("name server"));
+    }
+
     /// Stop it cleanly (it must end without an error); its directory stays.
     pub fn stop(&self) {
         let running = self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();

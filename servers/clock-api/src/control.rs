@@ -49,7 +49,7 @@ pub fn prepare_default_control_socket_path() -> Result<PathBuf, PathError> {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// Nothing listens at the path.
-    #[error("no clock server hands out its control port at {0} (start one with `ictus clock-server`)")]
+    #[error("no clock server hands out its control port at {0}: start `ictus clock-server` first")]
     NotRunning(PathBuf),
     /// The socket exists but we may not connect to it (its mode is `0600`: another
     /// user's).
