@@ -17,7 +17,7 @@
 //!   directory), [`ClockServer`] and [`MidiServer`] (registered with a `NameServer`,
 //!   again after it restarts).
 //! - Servers as processes of the `ictus` binary, for the command's own tests:
-//!   [`ictus_name_server`], [`spawn_ictus_name_server`].
+//!   [`ictus_name_server()`], [`spawn_ictus_name_server`].
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;

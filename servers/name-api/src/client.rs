@@ -204,9 +204,10 @@ fn bootstrap_fd() -> Option<&'static OwnedFd> {
         .as_ref()
 }
 
-/// The first and the longest wait between two looks for a restarted name server.
+/// The first wait between two looks for a restarted name server.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-/// See [`FIRST_BACKOFF`]; short enough that a client waiting for a restart is served
+/// The longest wait between two looks for a restarted name server (the first is
+/// 10 ms); short enough that a client waiting for a restart is served
 /// well within a second of the new server starting.
 pub const MAX_BACKOFF: Duration = Duration::from_millis(250);
 

@@ -1,7 +1,7 @@
 //! The name server's interface, [`Names`], declared once with
 //! `#[ictus_idl::interface]`: the client stubs ([`NamesClient`], which
 //! [`crate::Client`] wraps) and the server's demultiplexer ([`NamesServer`], which
-//! [`crate::Server`] runs) are generated from it, so everything about the wire follows
+//! the name server (`ictus_name_server::Server`) runs) are generated from it, so everything about the wire follows
 //! from the trait below and the conventions of [`ictus_idl`].
 //!
 //! # Requests
