@@ -1,0 +1,18 @@
+//! Tactus: timestamped streams sent ahead of real time, delivered on time, kept in step
+//! (000 §7, Figure 2).
+//!
+//! The pure cores, tested on virtual clocks:
+//!
+//! - [`timemap`]: a presentation's logical-to-real time map (start, pause, resume,
+//!   seek, rate), with epochs so that a seek flushes exactly what it should;
+//! - [`drift`]: tracking a drifting device clock (an audio sample clock) so that the
+//!   other streams follow it;
+//! - [`policy`]: early, on time, late-and-shown or late-and-dropped, and the counts;
+//! - [`buffer`]: buffer levels and underruns.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod buffer;
+pub mod drift;
+pub mod policy;
+pub mod timemap;
