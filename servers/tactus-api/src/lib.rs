@@ -9,10 +9,14 @@
 //!   other streams follow it;
 //! - [`policy`]: early, on time, late-and-shown or late-and-dropped, and the counts;
 //! - [`buffer`]: buffer levels and underruns.
+//!
+//! The wire ([`proto`]) and the media files clients read ([`media`]: Y4M, WAV).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod buffer;
 pub mod drift;
+pub mod media;
 pub mod policy;
+pub mod proto;
 pub mod timemap;
