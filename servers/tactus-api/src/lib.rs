@@ -20,3 +20,11 @@ pub mod media;
 pub mod policy;
 pub mod proto;
 pub mod timemap;
+pub mod client;
+
+pub use client::{
+    monotonic_ns, ConnectError, ConnectOptions, PresentationId, StreamId, StreamSpec, Tactus, TactusError,
+    TactusService, TactusServiceClient, TactusServiceServer, Transport, SERVICE_NAME,
+};
+pub use policy::LatePolicy;
+pub use proto::{Report, StreamKind};

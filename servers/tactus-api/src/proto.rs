@@ -2,11 +2,13 @@
 //!
 //! Everything a client says travels in its shared-memory channel (or, for the
 //! sockets-throughout comparison, a stream socket carrying the same records framed by
-//! length): control records ([`Control`], tag [`TAG_CONTROL`]), items in the ring
-//! ([`TAG_ITEM`]: an [`ItemHeader`] and the payload) and items in a pool buffer lent by
-//! the channel ([`TAG_POOL_ITEM`], the buffer holding the header and the payload: a
-//! video frame is written once, by the client, where the server reads it). The server
-//! answers in the reply ring with [`Report`]s.
+//! length): control records ([`Control`], tag [`TAG_CONTROL`]) and items
+//! ([`TAG_ITEM`]: an [`ItemHeader`] and the payload in the ring). A large payload (a
+//! video frame) is written once, by the client, into a buffer lent from the channel's
+//! pool, and committed as an *attachment* ([`TAG_POOL_ITEM`], the payload alone from
+//! byte 0); the item record that follows it carries [`item::ATTACHED`] and no payload
+//! of its own, and takes the client's oldest attachment. The server answers in the
+//! reply ring with [`Report`]s.
 //!
 //! All integers are little-endian. Every decoder takes untrusted bytes and either
 //! returns a validated value or a [`DecodeError`]; none panics or reads past what it
@@ -21,8 +23,15 @@ pub const VERSION: u32 = 1;
 pub const TAG_CONTROL: u32 = 1;
 /// Record tag: an item in the ring.
 pub const TAG_ITEM: u32 = 2;
-/// Record tag: an item in a pool buffer.
+/// Record tag: an attachment, a pool buffer holding the payload of the next item
+/// record that says [`item::ATTACHED`].
 pub const TAG_POOL_ITEM: u32 = 3;
+
+/// Item header flags.
+pub mod item {
+    /// The payload is the client's oldest attachment, not in this record.
+    pub const ATTACHED: u32 = 1;
+}
 
 /// Reply tag: a status report.
 pub const TAG_STATUS: u32 = 101;
@@ -417,8 +426,10 @@ pub struct ItemHeader {
     pub duration: u64,
     /// When the client sent it (`CLOCK_MONOTONIC` ns; for the frame timing model).
     pub sent: u64,
-    /// Payload bytes following the header.
+    /// Payload bytes following the header (or used in the attachment).
     pub len: u32,
+    /// [`item`] flags.
+    pub flags: u32,
 }
 
 impl ItemHeader {
@@ -435,11 +446,11 @@ impl ItemHeader {
         out[24..32].copy_from_slice(&self.duration.to_le_bytes());
         out[32..40].copy_from_slice(&self.sent.to_le_bytes());
         out[40..44].copy_from_slice(&self.len.to_le_bytes());
-        out[44..48].copy_from_slice(&0u32.to_le_bytes());
+        out[44..48].copy_from_slice(&self.flags.to_le_bytes());
     }
 
     /// Decode the header at the start of an item record of `total` bytes (`b` holds at
-    /// least the header; the payload must fit in `total`).
+    /// least the header; an in-line payload must fit in `total`).
     pub fn decode(b: &[u8], total: usize) -> Result<ItemHeader, DecodeError> {
         let mut r = Reader::new(b, "item header");
         let h = ItemHeader {
@@ -450,14 +461,15 @@ impl ItemHeader {
             duration: r.u64()?,
             sent: r.u64()?,
             len: r.u32()?,
+            flags: r.u32()?,
         };
-        if r.u32()? != 0 {
-            return Err(invalid("item header: reserved field not zero"));
+        if h.flags & !item::ATTACHED != 0 {
+            return Err(invalid(format!("item header: unknown flags {:#x}", h.flags)));
         }
         if h.duration > MAX_DURATION_NS {
             return Err(invalid(format!("item of {} ns (at most an hour)", h.duration)));
         }
-        let need = Self::LEN + h.len as usize;
+        let need = if h.flags & item::ATTACHED != 0 { Self::LEN } else { Self::LEN + h.len as usize };
         if need > total {
             return Err(DecodeError::Short { what: "item payload", got: total, need });
         }
@@ -789,27 +801,30 @@ impl Report {
 pub enum Record<'a> {
     /// A control record.
     Control(Control),
-    /// An item and its payload.
+    /// An item and its in-line payload (empty when [`item::ATTACHED`]).
     Item(ItemHeader, &'a [u8]),
+    /// An attachment (its bytes stay where they are; this carries nothing).
+    Attachment,
 }
 
 impl<'a> Record<'a> {
-    /// Decode a client's record with tag `tag` (for [`TAG_POOL_ITEM`], `b` is the pool
-    /// buffer's used bytes).
+    /// Decode a client's in-line record with tag `tag` (an attachment's bytes are not
+    /// looked at here: they are the next item's payload).
     pub fn decode(tag: u32, b: &'a [u8]) -> Result<Record<'a>, DecodeError> {
         match tag {
             TAG_CONTROL => Control::decode(b).map(Record::Control),
-            TAG_ITEM | TAG_POOL_ITEM => {
+            TAG_ITEM => {
                 let h = ItemHeader::decode(b, b.len())?;
-                let payload = &b[ItemHeader::LEN..ItemHeader::LEN + h.len as usize];
-                if tag == TAG_ITEM && b.len() != ItemHeader::LEN + h.len as usize {
+                let inline = if h.flags & item::ATTACHED != 0 { 0 } else { h.len as usize };
+                if b.len() != ItemHeader::LEN + inline {
                     return Err(DecodeError::Trailing {
                         what: "item record",
-                        extra: b.len() - ItemHeader::LEN - h.len as usize,
+                        extra: b.len() - ItemHeader::LEN - inline,
                     });
                 }
-                Ok(Record::Item(h, payload))
+                Ok(Record::Item(h, &b[ItemHeader::LEN..]))
             }
+            TAG_POOL_ITEM => Ok(Record::Attachment),
             t => Err(DecodeError::Unknown { what: "record tag", code: t }),
         }
     }
@@ -948,19 +963,27 @@ mod tests {
 
     #[test]
     fn items_are_checked_against_their_record() {
-        let h = ItemHeader { stream: 1, epoch: 0, seq: 9, logical: 100, duration: 33, sent: 5, len: 4 };
+        let h = ItemHeader { stream: 1, epoch: 0, seq: 9, logical: 100, duration: 33, sent: 5, len: 4, flags: 0 };
         let mut b = vec![0u8; ItemHeader::LEN + 4];
         h.write(&mut b);
         b[ItemHeader::LEN..].copy_from_slice(b"abcd");
         assert_eq!(Record::decode(TAG_ITEM, &b).unwrap(), Record::Item(h, b"abcd"));
-        // A pool buffer may be longer than the item.
+        // An attached item has no in-line payload, whatever its length says.
+        let a = ItemHeader { flags: item::ATTACHED, len: 1 << 20, ..h };
+        let mut ab = vec![0u8; ItemHeader::LEN];
+        a.write(&mut ab);
+        assert_eq!(Record::decode(TAG_ITEM, &ab).unwrap(), Record::Item(a, b""));
+        assert!(Record::decode(TAG_ITEM, &b[..ItemHeader::LEN + 1]).is_err());
+        assert_eq!(Record::decode(TAG_POOL_ITEM, &[1, 2, 3]).unwrap(), Record::Attachment);
         let mut pool = b.clone();
         pool.extend_from_slice(&[0; 100]);
-        assert_eq!(Record::decode(TAG_POOL_ITEM, &pool).unwrap(), Record::Item(h, b"abcd"));
         // A length past the record.
         assert!(Record::decode(TAG_ITEM, &b[..b.len() - 1]).is_err());
         // Trailing bytes in a ring record.
         assert!(Record::decode(TAG_ITEM, &pool).is_err());
+        let mut flagged = b.clone();
+        flagged[44] = 2;
+        assert!(Record::decode(TAG_ITEM, &flagged).is_err());
         let mut long = b.clone();
         long[24..32].copy_from_slice(&(MAX_DURATION_NS + 1).to_le_bytes());
         assert!(Record::decode(TAG_ITEM, &long).is_err());

@@ -31,7 +31,7 @@ fn record_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let mut start = Vec::new();
     Control::Start { presentation: 1, logical: 0, at: 0 }.encode(&mut start);
     let mut item = vec![0u8; ItemHeader::LEN + 3];
-    ItemHeader { stream: 1, epoch: 0, seq: 1, logical: 100, duration: 100, sent: 1, len: 3 }.write(&mut item);
+    ItemHeader { stream: 1, epoch: 0, seq: 1, logical: 100, duration: 100, sent: 1, len: 3, flags: 0 }.write(&mut item);
     let mut rep = Vec::new();
     Report::Delivered(Delivered { stream: 1, seq: 1, due: 5, ..Delivered::default() }).encode(&mut rep);
     let mut framed = Vec::new();
