@@ -703,16 +703,23 @@ impl Display {
     }
 
     /// The next message from the server (an event, an error, a frame report), waiting
-    /// at most `timeout`; `None` if none came.
+    /// at most `timeout`; `None` if none came. A zero timeout still takes what has
+    /// already arrived (a poll).
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Message>, DisplayError> {
         let deadline = Instant::now() + timeout;
+        let mut polled = false;
         loop {
             if let Some(m) = self.st.events.pop_front() {
                 return Ok(Some(m));
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(None);
+                if polled {
+                    return Ok(None);
+                }
+                polled = true;
+                self.read_messages(Some(Duration::ZERO))?;
+                continue;
             }
             self.read_messages(Some(deadline - now))?;
         }
