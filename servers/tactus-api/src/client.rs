@@ -188,12 +188,24 @@ impl StreamSpec {
 
     /// MIDI messages to `device` (a MIDI device spec: `cable:NAME`, a raw MIDI file).
     pub fn midi(device: &str) -> StreamSpec {
-        StreamSpec { kind: StreamKind::Midi, device: device.into(), policy: LatePolicy::Show, report: false, master: false }
+        StreamSpec {
+            kind: StreamKind::Midi,
+            device: device.into(),
+            policy: LatePolicy::Show,
+            report: false,
+            master: false,
+        }
     }
 
     /// Any payload, delivered at its time to `device` (`null`).
     pub fn data(device: &str) -> StreamSpec {
-        StreamSpec { kind: StreamKind::Data, device: device.into(), policy: LatePolicy::Show, report: false, master: false }
+        StreamSpec {
+            kind: StreamKind::Data,
+            device: device.into(),
+            policy: LatePolicy::Show,
+            report: false,
+            master: false,
+        }
     }
 
     /// Report each item's delivery.
@@ -489,7 +501,7 @@ impl Tactus {
     /// Read what the server sent, waiting at most `timeout` for something.
     fn read_reports(&mut self, timeout: Duration) -> Result<(), TactusError> {
         match &mut self.conn {
-            Conn::Shm(c) => loop {
+            Conn::Shm(c) => {
                 let (tag, bytes) = match c.recv(Some(timeout)) {
                     Ok(r) => (r.tag(), r.to_vec()),
                     Err(ictus_shm::RecvError::TimedOut) => return Ok(()),
@@ -502,8 +514,8 @@ impl Tactus {
                     drop(r);
                     self.reports.push_back(Report::decode(tag, &bytes)?);
                 }
-                return Ok(());
-            },
+                Ok(())
+            }
             Conn::Socket { stream, inbuf, .. } => {
                 stream
                     .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
@@ -598,4 +610,3 @@ impl AsFd for Tactus {
         }
     }
 }
-

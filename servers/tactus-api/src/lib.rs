@@ -15,12 +15,12 @@
 #![warn(missing_docs)]
 
 pub mod buffer;
+pub mod client;
 pub mod drift;
 pub mod media;
 pub mod policy;
 pub mod proto;
 pub mod timemap;
-pub mod client;
 
 pub use client::{
     monotonic_ns, ConnectError, ConnectOptions, PresentationId, StreamId, StreamSpec, Tactus, TactusError,

@@ -840,8 +840,11 @@ pub fn frame(tag: u32, payload: &[u8], out: &mut Vec<u8>) {
 /// The largest framed record on a socket.
 pub const MAX_FRAMED: usize = 64 << 20;
 
+/// A framed record: its tag, its payload, and the bytes it took.
+pub type Framed<'a> = (u32, &'a [u8], usize);
+
 /// The next framed record in `buf`: `(tag, payload, bytes used)`, `None` if incomplete.
-pub fn unframe(buf: &[u8]) -> Result<Option<(u32, &[u8], usize)>, DecodeError> {
+pub fn unframe(buf: &[u8]) -> Result<Option<Framed<'_>>, DecodeError> {
     if buf.len() < 8 {
         return Ok(None);
     }
