@@ -11,6 +11,10 @@
 //! - [`buffer`]: buffer levels and underruns.
 //!
 //! The wire ([`proto`]) and the media files clients read ([`media`]: Y4M, WAV).
+//!
+//! The client ([`Tactus`]): presentations and streams over a shared-memory channel,
+//! items sent ahead of their time (large ones written in place into pool buffers),
+//! reports back. The toolkit ([`toolkit`]): active objects run early by a managed lead.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,6 +25,7 @@ pub mod media;
 pub mod policy;
 pub mod proto;
 pub mod timemap;
+pub mod toolkit;
 
 pub use client::{
     monotonic_ns, ConnectError, ConnectOptions, PresentationId, StreamId, StreamSpec, Tactus, TactusError,

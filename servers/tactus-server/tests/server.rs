@@ -360,3 +360,42 @@ fn a_client_killed_mid_stream_leaves_nothing_and_others_go_on() {
     wait_until("channel mappings unmapped", || ictus_shm::mappings_named("ictus-shm-channel") <= maps_before);
     let _ = monotonic_ns();
 }
+
+#[test]
+fn the_toolkit_demo_plays_picture_and_notes_through_tactus() {
+    use ictus_midi::device::{cable::CableIn, Device as _};
+    use ictus_tactus::toolkit::demo::{Ball, Melody};
+    use ictus_tactus::toolkit::{Lead, Runner, Scheduler};
+    if ROLE.current().is_some() {
+        return;
+    }
+    let rig = Rig::start(true);
+    let name = ictus_testkit::unique("tactus-demo");
+    let mut cable = CableIn::open(&name).expect("a cable");
+    let mut t = rig.client();
+    let p = t.open_presentation().unwrap();
+    let v = t.open_stream(p, &StreamSpec::video(80, 60).policy(LatePolicy::Show)).unwrap();
+    let m = t.open_stream(p, &StreamSpec::midi(&format!("cable:{name}"))).unwrap();
+    let beat = Duration::from_millis(200);
+    let mut s = Scheduler::new();
+    s.add(Ball { stream: v, w: 80, h: 60, frame: Duration::from_millis(50), beat }, 0);
+    s.add(Melody { stream: m, beat, played: 0 }, 0);
+    let mut r =
+        Runner::new(p, Lead::new(Duration::from_millis(100), Duration::from_millis(30), Duration::from_secs(2)));
+    let stats = r.run(&mut t, &mut s, 0, 1_000 * MS).unwrap();
+    // 0..=1 s: 21 frames and 6 beats of two messages each (the last note-off at 1.1 s
+    // is past the end and not sent).
+    assert_eq!(stats.sent, 21 + 11, "{stats:?}");
+    let mut bytes = Vec::new();
+    let deadline = Instant::now() + WATCHDOG;
+    while bytes.iter().filter(|&&b| b & 0xf0 == 0x90).count() < 6 {
+        assert!(Instant::now() < deadline, "watchdog: MIDI bytes so far {bytes:?}");
+        let mut buf = [0u8; 64];
+        if let Ok(n) = cable.read(&mut buf, Some(Duration::from_millis(100))) {
+            bytes.extend_from_slice(&buf[..n]);
+        }
+    }
+    let st = t.status(WATCHDOG).unwrap().unwrap();
+    let video = st.streams.iter().find(|x| x.id == v.0).unwrap();
+    assert_eq!(video.on_time + video.late + video.dropped, 21, "{video:?}");
+}
