@@ -281,11 +281,9 @@ impl Runner {
                 self.lead.update(trouble, now - *last);
                 *last = now;
             }
-            Report::Changed(c) if c.presentation == self.p.0 => {
-                // Until the first status report: the start instant and position.
-                if self.anchor.is_none() {
-                    self.anchor = Some((c.at, c.logical, 1.0, true));
-                }
+            // Until the first status report: the start instant and position.
+            Report::Changed(c) if c.presentation == self.p.0 && self.anchor.is_none() => {
+                self.anchor = Some((c.at, c.logical, 1.0, true));
             }
             _ => {}
         }
