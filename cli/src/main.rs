@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod display;
 mod load;
 mod midi;
+mod tactus;
 
 /// ictus: a Mach-style microkernel personality in user space on Linux.
 ///
@@ -87,6 +88,10 @@ enum Command {
     MidiServer(ictus_midi_server::cli::ServerArgs),
     /// The display server (002) and a demo client.
     Display(display::DisplayArgs),
+    /// The Tactus media synchronization server (000 §7).
+    Tactus(tactus::TactusArgs),
+    /// Play a clip (video, audio, MIDI) through Tactus: disk → application → Tactus → devices.
+    Play(tactus::PlayArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench {
         /// List the experiments, one per line, and exit.
@@ -221,6 +226,8 @@ fn main() -> ExitCode {
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Display(a) => display::main(a),
+        Command::Tactus(a) => tactus::main(a),
+        Command::Play(a) => tactus::play(a),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {
                 println!("{e}");

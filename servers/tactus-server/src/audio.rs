@@ -148,7 +148,14 @@ impl AudioSink {
             t0: start,
             skew: spec.skew_ppm * 1e-6,
             ring: PiMutex::new(Ring { buf: vec![0; n], placed: vec![false; cap as usize], base: 0, high: 0 }),
-            tracker: PiMutex::new(Tracker::new(TrackerConfig::new(rate))),
+            tracker: PiMutex::new({
+                // The device starts at `start` by our command: until its first report the
+                // estimate is the nominal clock from there (a presentation may take this
+                // clock as its own at once).
+                let mut t = Tracker::new(TrackerConfig::new(rate));
+                t.observe(0, start);
+                t
+            }),
             stats: Mutex::new(SinkStats::default()),
             fed: AtomicBool::new(false),
             stop: stop.clone(),

@@ -11,6 +11,7 @@
 //!   a server, a client or a device.
 //! - [`device`], [`audio`]: the display server, WAV sinks with their own clocks, the
 //!   MIDI output library, `null`.
+//! - [`play`], [`gst`]: `ictus play FILE|DIR`, disk → application → Tactus → devices.
 //! - [`cli`]: `ictus tactus serve|status`.
 //!
 //! `doc/tactus.md` explains the design.
@@ -21,6 +22,8 @@ pub mod cli;
 pub mod core;
 mod deliver;
 pub mod device;
+pub mod gst;
+pub mod play;
 mod serve;
 
 use std::os::fd::OwnedFd;

@@ -1,0 +1,124 @@
+//! `ictus tactus` (the media synchronization server) and `ictus play` (its player).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+/// `ictus tactus …`
+#[derive(Args, Debug)]
+pub struct TactusArgs {
+    #[command(subcommand)]
+    command: TactusCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum TactusCommand {
+    /// Run the Tactus server (000 §7): timestamped streams sent ahead of real time,
+    /// delivered to the display, audio sinks and MIDI devices on time; registered as "tactus".
+    Serve {
+        /// The name server's socket [default: as for `ictus name-server`].
+        #[arg(long)]
+        name_server: Option<PathBuf>,
+        /// The name to register under.
+        #[arg(long, default_value = "tactus")]
+        name: String,
+        /// Also serve the socket transport at this path (for comparison with shared memory).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Do not ask for real-time priority.
+        #[arg(long)]
+        timesharing: bool,
+    },
+    /// Print the server's counters as JSON.
+    Status {
+        /// The name server's socket [default: as for `ictus name-server`].
+        #[arg(long)]
+        name_server: Option<PathBuf>,
+        /// The name it is registered under.
+        #[arg(long, default_value = "tactus")]
+        name: String,
+    },
+    /// Write a small clip (clip.y4m, clip.wav, clip.mid) into a directory, for `ictus play`.
+    MakeClip {
+        /// The directory.
+        dir: PathBuf,
+        /// Seconds.
+        #[arg(long, default_value_t = 10)]
+        seconds: u32,
+        /// Width and height, e.g. 160x120.
+        #[arg(long, default_value = "160x120")]
+        size: String,
+        /// Frames per second.
+        #[arg(long, default_value_t = 10)]
+        fps: u32,
+    },
+}
+
+/// `ictus play …`
+#[derive(Args, Debug)]
+pub struct PlayArgs {
+    /// A clip: a directory with .y4m/.wav/.mid files, one of them, or a compressed
+    /// file (MP4, MKV, WebM…) decoded by GStreamer.
+    path: PathBuf,
+    /// The name server's socket [default: as for `ictus name-server`].
+    #[arg(long)]
+    name_server: Option<PathBuf>,
+    /// Where video goes.
+    #[arg(long, default_value = "display")]
+    video: String,
+    /// Where audio goes (its clock leads): wav:PATH[,skew=PPM][,buffer=MS], wav:- discards.
+    #[arg(long, default_value = "wav:-")]
+    audio: String,
+    /// Where MIDI goes.
+    #[arg(long, default_value = "cable:ictus-play")]
+    midi: String,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// No keys, no status line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn main(a: TactusArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use ictus_tactus_server::cli;
+    match a.command {
+        TactusCommand::Serve { name_server, name, socket, timesharing } => {
+            cli::serve(cli::ServeOptions { name_server, name: Some(name), socket, timesharing })?
+        }
+        TactusCommand::Status { name_server, name } => cli::status(name_server, Some(name))?,
+        TactusCommand::MakeClip { dir, seconds, size, fps } => {
+            let (w, h) = size
+                .split_once('x')
+                .and_then(|(w, h)| Some((w.parse::<u16>().ok()?, h.parse::<u16>().ok()?)))
+                .filter(|(w, h)| *w >= 2 && *h >= 2 && w % 2 == 0 && h % 2 == 0)
+                .ok_or_else(|| format!("size {size:?}: WIDTHxHEIGHT, even numbers"))?;
+            if fps == 0 || fps > 240 {
+                return Err(format!("{fps} frames per second (1..240)").into());
+            }
+            ictus_tactus_server::play::make_clip(&dir, seconds, w, h, fps)?;
+            println!("{}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+pub fn play(a: PlayArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use ictus_tactus_server::play;
+    let mut o = play::PlayOptions::new(a.path);
+    o.name_server = a.name_server;
+    o.video = a.video;
+    o.audio = a.audio;
+    o.midi = a.midi;
+    o.seconds = a.seconds;
+    o.quiet = a.quiet;
+    o.interactive = !a.quiet;
+    let r = play::play(&o)?;
+    if a.quiet {
+        let s = &r.status;
+        let late: u64 = s.streams.iter().map(|x| x.late).sum();
+        let dropped: u64 = s.streams.iter().map(|x| x.dropped).sum();
+        println!("sent video {} audio {} midi {}; late {late}, dropped {dropped}", r.sent[0], r.sent[1], r.sent[2]);
+    }
+    Ok(())
+}
