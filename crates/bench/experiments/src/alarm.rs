@@ -355,7 +355,8 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Run one window: every mechanism at once.
+/// Run one window: every mechanism at once, on grids staggered by a third of the
+/// period.
 fn window(
     sched: Sched,
     rate_hz: u64,
@@ -373,98 +374,117 @@ fn window(
     let t_server = t0 + interval / 3;
     let t_upcall = t0 + interval * 2 / 3;
     let end = t_upcall + interval * loops as u32;
-    let cyclictest = start_cyclictest(sched, interval, loops);
 
+    let cyclictest = start_cyclictest(sched, interval, loops);
     let sleeper = std::thread::spawn(move || in_process(sched, t0, interval, loops));
     let receiver = std::thread::spawn(move || server_alarms(sched, server_cpu, clock_fd, t_server, interval, loops));
-
-    // The upcall: its dispatcher in the same class.
-    let config = RuntimeConfig {
-        admission: AdmissionPolicy::BestEffort,
-        use_deadline: false,
-        fifo_priority: match sched {
-            Sched::Fixed(p) => Some(p),
-            Sched::Timesharing => None,
-        },
-        ..RuntimeConfig::default()
-    };
-    let upcall_samples = Arc::new(Mutex::new(Vec::with_capacity(loops as usize)));
-    let mut upcall_granted = String::from("not started");
-    let runtime = match Runtime::start(config) {
-        Ok(rt) => {
-            upcall_granted = rt.granted().map_or_else(|| "unknown".into(), |g| g.describe());
-            let samples = Arc::clone(&upcall_samples);
-            match rt.create(UpcallSpec::periodic(interval), move |job| {
-                let now = clock::now();
-                if job.release < end {
-                    samples.lock().unwrap_or_else(|p| p.into_inner()).push((now - job.release).as_nanos() as u64);
-                }
-            }) {
-                Ok(id) => {
-                    sleep_until(t_upcall);
-                    if let Err(e) = rt.resume(id) {
-                        notes.push(format!("upcall could not run: {e}"));
-                    }
-                }
-                Err(e) => notes.push(format!("upcall could not be created: {e}")),
-            }
-            Some(rt)
-        }
-        Err(e) => {
-            notes.push(format!("upcall runtime could not start: {e}"));
-            None
-        }
-    };
+    let upcall = Upcall::start(sched, interval, t_upcall, end, notes);
     sleep_until(end + interval);
-    drop(runtime);
+    let (upcall_samples, upcall_granted) = upcall.finish();
 
     let mut results = Vec::new();
     let (ours, granted) = sleeper.join().unwrap_or_else(|_| (Vec::new(), "panicked".into()));
-    let mut r = LatencyRecorder::new();
-    r.record_all(&ours);
-    results.push((Mechanism::InProcess, r, granted));
+    results.push((Mechanism::InProcess, recorded(&ours), granted));
     match receiver.join() {
         Ok(Ok((received, sent, granted))) => {
-            let mut r = LatencyRecorder::new();
-            r.record_all(&received);
-            results.push((Mechanism::ClockServer, r, granted.clone()));
-            let mut r = LatencyRecorder::new();
-            r.record_all(&sent);
+            results.push((Mechanism::ClockServer, recorded(&received), granted));
             let on = server_cpu.map_or_else(String::new, |c| format!(" on CPU {c}"));
             let server = match sched {
                 Sched::Fixed(p) => format!("server: SCHED_FIFO {}{on}", p.saturating_add(1).min(99)),
                 Sched::Timesharing => format!("server: SCHED_OTHER nice 0{on}"),
             };
-            results.push((Mechanism::ClockServerSent, r, server));
+            results.push((Mechanism::ClockServerSent, recorded(&sent), server));
         }
         Ok(Err(e)) => notes.push(format!("clock-server alarms ({} {rate_hz} Hz): {e}", sched.name())),
         Err(_) => notes.push("the clock-server receiver panicked".into()),
     }
-    let mut r = LatencyRecorder::new();
-    r.record_all(&upcall_samples.lock().unwrap_or_else(|p| p.into_inner()));
-    results.push((Mechanism::Upcall, r, upcall_granted));
-
+    results.push((Mechanism::Upcall, recorded(&upcall_samples), upcall_granted));
     match cyclictest {
-        Ok(mut child) => {
-            let mut text = String::new();
-            if let Some(mut out) = child.stdout.take() {
-                let _ = out.read_to_string(&mut text);
+        Ok(child) => match cyclictest_histogram(child) {
+            Ok(recorder) => {
+                let policy = match sched {
+                    Sched::Timesharing => "SCHED_OTHER".to_string(),
+                    Sched::Fixed(p) => format!("SCHED_FIFO {p}"),
+                };
+                results.push((Mechanism::Cyclictest, recorder, policy));
             }
-            let _ = child.wait();
-            match parse_histogram(&text) {
-                Ok(h) => {
-                    let policy = match sched {
-                        Sched::Timesharing => "SCHED_OTHER".to_string(),
-                        Sched::Fixed(p) => format!("SCHED_FIFO {p}"),
-                    };
-                    results.push((Mechanism::Cyclictest, h.recorder(), policy));
-                }
-                Err(e) => notes.push(format!("cyclictest ({} {rate_hz} Hz): {e}", sched.name())),
-            }
-        }
+            Err(e) => notes.push(format!("cyclictest ({} {rate_hz} Hz): {e}", sched.name())),
+        },
         Err(e) => notes.push(format!("cyclictest could not run ({e}); install Debian rt-tests (scripts/setup.sh)")),
     }
     Window { load: "none", sched, rate_hz, results }
+}
+
+fn recorded(samples: &[u64]) -> LatencyRecorder {
+    let mut r = LatencyRecorder::new();
+    r.record_all(samples);
+    r
+}
+
+/// cyclictest's latencies, once it has finished.
+fn cyclictest_histogram(mut child: Child) -> Result<LatencyRecorder, String> {
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut text);
+    }
+    let _ = child.wait();
+    parse_histogram(&text).map(|h| h.recorder())
+}
+
+/// The upcall of a window: its dispatcher in the window's class, released on its grid
+/// from `t_upcall`; lateness = start of the function − release, for releases before
+/// `end`.
+struct Upcall {
+    runtime: Option<Runtime>,
+    samples: Arc<Mutex<Vec<u64>>>,
+    granted: String,
+}
+
+impl Upcall {
+    fn start(sched: Sched, interval: Duration, t_upcall: Time, end: Time, notes: &mut Vec<String>) -> Upcall {
+        let config = RuntimeConfig {
+            admission: AdmissionPolicy::BestEffort,
+            use_deadline: false,
+            fifo_priority: match sched {
+                Sched::Fixed(p) => Some(p),
+                Sched::Timesharing => None,
+            },
+            ..RuntimeConfig::default()
+        };
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let rt = match Runtime::start(config) {
+            Ok(rt) => rt,
+            Err(e) => {
+                notes.push(format!("upcall runtime could not start: {e}"));
+                return Upcall { runtime: None, samples, granted: "not started".into() };
+            }
+        };
+        let granted = rt.granted().map_or_else(|| "unknown".into(), |g| g.describe());
+        let shared = Arc::clone(&samples);
+        let created = rt.create(UpcallSpec::periodic(interval), move |job| {
+            let now = clock::now();
+            if job.release < end {
+                shared.lock().unwrap_or_else(|p| p.into_inner()).push((now - job.release).as_nanos() as u64);
+            }
+        });
+        match created {
+            Ok(id) => {
+                sleep_until(t_upcall);
+                if let Err(e) = rt.resume(id) {
+                    notes.push(format!("upcall could not run: {e}"));
+                }
+            }
+            Err(e) => notes.push(format!("upcall could not be created: {e}")),
+        }
+        Upcall { runtime: Some(rt), samples, granted }
+    }
+
+    /// Stops the dispatcher; the latencies and the class it obtained.
+    fn finish(self) -> (Vec<u64>, String) {
+        drop(self.runtime);
+        let samples = std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()));
+        (samples, self.granted)
+    }
 }
 
 /// The classes the measuring threads run in, each window.

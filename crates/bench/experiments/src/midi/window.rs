@@ -214,61 +214,96 @@ fn produce(output: &Output, n: u64, t0: Time, mut at_start: impl FnMut(), failur
     }
 }
 
-/// What one output's run measured, put together from the receiver's records, the
-/// write log and the steal and fault counts.
-#[allow(clippy::too_many_arguments)]
-fn assemble(
-    load: &'static str,
+/// One output of a window: its receiver process, the output library writing to the
+/// receiver's cable, and what is needed to put the results together.
+struct OutputLane {
     sched: Sched,
-    side: bool,
+    receiver: Receiver,
+    output: Output,
+    log: WriteLog,
     granted: String,
-    records: &[u8],
-    log: &Mutex<Vec<WriteRecord>>,
-    closed: &ictus_midi::output::Closed,
-    n: u64,
+    /// Message `k` is due at `t0 + k·INTERVAL`.
     t0: Time,
-    steal: Vec<(usize, u64)>,
-    faults: Option<(u64, u64)>,
-    notes: &mut Vec<String>,
-) -> Window {
-    let (kernel, user, rx_cpus) = parse_records(records);
-    let label =
-        if side { format!("{load} side by side, {}", sched.name()) } else { format!("{load} {}", sched.name()) };
-    let stamped = records.chunks_exact(RECORD).filter(|c| c[4..12] != [0; 8]).count();
-    if stamped < kernel.len() {
-        notes.push(format!(
-            "{label}: {} of {} arrivals had no kernel timestamp (the receiver's own reading was used)",
-            kernel.len() - stamped,
-            kernel.len()
-        ));
+    n: u64,
+    /// The output threads' page faults when the first message was due.
+    faults0: Option<(u64, u64)>,
+    failures: Vec<String>,
+}
+
+impl OutputLane {
+    /// A receiver for `n` messages, and an output of class `sched` on its cable.
+    fn open(sched: Sched, n: u64, t0: Time) -> Result<OutputLane, BenchError> {
+        let receiver = Receiver::start(n)?;
+        let (output, log, granted) = open_output(&receiver.cable, sched, n)?;
+        Ok(OutputLane { sched, receiver, output, log, granted, t0, n, faults0: None, failures: Vec::new() })
     }
-    let analysis = analyse(&kernel, n, t0, INTERVAL);
-    let analysis_user = analyse(&user, n, t0, INTERVAL);
-    let worst = analysis.worst().map(|(error, k)| {
-        let log = log.lock().unwrap_or_else(|e| e.into_inner());
-        let wrote = |k: u64| log.iter().find(|r| u64::from(r.k) == k);
-        let due = (t0 + INTERVAL * (k + 1) as u32).as_nanos();
-        Worst {
-            error,
-            at_s: (INTERVAL * (k + 1) as u32).as_secs_f64(),
-            writer_cpus: (wrote(k).map(|r| r.cpu), wrote(k + 1).map(|r| r.cpu)),
-            receiver_cpu: rx_cpus.iter().find(|&&(j, _)| j == k + 1).map(|&(_, c)| c),
-            write_late: wrote(k + 1).map(|r| r.at as i64 - due as i64),
+
+    /// Produces every message ([`produce`]) from the calling thread; `at_start` runs
+    /// just before the first is due, once the output threads' page faults are counted.
+    fn produce(&mut self, mut at_start: impl FnMut()) {
+        let OutputLane { output, n, t0, faults0, failures, .. } = self;
+        let output = &*output;
+        produce(
+            output,
+            *n,
+            *t0,
+            || {
+                *faults0 = output_faults(output.id());
+                at_start();
+            },
+            failures,
+        );
+    }
+
+    /// Closes the output (its last message due and sent by now), waits for the
+    /// receiver's records, and puts the window together.
+    fn finish(self, load: &'static str, side: bool, steal: Vec<(usize, u64)>, notes: &mut Vec<String>) -> Window {
+        let faults = faults_between(self.faults0, output_faults(self.output.id()));
+        let closed = self.output.close(Close::Drain);
+        let records = self.receiver.finish();
+        let (sched, n, t0) = (self.sched, self.n, self.t0);
+        let label =
+            if side { format!("{load} side by side, {}", sched.name()) } else { format!("{load} {}", sched.name()) };
+        for f in self.failures {
+            notes.push(format!("{label}: {f}"));
         }
-    });
-    Window {
-        load,
-        sched,
-        side,
-        granted,
-        analysis,
-        analysis_user,
-        cyclictest: Vec::new(),
-        output_late: closed.stats.late + closed.stats.out_of_order,
-        sent: closed.stats.sent,
-        steal,
-        faults,
-        worst,
+        let (kernel, user, rx_cpus) = parse_records(&records);
+        let stamped = records.chunks_exact(RECORD).filter(|c| c[4..12] != [0; 8]).count();
+        if stamped < kernel.len() {
+            notes.push(format!(
+                "{label}: {} of {} arrivals had no kernel timestamp (the receiver's own reading was used)",
+                kernel.len() - stamped,
+                kernel.len()
+            ));
+        }
+        let analysis = analyse(&kernel, n, t0, INTERVAL);
+        let analysis_user = analyse(&user, n, t0, INTERVAL);
+        let worst = analysis.worst().map(|(error, k)| {
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            let wrote = |k: u64| log.iter().find(|r| u64::from(r.k) == k);
+            let due = (t0 + INTERVAL * (k + 1) as u32).as_nanos();
+            Worst {
+                error,
+                at_s: (INTERVAL * (k + 1) as u32).as_secs_f64(),
+                writer_cpus: (wrote(k).map(|r| r.cpu), wrote(k + 1).map(|r| r.cpu)),
+                receiver_cpu: rx_cpus.iter().find(|&&(j, _)| j == k + 1).map(|&(_, c)| c),
+                write_late: wrote(k + 1).map(|r| r.at as i64 - due as i64),
+            }
+        });
+        Window {
+            load,
+            sched,
+            side,
+            granted: self.granted,
+            analysis,
+            analysis_user,
+            cyclictest: Vec::new(),
+            output_late: closed.stats.late + closed.stats.out_of_order,
+            sent: closed.stats.sent,
+            steal,
+            faults,
+            worst,
+        }
     }
 }
 
@@ -277,7 +312,8 @@ fn faults_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, 
     Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)))
 }
 
-/// Run one window: `secs` seconds of messages, output threads in `sched`.
+/// Run one window: `secs` seconds of messages, output threads in `sched`, cyclictest
+/// beside them.
 pub(super) fn window(
     load: &'static str,
     sched: Sched,
@@ -285,40 +321,24 @@ pub(super) fn window(
     notes: &mut Vec<String>,
 ) -> Result<Window, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
-    let receiver = Receiver::start(n)?;
-    let (output, log, granted) = open_output(&receiver.cable, sched, n)?;
+    let t0 = clock::now() + AHEAD + Duration::from_millis(20);
+    let mut lane = OutputLane::open(sched, n, t0)?;
 
     // The producer (this thread) is timesharing in every window, as an application's
     // own thread would be. It shares the output library's lock with the output threads;
     // the lock inherits priority, so a producer preempted while holding it runs at the
     // priority of a real-time output thread waiting for it (the paper found this
     // inversion in C-Threads' locks and had none to prevent it).
-    let t0 = clock::now() + AHEAD + Duration::from_millis(20);
-    let last_due = t0 + INTERVAL * (n.saturating_sub(1)) as u32;
     let mut cyclictest = None;
-    let mut failures = Vec::new();
-    let (mut steal0, mut faults0) = (Vec::new(), None);
-    produce(
-        &output,
-        n,
-        t0,
-        || {
-            steal0 = read_steal();
-            faults0 = output_faults(output.id());
-            let (policy, prio) = sched.cyclictest_policy();
-            cyclictest = Some(Cyclictest::start(policy, prio, INTERVAL, n));
-        },
-        &mut failures,
-    );
-    sleep_until(last_due + Duration::from_millis(200));
+    let mut steal0 = Vec::new();
+    lane.produce(|| {
+        steal0 = read_steal();
+        let (policy, prio) = sched.cyclictest_policy();
+        cyclictest = Some(Cyclictest::start(policy, prio, INTERVAL, n));
+    });
+    sleep_until(t0 + INTERVAL * (n.saturating_sub(1)) as u32 + Duration::from_millis(200));
     let steal = steal_ms(&steal0, &read_steal());
-    let faults = faults_between(faults0, output_faults(output.id()));
-    let closed = output.close(Close::Drain);
-    let records = receiver.finish();
-    for f in failures {
-        notes.push(format!("{load} {}: {f}", sched.name()));
-    }
-    let mut w = assemble(load, sched, false, granted, &records, &log, &closed, n, t0, steal, faults, notes);
+    let mut w = lane.finish(load, false, steal, notes);
 
     w.cyclictest = match cyclictest {
         Some(Ok(c)) => match c.finish() {
@@ -346,77 +366,21 @@ pub(super) fn window(
 /// the fixed-priority output's.
 pub(super) fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Result<Vec<Window>, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
-    let rx_fixed = Receiver::start(n)?;
-    let rx_ts = Receiver::start(n)?;
-    let (out_fixed, log_fixed, granted_fixed) = open_output(&rx_fixed.cable, Sched::Fixed, n)?;
-    let (out_ts, log_ts, granted_ts) = open_output(&rx_ts.cable, Sched::Timesharing, n)?;
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
-    let t0_ts = t0 + SIDE_OFFSET;
-    let last_due = t0_ts + INTERVAL * (n.saturating_sub(1)) as u32;
+    let mut fixed = OutputLane::open(Sched::Fixed, n, t0)?;
+    let mut ts = OutputLane::open(Sched::Timesharing, n, t0 + SIDE_OFFSET)?;
     let mut steal0 = Vec::new();
-    let (mut faults0_fixed, mut faults0_ts) = (None, None);
-    let (mut fail_fixed, mut fail_ts) = (Vec::new(), Vec::new());
     std::thread::scope(|scope| {
         // Both producers timesharing, as in the other windows (see `window`).
-        let ts = scope.spawn(|| {
-            produce(&out_ts, n, t0_ts, || faults0_ts = output_faults(out_ts.id()), &mut fail_ts);
-        });
-        let fixed = scope.spawn(|| {
-            produce(
-                &out_fixed,
-                n,
-                t0,
-                || {
-                    steal0 = read_steal();
-                    faults0_fixed = output_faults(out_fixed.id());
-                },
-                &mut fail_fixed,
-            );
-        });
+        let ts = scope.spawn(|| ts.produce(|| {}));
+        let fixed = scope.spawn(|| fixed.produce(|| steal0 = read_steal()));
         let _ = ts.join();
         let _ = fixed.join();
     });
-    sleep_until(last_due + Duration::from_millis(200));
+    sleep_until(t0 + SIDE_OFFSET + INTERVAL * (n.saturating_sub(1)) as u32 + Duration::from_millis(200));
     let steal = steal_ms(&steal0, &read_steal());
-    let faults_fixed = faults_between(faults0_fixed, output_faults(out_fixed.id()));
-    let faults_ts = faults_between(faults0_ts, output_faults(out_ts.id()));
-    let closed_fixed = out_fixed.close(Close::Drain);
-    let closed_ts = out_ts.close(Close::Drain);
-    let (rec_fixed, rec_ts) = (rx_fixed.finish(), rx_ts.finish());
-    for f in fail_fixed {
-        notes.push(format!("{load} side by side, fixed: {f}"));
-    }
-    for f in fail_ts {
-        notes.push(format!("{load} side by side, timesharing: {f}"));
-    }
-    let fixed = assemble(
-        load,
-        Sched::Fixed,
-        true,
-        granted_fixed,
-        &rec_fixed,
-        &log_fixed,
-        &closed_fixed,
-        n,
-        t0,
-        steal.clone(),
-        faults_fixed,
-        notes,
-    );
-    let ts = assemble(
-        load,
-        Sched::Timesharing,
-        true,
-        granted_ts,
-        &rec_ts,
-        &log_ts,
-        &closed_ts,
-        n,
-        t0_ts,
-        steal,
-        faults_ts,
-        notes,
-    );
+    let fixed = fixed.finish(load, true, steal.clone(), notes);
+    let ts = ts.finish(load, true, steal, notes);
     Ok(vec![fixed, ts])
 }
 
