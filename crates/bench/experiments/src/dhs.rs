@@ -470,13 +470,36 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         format!("clients SCHED_FIFO {:?} (rate monotonic), server SCHED_FIFO {SERVER_PRIO}", CLIENT_PRIOS);
     add_rows_and_figures(&mut report, &sets, &searches);
     add_headline(&mut report, &searches, &mut notes);
+    add_notes(&mut notes, unit_ns, ns_per_iter, cpu, opts.quick, steps, hyper);
+    notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
+    report.notes.extend(notes);
+    for s in &searches {
+        report.rows.push(json!({
+            "case": format!("{} {} trials", s.set, s.mode),
+            "trace": s.trials.iter().map(|t| json!({"utilization_pct": (t.utilization * 1000.0).round() / 10.0, "misses": t.misses})).collect::<Vec<_>>(),
+        }));
+    }
+    let svg = plot_svg(&report);
+    Ok(Outcome::new(report, svg))
+}
+
+/// How the numbers were made.
+fn add_notes(
+    notes: &mut Vec<String>,
+    unit_ns: f64,
+    ns_per_iter: f64,
+    cpu: usize,
+    quick: bool,
+    steps: usize,
+    hyper: u64,
+) {
     notes.push(format!(
         "work unit: {:.0} µs of a Whetstone-style kernel ({:.1} ns per block, calibrated at SCHED_FIFO on CPU \
          {cpu}); periods {}; {} hyperperiod(s) per trial, {steps} bisection steps, a miss confirmed by a second trial; utilization is computed from the \
          calibrated work, as Hartstone does",
         unit_ns / 1000.0,
         ns_per_iter,
-        if opts.quick { "scaled down by 8 (--quick)" } else { "as in Table 1" },
+        if quick { "scaled down by 8 (--quick)" } else { "as in Table 1" },
         hyper,
     ));
     notes.push(
@@ -493,16 +516,6 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         "the machine is a shared 2-CPU VM: the other CPU takes other work; these threads are SCHED_FIFO on theirs"
             .to_string(),
     );
-    notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
-    report.notes.extend(notes);
-    for s in &searches {
-        report.rows.push(json!({
-            "case": format!("{} {} trials", s.set, s.mode),
-            "trace": s.trials.iter().map(|t| json!({"utilization_pct": (t.utilization * 1000.0).round() / 10.0, "misses": t.misses})).collect::<Vec<_>>(),
-        }));
-    }
-    let svg = plot_svg(&report);
-    Ok(Outcome::new(report, svg))
 }
 
 /// [`calibrate`] on `cpu` at the top client priority, where the work runs; the
