@@ -1,216 +1,83 @@
 //! The benchmark's Linux calls that need `unsafe`, in one place.
 //!
-//! Everything else in the harness and in the experiments is safe code over `rustix` and
-//! the standard library; what `rustix` does not wrap (`getrusage`, `mincore`,
-//! `SO_TIMESTAMPNS` and its control message), what is unsafe by nature (`mmap`, code
-//! that runs between `fork` and `exec`, taking ownership of an inherited descriptor)
-//! lives here, each call with the man page that makes it sound.
-//!
-//! This is the benchmark's share of the OS layer that issue 14 asks for; when the
-//! workspace's shared one (`ictus-sys`) lands, these wrappers become calls into it, and
-//! nothing outside this file changes.
+//! Everything else in the harness and in the experiments is safe code over `rustix`,
+//! the workspace's OS layer (`ictus-sys`: mappings, memfds) and the standard library.
+//! What neither wraps and the benchmark alone needs lives here, each call with the man
+//! page that makes it sound: `mincore` (is a file's page cached?), `getrusage`,
+//! `SO_TIMESTAMPNS` and its control message, the code that runs between `fork` and
+//! `exec`, taking ownership of an inherited descriptor; and, over `ictus-sys`'s
+//! [`Mapping`], a length check before mapping a file and private memory as a plain
+//! `&mut [u8]`.
 //!
 //! # References
 //!
-//! mmap(2), munmap(2), madvise(2), mincore(2), getrusage(2), fcntl(2), prctl(2)
-//! (`PR_SET_PDEATHSIG`), setsockopt(2), socket(7) (`SO_TIMESTAMPNS`), recvmsg(2),
-//! cmsg(3).
+//! mincore(2), getrusage(2), fcntl(2), prctl(2) (`PR_SET_PDEATHSIG`), setsockopt(2),
+//! socket(7) (`SO_TIMESTAMPNS`), recvmsg(2), cmsg(3).
 
 #![allow(unsafe_code)]
 
-use std::fs::File;
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::Duration;
 
-use rustix::mm::{MapFlags, ProtFlags};
 use rustix::process::Signal;
 
 // ---------------------------------------------------------------------------------
-// Memory mappings.
+// Memory mappings: the workspace's OS layer's, and what the benchmark adds.
 
-/// A shared mapping of a file or memfd, unmapped on drop.
-///
-/// Its bytes are reachable only through raw pointers ([`Mapping::area`]) or
-/// [`Mapping::as_slice`], whose caller promises that nothing changes them meanwhile:
-/// another process may share the mapping, so no safe `&[u8]` can be handed out.
+pub use ictus_sys::mm::{Mapping, Protection};
+
+/// Maps the first `len` bytes of a file shared, after checking that the file is at
+/// least that long: a mapping past the end of a file turns accesses into `SIGBUS`.
+pub fn map_file(fd: impl AsFd, len: usize, prot: Protection) -> io::Result<Mapping> {
+    let file_len = rustix::fs::fstat(fd.as_fd())?.st_size;
+    if u64::try_from(file_len).map_or(true, |l| l < len as u64) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the file is smaller than the mapping"));
+    }
+    Ok(Mapping::shared(fd.as_fd(), len, prot)?)
+}
+
+/// Fraction of a mapping's pages in the page cache (`mincore`); it observes without
+/// faulting anything in.
+pub fn resident_fraction(map: &Mapping) -> io::Result<f64> {
+    let page = rustix::param::page_size();
+    let pages = map.len().div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: the mapping starts page-aligned (mmap returned it) and its `len` bytes are
+    // mapped while `map` is borrowed; `vec` has one writable byte per page of that
+    // range (mincore(2)).
+    let rc = unsafe { libc::mincore(map.as_ptr().cast(), map.len(), vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as f64 / pages as f64)
+}
+
+/// Private anonymous memory that only this value reaches, so its bytes are an
+/// ordinary `&mut [u8]`.
 #[derive(Debug)]
-pub struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory owned by this value; every access through it
-// is either atomic or raw (with its own obligations), so moving it or sharing it
-// between threads adds no hazard.
-unsafe impl Send for Mapping {}
-// SAFETY: as above; `&Mapping` hands out only atomics and raw pointers.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Maps the first `len` bytes of `fd` shared, read-write (a memfd both ends of a
-    /// peer use). Fails if the file is shorter than `len`, which would turn accesses
-    /// past its end into `SIGBUS`.
-    pub fn shared(fd: impl AsFd, len: usize) -> io::Result<Mapping> {
-        Self::map(fd.as_fd(), len, ProtFlags::READ | ProtFlags::WRITE)
-    }
-
-    /// Maps the first `len` bytes of `file` shared, read-only: touching them faults the
-    /// file's pages in; mapping them does not.
-    pub fn file_readonly(file: &File, len: usize) -> io::Result<Mapping> {
-        Self::map(file.as_fd(), len, ProtFlags::READ)
-    }
-
-    fn map(fd: BorrowedFd<'_>, len: usize, prot: ProtFlags) -> io::Result<Mapping> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot map zero bytes"));
-        }
-        let file_len = rustix::fs::fstat(fd)?.st_size;
-        if u64::try_from(file_len).map_or(true, |l| l < len as u64) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the file is smaller than the mapping"));
-        }
-        // SAFETY: a new mapping at an address the kernel picks (null hint, no
-        // MAP_FIXED) aliases no Rust object; `len` bytes of the file exist (checked
-        // above), so the whole range is backed (mmap(2)).
-        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { base, len })
-    }
-
-    /// Bytes mapped.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the mapping is empty (never: mappings have at least one byte).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The 32-bit atomic at `offset`, which must be 4-byte aligned and inside the
-    /// mapping (else this panics).
-    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset % 4 == 0 && offset.checked_add(4).is_some_and(|end| end <= self.len), "bad atomic offset");
-        // SAFETY: the address is inside the mapping and 4-byte aligned (the base is
-        // page-aligned), and the mapping lives as long as the borrow of `self`. Every
-        // user of the shared word accesses it atomically, which is what `AtomicU32`
-        // permits through a shared reference.
-        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
-    }
-
-    /// The 64-bit atomic at `offset`, 8-byte aligned and inside the mapping.
-    pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset % 8 == 0 && offset.checked_add(8).is_some_and(|end| end <= self.len), "bad atomic offset");
-        // SAFETY: as for `atomic_u32`, with 8-byte alignment checked.
-        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU64>() }
-    }
-
-    /// A raw pointer to the `len` bytes at `offset`, which must be inside the mapping
-    /// (else this panics). Reading or writing through it is the caller's business.
-    pub fn area(&self, offset: usize, len: usize) -> *mut u8 {
-        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "area outside the mapping");
-        // SAFETY: `offset + len` is within the mapping (checked above), so the result
-        // points into the same allocation (pointer::add).
-        unsafe { self.base.as_ptr().add(offset) }
-    }
-
-    /// The mapped bytes.
-    ///
-    /// # Safety
-    ///
-    /// While the slice lives, nothing may write to the mapped bytes (through this
-    /// mapping, another one, or `write(2)` to the file) nor truncate the file, which
-    /// would raise `SIGBUS` on access.
-    pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: `base` starts a live, readable mapping of `len` bytes that lasts as
-        // long as the borrow of `self`; the caller promises its content does not
-        // change meanwhile.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
-    }
-
-    /// Fraction of the mapping's pages in the page cache (`mincore`); it observes
-    /// without faulting anything in.
-    pub fn resident_fraction(&self) -> io::Result<f64> {
-        let page = rustix::param::page_size();
-        let pages = self.len.div_ceil(page);
-        let mut vec = vec![0u8; pages];
-        // SAFETY: `base` is page-aligned (returned by mmap) and `len` bytes from it are
-        // mapped; `vec` has one writable byte per page of that range (mincore(2)).
-        let rc = unsafe { libc::mincore(self.base.as_ptr().cast(), self.len, vec.as_mut_ptr()) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as f64 / pages as f64)
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `base` and `len` are exactly what mmap returned and was given; no
-        // borrow of the mapping outlives `self` (munmap(2)).
-        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
-/// Private anonymous memory, unmapped on drop; only this value reaches it, so its
-/// bytes are an ordinary `&mut [u8]`.
-#[derive(Debug)]
-pub struct AnonMemory {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: private anonymous memory owned by this value alone; access goes through
-// `&mut self`, so the borrow checker serializes it.
-unsafe impl Send for AnonMemory {}
+pub struct AnonMemory(Mapping);
 
 impl AnonMemory {
     /// `len` bytes of zeroed memory, reserved lazily (`MAP_NORESERVE`): pages are
     /// allocated as they are first touched.
     pub fn new(len: usize) -> io::Result<AnonMemory> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot map zero bytes"));
-        }
-        // SAFETY: a fresh anonymous private mapping at an address the kernel picks
-        // aliases nothing (mmap(2)).
-        let ptr = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::NORESERVE,
-            )?
-        };
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(AnonMemory { base, len })
+        Ok(AnonMemory(Mapping::anonymous(len)?))
     }
 
     /// The memory.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `len` readable, writable bytes owned by this value alone; the
-        // exclusive borrow of `self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), self.len) }
+        // SAFETY: a private anonymous mapping (writable) that this value alone holds: no
+        // other mapping of it exists, and `&mut self` makes this the only view.
+        unsafe { self.0.as_mut_slice() }
     }
 
     /// Gives the pages back to the kernel; the next touch faults in zeroed pages.
     pub fn discard(&mut self) {
-        // SAFETY: the range is this value's own private anonymous mapping, and no
-        // reference into it is alive (exclusive borrow); MADV_DONTNEED only replaces
-        // its contents with zero pages (madvise(2)).
-        let _ = unsafe { rustix::mm::madvise(self.base.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxDontNeed) };
-    }
-}
-
-impl Drop for AnonMemory {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; no reference outlives
-        // `self` (munmap(2)).
-        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
+        let _ = self.0.advise(ictus_sys::mm::Advice::LinuxDontNeed);
     }
 }
 
@@ -419,20 +286,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_shared_mapping_of_a_memfd_is_checked_and_shared() {
-        let fd = rustix::fs::memfd_create("ictus-sys-test", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
-        rustix::fs::ftruncate(&fd, 8192).expect("size");
-        assert!(Mapping::shared(&fd, 8193).is_err(), "larger than the file");
-        assert!(Mapping::shared(&fd, 0).is_err());
-        let a = Mapping::shared(&fd, 8192).expect("map");
-        let b = Mapping::shared(&fd, 8192).expect("map again");
+    fn a_file_is_mapped_only_if_long_enough() {
+        let fd = ictus_sys::memfd::create("ictus-bench-sys-test", 8192).expect("memfd");
+        assert!(map_file(&fd, 8193, Protection::ReadWrite).is_err(), "larger than the file");
+        let a = map_file(&fd, 8192, Protection::ReadWrite).expect("map");
+        let b = map_file(&fd, 8192, Protection::Read).expect("map again");
         a.atomic_u32(4).store(7, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(b.atomic_u32(4).load(std::sync::atomic::Ordering::SeqCst), 7);
-        a.atomic_u64(8).store(9, std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(b.atomic_u64(8).load(std::sync::atomic::Ordering::SeqCst), 9);
-        assert!(std::panic::catch_unwind(|| a.atomic_u32(2).load(std::sync::atomic::Ordering::SeqCst)).is_err());
-        assert!(std::panic::catch_unwind(|| a.area(8000, 193)).is_err());
-        assert!((0.0..=1.0).contains(&a.resident_fraction().expect("mincore")));
+        assert!((0.0..=1.0).contains(&resident_fraction(&b).expect("mincore")));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ictus_bench::sys::{self, Mapping};
+use ictus_bench::sys::{self, Protection};
 
 use super::checksum::{Checksum, StreamChecksum};
 use super::testfile::TestFile;
@@ -76,7 +76,7 @@ pub(super) fn read_block(path: &Path, size: usize) -> io::Result<Checksum> {
 
 fn read_mapped(path: &Path, size: u64) -> io::Result<Checksum> {
     let file = File::open(path)?;
-    let map = Mapping::file_readonly(&file, size as usize)?;
+    let map = sys::map_file(&file, size as usize, Protection::Read)?;
     let mut sum = Checksum::default();
     // SAFETY: the file is the experiment's own, only read while mapped and never
     // truncated or written meanwhile, so its bytes neither change nor vanish under
@@ -103,7 +103,7 @@ impl Read for MapReader<'_> {
 
 fn read_mapio(path: &Path, size: u64) -> io::Result<Checksum> {
     let file = File::open(path)?;
-    let map = Mapping::file_readonly(&file, size as usize)?;
+    let map = sys::map_file(&file, size as usize, Protection::Read)?;
     // SAFETY: as in `read_mapped`: the file is ours and nothing changes it meanwhile.
     fread_all(&mut MapReader { data: unsafe { map.as_slice() }, pos: 0 })
 }

@@ -7,7 +7,7 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ictus_bench::sys::Mapping;
+use ictus_bench::sys::{self, Mapping, Protection};
 
 use super::checksum::{fill_pattern, Checksum};
 use super::methods::read_block;
@@ -209,14 +209,14 @@ impl TestFile {
         out.sync_all()?;
         drop(out);
         let file = File::open(path)?;
-        let residency = Mapping::file_readonly(&file, size as usize)?;
+        let residency = sys::map_file(&file, size as usize, Protection::Read)?;
         let absolute = std::fs::canonicalize(dir)?;
         let mount = std::fs::read_to_string("/proc/self/mountinfo").ok().and_then(|m| mount_of(&m, &absolute));
         Ok(TestFile { dir: dir.to_path_buf(), path: path.to_path_buf(), size, checksum: sum, file, residency, mount })
     }
 
     pub(super) fn resident(&self) -> f64 {
-        self.residency.resident_fraction().unwrap_or(f64::NAN)
+        sys::resident_fraction(&self.residency).unwrap_or(f64::NAN)
     }
 
     pub(super) fn fadvise_dontneed(&self) -> io::Result<()> {

@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use ictus_bench::child::{fd_arg, num_arg, reap_status, spawn_child};
-use ictus_bench::sys::Mapping;
 use ictus_bench::{Role, Transport};
+use ictus_sys::memfd::{self, SealFlags, Size};
+use ictus_sys::mm::{Mapping, Protection};
 use rustix::io::Errno;
 use rustix::thread::futex;
 
@@ -173,13 +174,16 @@ pub fn futex_server(args: &[String]) -> i32 {
         let capacity = num_arg(args, 1, "capacity")?;
         let reply_len = num_arg(args, 2, "reply length")?;
         let layout = Layout::new(capacity, reply_len)?;
-        let map = Mapping::shared(&fd, layout.total)?;
+        // The parent fixed the file's size (sealed): a mapping of it cannot fault.
+        memfd::check(fd.as_fd(), Size::AtLeast(layout.total as u64), SealFlags::SHRINK)
+            .map_err(|e| invalid(format!("shared memory file: {e}")))?;
+        let map = Mapping::shared(fd.as_fd(), layout.total, Protection::ReadWrite)?;
         drop(fd);
         let parent = rustix::process::getppid();
         let handshake = Handshake::new(&map, Side::Server);
         let size_word = map.atomic_u64(SIZE_OFFSET);
-        let request = map.area(layout.request, layout.capacity);
-        let reply = map.area(layout.reply, layout.reply_len);
+        let request = map.ptr_at(layout.request, layout.capacity);
+        let reply = map.ptr_at(layout.reply, layout.reply_len);
         loop {
             let state = handshake.wait(
                 |s| s == REQUEST || s == EXIT,
@@ -230,9 +234,10 @@ impl FutexPeer {
     /// names to leak); pages are only allocated as they are used.
     pub fn spawn(reply_len: usize, capacity: usize) -> io::Result<Self> {
         let layout = Layout::new(capacity, reply_len)?;
-        let fd = rustix::fs::memfd_create("ictus-bench-futex", rustix::fs::MemfdFlags::CLOEXEC)?;
-        rustix::fs::ftruncate(&fd, layout.total as u64)?;
-        let map = Mapping::shared(&fd, layout.total)?;
+        let fd = memfd::create("ictus-bench-futex", layout.total as u64)?;
+        // A fixed size: the server can check that its mapping cannot fault.
+        memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let map = Mapping::shared(fd.as_fd(), layout.total, Protection::ReadWrite)?;
         // A fresh memfd reads as zeros already; say so explicitly.
         map.atomic_u32(STATE_OFFSET).store(IDLE, Ordering::Relaxed);
         // No CPU yet: the first waits poll.
@@ -246,7 +251,7 @@ impl FutexPeer {
     /// One round trip of `size` bytes from `self.source`, reply into `self.reply`.
     fn round_trip(&mut self, size: usize) -> io::Result<()> {
         let handshake = Handshake::new(&self.map, Side::Client);
-        let request = self.map.area(self.layout.request, size);
+        let request = self.map.ptr_at(self.layout.request, size);
         // SAFETY: `request` has room for `size` bytes (checked by `area`), `source`
         // holds at least `size`, and the server does not read the area until we post
         // REQUEST below, nor after it posted its last REPLY.
@@ -262,7 +267,7 @@ impl FutexPeer {
                 Err(e) => Err(e),
             },
         )?;
-        let reply = self.map.area(self.layout.reply, self.layout.reply_len);
+        let reply = self.map.ptr_at(self.layout.reply, self.layout.reply_len);
         // SAFETY: the reply area holds `reply_len` bytes, the server wrote them before
         // posting REPLY (our Acquire load saw it) and writes again only after our next
         // REQUEST; `self.reply` is a separate local buffer of `reply_len` bytes.
