@@ -286,6 +286,17 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_argument_the_matches_do_not_know_is_absent() {
+        let opts = Options::quick();
+        assert!(opts.quick && opts.pin.is_none() && !opts.progress);
+        assert_eq!(opts.arg::<std::path::PathBuf>("dir"), None, "no panic on an unknown id");
+        let cmd = clap::Command::new("x").arg(clap::Arg::new("n").long("n").value_parser(clap::value_parser!(usize)));
+        let opts = Options { extra: cmd.try_get_matches_from(["x", "--n", "3"]).expect("ok"), ..Options::default() };
+        assert_eq!(opts.arg::<usize>("n"), Some(3));
+        assert_eq!(opts.arg::<String>("n"), None, "a type other than declared is absent, not a panic");
+    }
+
+    #[test]
     fn plots_go_beside_the_json() {
         assert_eq!(plot_path(Path::new("out/ipc.json"), ""), Path::new("out/ipc.svg"));
         assert_eq!(plot_path(Path::new("/x/m.json"), "-timesharing"), Path::new("/x/m-timesharing.svg"));
