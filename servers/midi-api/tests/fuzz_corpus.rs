@@ -1,7 +1,7 @@
 //! Replays the `midi_delivery` fuzz target's seed corpus (fuzz/corpus/midi_delivery) on
 //! stable, with the same checks as the target, so the seeds keep meaning what they say.
 
-use ictus_midi_server::protocol::{Class, Delivery, NORMAL_MESSAGE, SYSEX_MESSAGE};
+use ictus_midi_api::protocol::{Class, Delivery, NORMAL_MESSAGE, SYSEX_MESSAGE};
 
 fn check(data: &[u8]) -> bool {
     let Some((&knob, rest)) = data.split_first() else { return false };

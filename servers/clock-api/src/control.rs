@@ -15,7 +15,7 @@
 //!   anyone else is closed unanswered. The client checks the server's uid the same way.
 //!
 //! The mechanism (lock file, stale-socket reclaim, handshake) is the name server's
-//! ([`ictus_name_server::socket`]); only the path and the right handed out differ.
+//! ([`ictus_name_api::socket`]); only the path and the right handed out differ.
 //! The clock port, by contrast, is registered with the name server under
 //! [`crate::protocol::SERVICE_NAME`], for everyone the name server serves.
 //!
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ictus_ipc::{Name, RightsError, Space};
-use ictus_name_server::socket::{self as ns_socket, FetchError, PathError};
+use ictus_name_api::socket::{self as ns_socket, FetchError, PathError};
 
 /// The control socket's file name inside the per-user ictus directory.
 pub const CONTROL_SOCKET_FILE: &str = "clock-control.sock";
@@ -49,7 +49,7 @@ pub fn prepare_default_control_socket_path() -> Result<PathBuf, PathError> {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// Nothing listens at the path.
-    #[error("no clock server hands out its control port at {0} (start one with `ictus clock-server`)")]
+    #[error("no clock server hands out its control port at {0}: start `ictus clock-server` first")]
     NotRunning(PathBuf),
     /// The socket exists but we may not connect to it (its mode is `0600`: another
     /// user's).

@@ -1,4 +1,7 @@
-//! The well-known socket: how a task without a bootstrap right finds the name server.
+//! The well-known socket: how a task without a bootstrap right finds the name server
+//! (this module: where it is, and the client's half of the handshake), and how any
+//! server hands out one of its ports to the tasks of its user (the listening half is
+//! `ictus_server::Listener`, which the name server and the clock's control socket use).
 //!
 //! # Where it is
 //!
@@ -11,56 +14,38 @@
 //! - `--socket PATH` (and [`crate::Client::connect_socket`]) overrides both.
 //!
 //! The server makes the `ictus` (or `ictus-$UID`) directory with mode `0700` if it is
-//! missing, and refuses to start unless it is a real directory (not a symbolic link)
-//! owned by the effective uid with no group or world permissions: in a shared `/tmp`
-//! another user could otherwise make the directory first and put their own socket in
-//! it. An explicit `--socket PATH` is used as given; its directory must exist.
+//! missing ([`prepare_default_socket_path`]), and refuses to start unless it is a real
+//! directory (not a symbolic link) owned by the effective uid with no group or world
+//! permissions: in a shared `/tmp` another user could otherwise make the directory
+//! first and put their own socket in it. An explicit `--socket PATH` is used as given;
+//! its directory must exist.
 //!
-//! # What it does
+//! # The handshake
 //!
-//! It is an `AF_UNIX SOCK_SEQPACKET` listening socket (mode `0600`). On each connection
-//! the server reads the peer's `SO_PEERCRED`; a peer whose uid is neither the server's
-//! nor root is refused (closed unanswered). Any other peer gets one datagram, the
-//! 8-byte [`HANDSHAKE`] with one descriptor in `SCM_RIGHTS`: a send right to the
-//! server's service port. The client checks that the server's `SO_PEERCRED` uid is its
-//! own or root, that the bytes are the handshake and that exactly one descriptor came,
-//! then inserts the right into its space ([`ictus_ipc::Space::insert_send_fd`], which
-//! checks it is a port socket). Everything after that goes through ports.
+//! The socket is an `AF_UNIX SOCK_SEQPACKET` listening socket (mode `0600`). On each
+//! connection the server reads the peer's `SO_PEERCRED`; a peer whose uid is neither
+//! the server's nor root is refused (closed unanswered). Any other peer gets one
+//! datagram, the 8-byte [`HANDSHAKE`] with one descriptor in `SCM_RIGHTS`: a send right
+//! to the server's service port. The client ([`fetch_service_fd`]) checks that the
+//! server's `SO_PEERCRED` uid is its own or root, that the bytes are the handshake and
+//! that exactly one descriptor came, then inserts the right into its space
+//! ([`ictus_ipc::Space::insert_send_fd`], which checks it is a port socket). Everything
+//! after that goes through ports.
 //!
-//! # One server per path, and stale paths
-//!
-//! Beside the socket the server keeps a lock file, `PATH.lock`, holding an exclusive
-//! `flock` for as long as it runs. The kernel drops the lock when the process dies,
-//! even by `kill -9`, so:
-//!
-//! - if the lock is held, another server is running: refuse to start ("already
-//!   running");
-//! - otherwise, if something is at `PATH`: if it is not a socket, refuse (the server
-//!   never removes what it did not make); if connecting to it succeeds, a server that
-//!   does not take the lock answers there: refuse; if the connection is refused
-//!   (`ECONNREFUSED`: a server killed by `kill -9` left it), remove it and bind afresh.
-//!
-//! On a clean exit (`SIGTERM`, `SIGINT`, or [`crate::server::Running::stop`]) the server
-//! removes the socket — only if the path still names the socket it bound — and the lock
-//! file. After `kill -9` both stay behind, harmlessly, until the next server reclaims
-//! them.
+//! One server per path, stale paths left by `kill -9`, and the lock file beside the
+//! socket are the listening half's business (see `ictus_server::Listener`).
 
 use std::ffi::OsStr;
-use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::io::IoSliceMut;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 /// The bytes the server sends with the service right: "ICNS", then protocol version 1.
 pub const HANDSHAKE: [u8; 8] = *b"ICNS\x01\0\0\0";
@@ -159,195 +144,11 @@ pub fn peer_allowed(peer: u32, ours: u32) -> bool {
     peer == ours || peer == 0
 }
 
-/// Why the server could not listen.
-#[derive(Debug, thiserror::Error)]
-pub enum ListenError {
-    /// Another server holds the path.
-    #[error("a name server is already running at {0}")]
-    AlreadyRunning(PathBuf),
-    /// Something that is not a socket is at the path.
-    #[error("{0} exists and is not a socket; refusing to remove it")]
-    NotASocket(PathBuf),
-    /// The path is too long for a Unix socket address.
-    #[error("{0}: path too long for a Unix socket (at most 107 bytes)")]
-    PathTooLong(PathBuf),
-    /// The default path's directory is unsafe or could not be made.
-    #[error(transparent)]
-    Path(#[from] PathError),
-    /// A system call failed.
-    #[error("{path}: {what}: {errno}")]
-    Os {
-        /// The socket path.
-        path: PathBuf,
-        /// What was being done.
-        what: &'static str,
-        /// The error.
-        errno: Errno,
-    },
-}
-
-/// The server's listening socket and the lock that makes it the only one on its path.
-#[derive(Debug)]
-pub struct Listener {
-    path: PathBuf,
-    lock_path: PathBuf,
-    socket: OwnedFd,
-    /// Held for the listener's lifetime; closing it releases the lock.
-    _lock: OwnedFd,
-    /// The device and inode of the socket we bound, so we remove only our own.
-    bound: (u64, u64),
-}
-
-fn lock_path_of(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".lock");
-    PathBuf::from(p)
-}
-
-fn address(path: &Path) -> Result<SocketAddrUnix, ListenError> {
-    SocketAddrUnix::new(path).map_err(|_| ListenError::PathTooLong(path.to_owned()))
-}
-
-impl Listener {
-    /// Take the lock beside `path`, reclaim a stale socket there, bind and listen. See
-    /// the module documentation.
-    pub fn bind(path: &Path) -> Result<Listener, ListenError> {
-        let os = |what: &'static str| move |errno: Errno| ListenError::Os { path: path.to_owned(), what, errno };
-        let addr = address(path)?;
-        let lock_path = lock_path_of(path);
-        let lock = take_lock(&lock_path).map_err(|e| match e {
-            Errno::WOULDBLOCK => ListenError::AlreadyRunning(path.to_owned()),
-            e => ListenError::Os { path: lock_path.clone(), what: "locking", errno: e },
-        })?;
-        // We hold the lock: whatever is at the path was left by a server that died,
-        // unless it is not ours at all.
-        match std::fs::symlink_metadata(path) {
-            Ok(md) if !md.file_type().is_socket() => return Err(ListenError::NotASocket(path.to_owned())),
-            Ok(_) => match probe(&addr) {
-                Ok(()) => return Err(ListenError::AlreadyRunning(path.to_owned())),
-                Err(Errno::CONNREFUSED) | Err(Errno::NOENT) => match rustix::fs::unlink(path) {
-                    Ok(()) | Err(Errno::NOENT) => {}
-                    Err(e) => return Err(os("removing the stale socket")(e)),
-                },
-                Err(e) => return Err(os("probing the existing socket")(e)),
-            },
-            Err(_) => {}
-        }
-        let socket = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )
-        .map_err(os("socket"))?;
-        rustix::net::bind(&socket, &addr).map_err(|e| match e {
-            Errno::ADDRINUSE => ListenError::AlreadyRunning(path.to_owned()),
-            e => os("bind")(e),
-        })?;
-        let st = rustix::fs::stat(path).map_err(os("stat"))?;
-        let bound = (st.st_dev, st.st_ino);
-        let listener = Listener { path: path.to_owned(), lock_path, socket, _lock: lock, bound };
-        // From here on, dropping `listener` removes what we made.
-        rustix::fs::chmod(path, Mode::from_raw_mode(0o600)).map_err(os("chmod"))?;
-        rustix::net::listen(&listener.socket, 128).map_err(os("listen"))?;
-        Ok(listener)
-    }
-
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The listening descriptor, for `poll`.
-    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.socket.as_fd()
-    }
-
-    /// Accept every waiting connection; hand each allowed peer a fresh descriptor from
-    /// `right` (a send right to the service port). Never blocks. Returns how many
-    /// peers were served and how many refused.
-    pub fn serve_pending(&self, mut right: impl FnMut() -> Option<OwnedFd>) -> (usize, usize) {
-        let ours = euid();
-        let (mut served, mut refused) = (0, 0);
-        // Bounded, so that a flood of connections cannot starve the ports.
-        for _ in 0..64 {
-            let conn = match rustix::net::accept_with(&self.socket, SocketFlags::CLOEXEC) {
-                Ok(c) => c,
-                Err(Errno::INTR) | Err(Errno::CONNABORTED) => continue,
-                Err(_) => break, // EAGAIN: none left; anything else: try again on the next wake-up
-            };
-            let allowed =
-                rustix::net::sockopt::socket_peercred(&conn).is_ok_and(|c| peer_allowed(c.uid.as_raw(), ours));
-            if !allowed {
-                refused += 1;
-                continue;
-            }
-            let Some(fd) = right() else { continue };
-            let fds = [fd.as_fd()];
-            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-                continue;
-            }
-            let sent = rustix::net::sendmsg(
-                &conn,
-                &[IoSlice::new(&HANDSHAKE)],
-                &mut control,
-                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-            );
-            if sent.is_ok() {
-                served += 1;
-            }
-        }
-        (served, refused)
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        // Remove the socket only if the path still names the one we bound.
-        if let Ok(st) = rustix::fs::stat(&self.path) {
-            if (st.st_dev, st.st_ino) == self.bound {
-                let _ = rustix::fs::unlink(&self.path);
-            }
-        }
-        // We still hold the lock, so no other server is between its open and its flock
-        // on this file in a way that matters: one that opened it will find, after
-        // locking, that the path no longer names its file, and start over.
-        let _ = rustix::fs::unlink(&self.lock_path);
-    }
-}
-
-/// Open (creating) and exclusively lock the lock file, without waiting. Retries if the
-/// file was removed between our open and our lock.
-fn take_lock(path: &Path) -> Result<OwnedFd, Errno> {
-    for _ in 0..16 {
-        let fd = rustix::fs::open(
-            path,
-            OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o600),
-        )?;
-        rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)?;
-        let mine = rustix::fs::fstat(&fd)?;
-        match rustix::fs::stat(path) {
-            Ok(st) if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) => return Ok(fd),
-            _ => continue,
-        }
-    }
-    Err(Errno::AGAIN)
-}
-
-/// Try to connect to `addr`; Ok if something accepted.
-fn probe(addr: &SocketAddrUnix) -> Result<(), Errno> {
-    let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
-    rustix::net::connect(&s, addr)
-}
-
 /// Why a client could not get the service right from the socket.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// Nothing listens at the path (missing, or left by a dead server).
-    #[error("no name server is running at {0} (start one with `ictus name-server`)")]
+    #[error("no name server is running at {0}: start `ictus name-server` first")]
     NotRunning(PathBuf),
     /// The server is not ours or root's.
     #[error("the name server at {path} runs as uid {uid}, neither ours ({ours}) nor root; not trusting it")]
@@ -422,28 +223,16 @@ pub fn fetch_service_fd(path: &Path, timeout: Duration) -> Result<OwnedFd, Fetch
         }
     }
     let mut buf = [0u8; 64];
-    // Room for more than one descriptor, so that extra ones are seen (and closed).
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(8))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
+    // Every descriptor that came is owned (and closed on refusal), however many.
+    let mut fds: Vec<OwnedFd> = Vec::new();
     let msg = loop {
-        match rustix::net::recvmsg(
-            &s,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
-        ) {
+        match ictus_sys::socket::recvmsg(s.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT) {
             Ok(m) => break m,
             Err(Errno::INTR) => continue,
             Err(e) => return Err(os("recvmsg")(e)),
         }
     };
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(r) = m {
-            fds.extend(r);
-        }
-    }
-    if msg.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
+    if msg.truncated || msg.control_truncated {
         return Err(bad("truncated"));
     }
     if msg.bytes == 0 && fds.is_empty() {

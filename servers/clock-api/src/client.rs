@@ -4,13 +4,14 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ictus_abi::ReturnCode;
 use ictus_idl::{EncodeError, SendOnceRight, SendRight};
 use ictus_ipc::{CallError, Name, ReceiveError, RightKind, SendError, Space};
 use ictus_rt::{clock, AlarmId, Time, When};
 
 use crate::control::{self, ControlError};
 use crate::protocol::{
-    AlarmPort, ClockClient, ClockControlClient, ClockError, ClockStats, Code, WireTime, WireWhen, SERVICE_NAME,
+    AlarmPort, ClockClient, ClockControlClient, ClockError, ClockStats, WireTime, WireWhen, SERVICE_NAME,
 };
 
 /// How long a call waits for the server by default (for a sleep: beyond its deadline):
@@ -22,14 +23,23 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The name server could not be reached.
-    #[error("reaching the name server: {0}")]
-    NameServer(#[from] ictus_name_server::ConnectError),
+    #[error("cannot find the clock: {0}")]
+    NameServer(#[from] ictus_name_api::ConnectError),
     /// The name server has no clock registered (or refused the look-up).
-    #[error("looking up {SERVICE_NAME:?} with the name server: {0} (is `ictus clock-server` running?)")]
-    Lookup(#[from] ictus_name_server::ClientError),
+    #[error("{}", lookup_message(.0))]
+    Lookup(#[from] ictus_name_api::ClientError),
     /// The control port could not be obtained.
     #[error(transparent)]
     Control(#[from] ControlError),
+}
+
+fn lookup_message(e: &ictus_name_api::ClientError) -> String {
+    match e {
+        ictus_name_api::ClientError::NotFound(name) => {
+            format!("no clock is registered with the name server as {name:?}; start one with `ictus clock-server`")
+        }
+        e => format!("cannot look up the clock ({SERVICE_NAME:?}) with the name server: {e}"),
+    }
 }
 
 /// Why a request failed.
@@ -41,9 +51,9 @@ pub enum ClientError {
     /// The request never reached a method: `MIG_BAD_ID` (for example a control request
     /// sent to the clock port, which does not serve it) or `MIG_BAD_ARGUMENTS`.
     #[error("the clock server refused the request: {0}")]
-    Refused(Code),
+    Refused(ReturnCode),
     /// The server died, or dropped the request without answering.
-    #[error("the clock server died or dropped the request")]
+    #[error("the clock server died or dropped the request; start it again with `ictus clock-server`")]
     ServerDied,
     /// No answer within the timeout.
     #[error("the clock server did not answer in time")]
@@ -79,7 +89,7 @@ impl From<ictus_idl::ClientError<ClockError>> for ClientError {
         use ictus_idl::ClientError as Stub;
         match e {
             Stub::Remote(e) => ClientError::Clock(e),
-            Stub::Refused(status) => ClientError::Refused(Code(status.0)),
+            Stub::Refused(code) => ClientError::Refused(code),
             Stub::Call(e) => e.into(),
             Stub::Send(e) => CallError::Send(e).into(),
             Stub::Encode(EncodeError::Disposition(right, _)) => ClientError::NotARight(right),
@@ -117,21 +127,21 @@ pub struct Client {
 }
 
 impl Client {
-    /// Find the clock through the name server ([`ictus_name_server::Client::connect`]:
+    /// Find the clock through the name server ([`ictus_name_api::Client::connect`]:
     /// the bootstrap right, else the default socket).
     pub fn connect(space: &Space) -> Result<Client, ConnectError> {
-        let ns = ictus_name_server::Client::connect(space)?;
+        let ns = ictus_name_api::Client::connect(space)?;
         Client::lookup(space, &ns)
     }
 
     /// Find the clock through the name server at the socket `path`.
     pub fn connect_socket(space: &Space, name_server: &Path) -> Result<Client, ConnectError> {
-        let ns = ictus_name_server::Client::connect_socket(space, name_server)?;
+        let ns = ictus_name_api::Client::connect_socket(space, name_server)?;
         Client::lookup(space, &ns)
     }
 
     /// Look the clock up with a name server client (of the same space).
-    pub fn lookup(space: &Space, ns: &ictus_name_server::Client) -> Result<Client, ConnectError> {
+    pub fn lookup(space: &Space, ns: &ictus_name_api::Client) -> Result<Client, ConnectError> {
         let right = ns.lookup(SERVICE_NAME)?;
         Ok(Client::from_right(space, right))
     }

@@ -9,11 +9,7 @@
 use std::collections::HashMap;
 
 use ictus_abi::Name;
-use std::time::Duration;
-
-use ictus_ipc::{
-    Disposition, NotifyKind, PortArg, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, Space,
-};
+use ictus_ipc::{Disposition, NotifyKind, PortArg, RightKind, RightsError, Space};
 
 /// A server's receive rights: `N` service ports and one notification port, all
 /// members of one port set, so one `receive` on [`ServicePorts::set`] serves them all.
@@ -57,51 +53,13 @@ impl<const N: usize> ServicePorts<N> {
     pub fn notify(&self) -> Name {
         self.notify
     }
-
-    /// Receive and `handle` up to `max` messages already waiting on the set; returns
-    /// how many were handled. A malformed message (refused by the nucleus) is dropped
-    /// and counted, and `on_malformed` is told the count so far; any other error ends
-    /// the batch, and [`MAX_CONSECUTIVE_ERRORS`] of them in a row are returned.
-    pub fn handle_pending(
-        &self,
-        rcv: &mut Received,
-        max: usize,
-        counts: &mut ReceiveCounts,
-        mut handle: impl FnMut(&mut Received),
-        mut on_malformed: impl FnMut(u64, &ReceiveError),
-    ) -> Result<usize, ReceiveError> {
-        let now = ReceiveOptions { timeout: Some(Duration::ZERO), ..ReceiveOptions::default() };
-        let mut handled = 0;
-        while handled < max {
-            match self.space.receive(self.set, rcv, now) {
-                Ok(()) => {
-                    counts.consecutive_errors = 0;
-                    handle(rcv);
-                    handled += 1;
-                }
-                Err(ReceiveError::TimedOut) => break,
-                Err(e @ ReceiveError::Malformed { .. }) => {
-                    counts.malformed += 1;
-                    on_malformed(counts.malformed, &e);
-                }
-                Err(e) => {
-                    counts.consecutive_errors += 1;
-                    if counts.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                        return Err(e);
-                    }
-                    break;
-                }
-            }
-        }
-        Ok(handled)
-    }
 }
 
 /// Receive errors in a row after which a server's loop gives up (a broken set, not a
 /// bad client: malformed messages do not count).
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 
-/// What a server's receive loop has counted ([`ServicePorts::handle_pending`]).
+/// What a server's receive loop has counted ([`crate::Loop::handle_pending`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReceiveCounts {
     /// Malformed messages dropped since the start.

@@ -1,7 +1,7 @@
 //! The name server's interface, [`Names`], declared once with
 //! `#[ictus_idl::interface]`: the client stubs ([`NamesClient`], which
 //! [`crate::Client`] wraps) and the server's demultiplexer ([`NamesServer`], which
-//! [`crate::Server`] runs) are generated from it, so everything about the wire follows
+//! the name server (`ictus_name_server::Server`) runs) are generated from it, so everything about the wire follows
 //! from the trait below and the conventions of [`ictus_idl`].
 //!
 //! # Requests
@@ -45,6 +45,7 @@
 //! | `InvalidArgument` (4) | `BadName` | the name is not a valid name | — |
 //! | `InvalidRight` (17) | `BadRight` | register: the right's port is dead | `NETNAME_INVALID_PORT` (2004) |
 //! | `NoSpace` (3) | `Full` | register: the server holds [`MAX_REGISTRATIONS`] already | — |
+//! | `QuotaExceeded` (`0x10001`) | `QuotaExceeded` | register: the requesting task (its kernel-verified pid) holds [`MAX_NAMES_PER_CLIENT`] already | — |
 //! | `ResourceShortage` (6) | `ResourceShortage` | the server could not arm the dead-name request | — |
 //! | `MigBadArguments` (`0xfffffed0`) | — | the request does not decode (above) | `MIG_BAD_ARGUMENTS` |
 //! | `MigBadId` (`0xfffffed1`) | — | unknown request id | `MIG_BAD_ID` |
@@ -65,8 +66,6 @@
 //! A `SendRight` argument is a user reference the request brought into the server's
 //! space; the method owns it. [`Names::register`] keeps it on success and releases it on
 //! refusal; [`Names::unregister_with_right`] always releases its proof.
-
-use std::fmt;
 
 use ictus_abi::ReturnCode;
 use ictus_idl::{Context, RemoteError, SendRight};
@@ -115,6 +114,11 @@ pub const MAX_NAME_LEN: usize = 255;
 /// The most registrations the server holds at once; more are refused with `NoSpace`.
 /// Bounds the server's memory and the size of a [`LIST`] reply (about 4 MiB).
 pub const MAX_REGISTRATIONS: usize = 16_384;
+/// The most registrations one task (one kernel-verified pid) holds at once; more are
+/// refused with `QuotaExceeded`, so that no one task can take the whole table (or every
+/// descriptor the server may open) from the others. A server registers a handful of
+/// names; 256 leaves room for a task that registers one per client or device.
+pub const MAX_NAMES_PER_CLIENT: usize = 256;
 
 /// The reply id for a request id.
 pub const fn reply_id(request: i32) -> i32 {
@@ -142,8 +146,12 @@ pub enum NamesError {
     #[error("the right is not a live send right")]
     BadRight,
     /// Register: the server holds [`MAX_REGISTRATIONS`] already (`NoSpace`).
-    #[error("the name server holds too many registrations")]
+    #[error("the name server holds {MAX_REGISTRATIONS} names, its limit for all tasks together")]
     Full,
+    /// Register: the requesting task holds [`MAX_NAMES_PER_CLIENT`] names already
+    /// (`QuotaExceeded`).
+    #[error("the requesting task holds {MAX_NAMES_PER_CLIENT} names, the quota per task")]
+    QuotaExceeded,
     /// The server could not arm the dead-name request (`ResourceShortage`).
     #[error("the name server could not watch the right")]
     ResourceShortage,
@@ -151,13 +159,14 @@ pub enum NamesError {
 
 impl NamesError {
     /// Every error, for look-ups and tests.
-    pub const ALL: [NamesError; 7] = [
+    pub const ALL: [NamesError; 8] = [
         NamesError::BadName,
         NamesError::NameExists,
         NamesError::NotFound,
         NamesError::NotOwner,
         NamesError::BadRight,
         NamesError::Full,
+        NamesError::QuotaExceeded,
         NamesError::ResourceShortage,
     ];
 
@@ -170,6 +179,7 @@ impl NamesError {
             NamesError::NotOwner => ReturnCode::NoAccess,
             NamesError::BadRight => ReturnCode::InvalidRight,
             NamesError::Full => ReturnCode::NoSpace,
+            NamesError::QuotaExceeded => ReturnCode::QuotaExceeded,
             NamesError::ResourceShortage => ReturnCode::ResourceShortage,
         }
     }
@@ -227,19 +237,6 @@ pub enum ReplyError {
     /// A listed name is not a valid name.
     #[error("the list carries an invalid name: {0}")]
     BadName(NameError),
-}
-
-/// A return code as a reader would want it: its `ReturnCode` name, or the number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Code(pub u32);
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match ReturnCode::from_code(self.0) {
-            Some(r) => write!(f, "{r}"),
-            None => write!(f, "unknown code {:#x}", self.0),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -182,10 +182,12 @@ pub enum ClockError {
     #[error("resolution or quota out of range (resolution at most 1 s, quota 1 to {MAX_CLIENT_QUOTA})")]
     BadResolution,
     /// The client already has its quota of pending alarms and sleeps.
-    #[error("this client already has its quota of pending alarms and sleeps")]
+    #[error(
+        "this task has as many alarms and sleeps pending as the clock's quota per task allows ({DEFAULT_CLIENT_QUOTA} unless set on the control port); cancel some first"
+    )]
     QuotaExceeded,
     /// The server holds [`MAX_PENDING`] alarms and sleeps already.
-    #[error("the clock server holds too many alarms and sleeps")]
+    #[error("the clock server holds {MAX_PENDING} alarms and sleeps, its limit for all tasks together")]
     Full,
     /// No pending alarm has this id (delivered, cancelled, or never set).
     #[error("no pending alarm has this id")]
@@ -532,19 +534,6 @@ impl AlarmMessage {
             return Err(AlarmParseError::Extra);
         }
         Ok(parsed)
-    }
-}
-
-/// A return code as a reader would want it: its `ReturnCode` name, or the number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Code(pub u32);
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match ReturnCode::from_code(self.0) {
-            Some(r) => write!(f, "{r}"),
-            None => write!(f, "unknown code {:#x}", self.0),
-        }
     }
 }
 

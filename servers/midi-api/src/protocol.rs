@@ -139,10 +139,10 @@ pub enum MidiError {
     #[error("the port is dead")]
     DeadPort,
     /// The client holds [`MAX_PER_CLIENT`] subscriptions already (`ResourceShortage`).
-    #[error("this client holds too many subscriptions")]
+    #[error("this task holds {MAX_PER_CLIENT} subscriptions, the MIDI input server's quota per task; close some handles first")]
     QuotaExceeded,
     /// The server holds [`MAX_SUBSCRIPTIONS`] already (`NoSpace`).
-    #[error("the MIDI input server holds too many subscriptions")]
+    #[error("the MIDI input server holds {MAX_SUBSCRIPTIONS} subscriptions, its limit for all tasks together")]
     Full,
 }
 

@@ -39,15 +39,15 @@ pub const QUEUE_LIMIT: u32 = 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// The name server could not be reached.
-    #[error("reaching the name server: {0}")]
-    NameServer(#[from] ictus_name_server::ConnectError),
+    #[error("cannot find the MIDI input server: {0}")]
+    NameServer(#[from] ictus_name_api::ConnectError),
     /// The name is not registered (no input server is running).
-    #[error("looking up {name:?}: {source} (start `ictus midi-server` first)")]
+    #[error("{}", lookup_message(name, source))]
     Lookup {
         /// The name.
         name: String,
         /// Why.
-        source: ictus_name_server::ClientError,
+        source: ictus_name_api::ClientError,
     },
     /// A port could not be made or arranged.
     #[error("making the handle's ports: {0}")]
@@ -63,6 +63,15 @@ pub enum OpenError {
     /// Neither class was asked for.
     #[error("a MIDI input handle needs at least one class (normal or sysex)")]
     NoClass,
+}
+
+fn lookup_message(name: &str, e: &ictus_name_api::ClientError) -> String {
+    match e {
+        ictus_name_api::ClientError::NotFound(_) => {
+            format!("no MIDI input server is registered with the name server as {name:?}; start one with `ictus midi-server`")
+        }
+        e => format!("cannot look up the MIDI input server ({name:?}) with the name server: {e}"),
+    }
 }
 
 /// Why an input call failed.
@@ -137,8 +146,8 @@ impl Input {
         sysex: bool,
     ) -> Result<Input, OpenError> {
         let ns = match name_server {
-            Some(p) => ictus_name_server::Client::connect_socket(space, p)?,
-            None => ictus_name_server::Client::connect(space)?,
+            Some(p) => ictus_name_api::Client::connect_socket(space, p)?,
+            None => ictus_name_api::Client::connect(space)?,
         };
         let server = ns.lookup(name).map_err(|source| OpenError::Lookup { name: name.to_owned(), source })?;
         Input::open(space, server, normal, sysex)
