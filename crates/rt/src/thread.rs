@@ -697,17 +697,20 @@ mod tests {
 
     #[test]
     fn invalid_requests_are_refused_with_a_reason_and_change_nothing() {
-        let granted = on_thread(|| {
-            configure_current_thread(&ThreadRequest {
+        // "Unchanged" is the policy the thread started with: the tests may run under `nice`.
+        let (before, granted) = on_thread(|| {
+            let before = current_policy();
+            let granted = configure_current_thread(&ThreadRequest {
                 policy: Some(Policy::Fifo { priority: 0 }),
                 cpus: Some(vec![]),
                 ..ThreadRequest::default()
-            })
+            });
+            (before, granted)
         });
-        assert_eq!(granted.policy, Policy::DEFAULT);
+        assert_eq!(granted.policy, before);
         let fifo = granted.refusal(RefusalKind::FixedPriority).expect("priority 0 refused");
         assert!(fifo.reason.contains("1..=99"), "{fifo}");
-        assert_eq!(fifo.obtained, "SCHED_OTHER nice 0");
+        assert_eq!(fifo.obtained, before.to_string());
         assert!(granted.refusal(RefusalKind::Affinity).is_some());
 
         let bad_deadline = Policy::Deadline {
@@ -715,30 +718,35 @@ mod tests {
             deadline: Duration::from_millis(1),
             period: Duration::from_millis(10),
         };
-        let granted = on_thread(move || {
-            configure_current_thread(&ThreadRequest { policy: Some(bad_deadline), ..ThreadRequest::default() })
+        let (before, granted) = on_thread(move || {
+            let before = current_policy();
+            (
+                before,
+                configure_current_thread(&ThreadRequest { policy: Some(bad_deadline), ..ThreadRequest::default() }),
+            )
         });
-        assert_eq!(granted.policy, Policy::DEFAULT);
+        assert_eq!(granted.policy, before);
         assert!(granted.refusal(RefusalKind::Deadline).is_some_and(|r| r.errno.is_none()));
     }
 
     #[test]
     fn fifo_is_granted_and_read_back_when_permitted_else_refused() {
         let privileged = rt_privileges();
-        let granted = on_thread(|| {
+        let (before, granted) = on_thread(|| {
+            let before = current_policy();
             let g = configure_current_thread(&ThreadRequest {
                 policy: Some(Policy::Fifo { priority: 10 }),
                 ..ThreadRequest::default()
             });
             assert_eq!(g.policy, current_policy(), "Granted reports what the kernel says");
-            g
+            (before, g)
         });
         if privileged {
             assert_eq!(granted.policy, Policy::Fifo { priority: 10 });
             assert_eq!(granted.describe(), "SCHED_FIFO 10");
             assert!(granted.all_granted());
         } else {
-            assert_eq!(granted.policy, Policy::DEFAULT);
+            assert_eq!(granted.policy, before);
             assert!(granted.refusal(RefusalKind::FixedPriority).is_some());
         }
         // The probe left this thread alone.
@@ -772,12 +780,13 @@ mod tests {
             deadline: Duration::from_millis(10),
             period: Duration::from_millis(10),
         };
-        let (granted, child_policy) = on_thread(move || {
+        let (before, granted, child_policy) = on_thread(move || {
+            let before = current_policy();
             let g = configure_current_thread(&ThreadRequest { policy: Some(dl), ..ThreadRequest::default() });
             // SCHED_FLAG_RESET_ON_FORK: a deadline thread can still create threads,
             // and they start as timesharing.
             let child = std::thread::spawn(current_policy).join().expect("child thread");
-            (g, child)
+            (before, g, child)
         });
         match granted.refusal(RefusalKind::Deadline) {
             None => {
@@ -785,7 +794,7 @@ mod tests {
                 assert!(!child_policy.is_realtime(), "{child_policy}");
             }
             Some(r) => {
-                assert_eq!(granted.policy, Policy::DEFAULT);
+                assert_eq!(granted.policy, before);
                 assert!(r.errno.is_some() && !r.reason.is_empty(), "{r}");
             }
         }
