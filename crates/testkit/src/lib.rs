@@ -163,6 +163,28 @@ impl Proc {
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill -TERM");
     }
 
+    /// `SIGSTOP`, and wait until every thread of it is stopped: `kill` returns before
+    /// a thread running on another CPU, or just woken, has stopped, and until then it
+    /// may still take a request.
+    pub fn stop_all_threads(&self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("kill -STOP");
+        let tasks = format!("/proc/{}/task", self.child.id());
+        wait_until(&format!("every thread of {} stopped", self.what), || {
+            std::fs::read_dir(&tasks).expect("the task list").all(|t| {
+                let stat = std::fs::read_to_string(t.expect("a task").path().join("stat")).unwrap_or_default();
+                // The state follows the parenthesised command name, which may hold spaces.
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+            })
+        });
+    }
+
+    /// `SIGCONT`: let a stopped process run again.
+    pub fn resume(&self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("kill -CONT");
+    }
+
     /// `SIGTERM`, then wait for the exit within the watchdog.
     pub fn terminate(&mut self) -> ExitStatus {
         self.sigterm();

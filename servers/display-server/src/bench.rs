@@ -1066,3 +1066,22 @@ fn collect_frames(
         }
     }
 }
+
+/// The experiment, as the registry declares it (`ictus bench display`, the testbed).
+/// Its server runs as this binary re-executed with [`CHILD_FLAG`] ([`maybe_run_child`]).
+pub static DISPLAY: ictus_bench::Experiment = ictus_bench::Experiment {
+    name: "display",
+    about: "Display transports (002 Table 1, §4.2; 000 §10): muncher, a scrolling terminal, a maze, frames and \
+            frames paced at 30 fps over socket, ports and shared memory, beside x11rb drawing straight into the same Xvfb",
+    figures: &[6, 11, 12],
+    quick_s: 30.0,
+    full_s: 300.0,
+    roles: &[],
+    args: ictus_bench::experiment::no_args,
+    run: registry_run,
+};
+
+fn registry_run(o: &ictus_bench::Options) -> Result<ictus_bench::Outcome, BenchError> {
+    let report = run(&DisplayOptions { quick: o.quick, json: None, refresh_hz: 60 })?;
+    Ok(ictus_bench::Outcome { report, plots: Vec::new() })
+}
