@@ -126,6 +126,7 @@ static REGISTRY: &[&Experiment] = &[
     &experiments::shm::SHM,
     &experiments::midi::MIDI,
     &ictus_display_server::bench::DISPLAY,
+    &ictus_tactus_server::bench::TACTUS,
 ];
 
 /// `ictus bench [--list] [NAME [OPTIONS]]`: a subcommand per experiment of the
@@ -283,7 +284,7 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "display"],
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "display", "tactus"],
             "names are stable: CI and the testbed use them"
         );
     }

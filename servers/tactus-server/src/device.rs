@@ -2,7 +2,7 @@
 //!
 //! | spec | kind | takes items | presented |
 //! | --- | --- | --- | --- |
-//! | `display` | video | a frame period or so early ([`Options::video_lead`]), with its due time: the display server shows it then | the screen's own report (the X server acknowledged) |
+//! | `display[:shm\|socket\|port][@NAME]` | video | a frame period or so early ([`Options::video_lead`]), with its due time: the display server shows it then | the screen's own report (the X server acknowledged) |
 //! | `wav:PATH[,skew=PPM][,buffer=MS]` | audio | [`Options::audio_lead`] early, placed at its exact frame | the device clock's moment for that frame |
 //! | `cable:NAME`, `/dev/snd/midiC…`, `serial:…` | MIDI | [`Options::midi_lead`] early, with its time: the output library's timer thread sends it | its due time (the library's timing) |
 //! | `null` | any | at its time | when handed over |
@@ -138,10 +138,20 @@ impl Device {
 
 /// Open the device `spec` for a stream of `kind`. `now` is the system time.
 pub fn open(spec: &str, kind: StreamKind, opts: &Options, now: u64) -> Result<Device, String> {
-    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let (name, rest) = match spec.split_once(['@', ':']) {
+        // `display@NAME` has no transport part: keep the `@` for the display's parser.
+        Some(("display", _)) => ("display", spec.strip_prefix("display").unwrap_or("").trim_start_matches(':')),
+        Some((n, r)) => (n, r),
+        None => (spec, ""),
+    };
     match (kind, name) {
         (_, "null") => Ok(Device::Null),
         (StreamKind::Video { width, height }, "display") => {
+            // display[:TRANSPORT][@SERVICE]
+            let (rest, service) = match rest.split_once('@') {
+                Some((r, s)) => (r, s.to_owned()),
+                None => (rest, opts.display_service.clone()),
+            };
             let transport = match rest {
                 "" | "shm" => opts.display_transport,
                 "socket" => DisplayTransport::Socket,
@@ -150,7 +160,7 @@ pub fn open(spec: &str, kind: StreamKind, opts: &Options, now: u64) -> Result<De
             };
             let mut o = DisplayOptions::new(transport);
             o.name_server = opts.name_server.clone();
-            o.service = opts.display_service.clone();
+            o.service = service;
             let frame = usize::from(width) * usize::from(height) * 4 + 64;
             let slot = frame.next_multiple_of(4096) as u32;
             o.geometry = Geometry::new(256 << 10, 256 << 10, 6, slot).map_err(|e| format!("frame buffers: {e}"))?;

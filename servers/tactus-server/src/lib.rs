@@ -13,11 +13,13 @@
 //!   MIDI output library, `null`.
 //! - [`play`], [`gst`]: `ictus play FILE|DIR`, disk → application → Tactus → devices.
 //! - [`cli`]: `ictus tactus serve|status`.
+//! - [`bench`]: `ictus bench tactus` (000 §11's frame timing model; delivery beside GStreamer).
 //!
 //! `doc/tactus.md` explains the design.
 #![deny(unsafe_code)]
 
 pub mod audio;
+pub mod bench;
 pub mod cli;
 pub mod core;
 mod deliver;
