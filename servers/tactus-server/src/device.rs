@@ -2,7 +2,7 @@
 //!
 //! | spec | kind | takes items | presented |
 //! | --- | --- | --- | --- |
-//! | `display[:shm\|socket\|port][@NAME]` | video | a frame period or so early ([`Options::video_lead`]), with its due time: the display server shows it then | the screen's own report (the X server acknowledged) |
+//! | `display[:shm\|socket\|port][@NAME]` | video | just ahead of its time ([`Options::video_lead`], 2 ms), with its due time: the display server shows it then | the screen's own report (the X server acknowledged) |
 //! | `wav:PATH[,skew=PPM][,buffer=MS]` | audio | [`Options::audio_lead`] early, placed at its exact frame | the device clock's moment for that frame |
 //! | `cable:NAME`, `/dev/snd/midiC…`, `serial:…` | MIDI | [`Options::midi_lead`] early, with its time: the output library's timer thread sends it | its due time (the library's timing) |
 //! | `null` | any | at its time | when handed over |
@@ -52,7 +52,11 @@ impl Default for Options {
             name_server: None,
             display_service: ictus_display::SERVICE_NAME.to_owned(),
             display_transport: DisplayTransport::Shm,
-            video_lead: Duration::from_millis(25),
+            // Just ahead of its time: the display server itself sends a frame to the X
+            // server ahead by its measured latency (a running mean, which a slow round
+            // trip inflates); given the frame 25 ms early it showed many frames several
+            // ms early under load. 2 ms covers the hop to the display.
+            video_lead: Duration::from_millis(2),
             audio_lead: Duration::from_millis(40),
             midi_lead: Duration::from_millis(20),
             audio_thread: crate::rt(75),
