@@ -134,7 +134,7 @@ fn assert_float_range(min: f64, max: f64) {
 
 /// Declares a value type for a kind whose text is a decimal number.
 macro_rules! float_kind {
-    ($(#[$doc:meta])* $name:ident($inner:ty), $parser:ident, $what:literal, $unit:literal, $convert:expr, $max:expr) => {
+    ($(#[$doc:meta])* $name:ident($inner:ty), $parser:ident, $what:literal, $unit:literal, $convert:expr, $max:expr, $zero:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
         pub struct $name($inner);
@@ -150,11 +150,13 @@ macro_rules! float_kind {
         ///
         /// # Panics
         ///
-        /// If the range is not finite, negative or out of order: a programming error,
-        /// found when the command is built.
+        /// If the range is not finite, negative or out of order, or admits a value the
+        /// kind cannot be (zero, where it means nothing): a programming error, found
+        /// when the command is built.
         pub fn $parser(min: f64, max: f64) -> impl TypedValueParser<Value = $name> {
             assert_float_range(min, max);
             assert!(max <= $max, "{} flags go up to {}", stringify!($name), $max);
+            assert!($zero || min > 0.0, "{} is never zero: the range must start above it", stringify!($name));
             const KIND: Kind = Kind { what: $what, unit: $unit };
             StringValueParser::new()
                 .try_map(move |text: String| check_float(&text, KIND, min, max).map(|v| $name($convert(v))))
@@ -205,25 +207,29 @@ float_kind!(
     "a number of seconds",
     "",
     Duration::from_secs_f64,
-    MAX_DECLARED_SECONDS
+    MAX_DECLARED_SECONDS,
+    true
 );
 float_kind!(
-    /// A speed factor: how many times faster than written (`0.5`, `2`).
+    /// A speed factor: how many times faster than written (`0.5`, `2`); never zero,
+    /// which would never play.
     Speed(f64),
     speed,
     "a speed factor",
     "",
     std::convert::identity,
-    1e6
+    1e6,
+    false
 );
 float_kind!(
-    /// A rate, per second.
+    /// A rate, per second; never zero (nothing would ever happen).
     Rate(f64),
     rate,
     "a rate per second",
     "",
     std::convert::identity,
-    1e12
+    1e12,
+    false
 );
 float_kind!(
     /// A percentage.
@@ -232,7 +238,8 @@ float_kind!(
     "a percentage",
     "",
     std::convert::identity,
-    100.0
+    100.0,
+    true
 );
 
 int_kind!(
@@ -644,6 +651,12 @@ mod tests {
     #[should_panic(expected = "finite")]
     fn a_flag_cannot_declare_an_infinite_range() {
         let _ = seconds(0.0, f64::INFINITY);
+    }
+
+    #[test]
+    #[should_panic(expected = "never zero")]
+    fn a_speed_cannot_be_zero() {
+        let _ = speed(0.0, 2.0);
     }
 
     #[test]

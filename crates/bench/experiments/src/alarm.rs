@@ -69,11 +69,12 @@ fn args() -> Vec<clap::Arg> {
     vec![clap::Arg::new("pin-clock-pair")
         .long("pin-clock-pair")
         .value_name("CPU")
-        .value_parser(clap::value_parser!(usize))
-        .help(
+        .value_parser(ictus_args::cpu())
+        .help(format!(
             "Pin the clock server and its receiving client together on this CPU under fixed priority (not \
-             pinned by default; see doc/clock.md)",
-        )]
+             pinned by default; see doc/clock.md); {}",
+            ictus_args::cpu_range_help()
+        ))]
 }
 
 /// The fixed priority of the measuring threads and of cyclictest.
@@ -165,7 +166,12 @@ pub struct AlarmOptions {
 
 /// `ictus bench alarm [--pin-clock-pair CPU]`.
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
-    run_with(&AlarmOptions { quick: opts.quick, progress: opts.progress, pin_clock_pair: opts.arg("pin-clock-pair") })
+    run_with(&AlarmOptions { quick: opts.quick, progress: opts.progress, pin_clock_pair: pin_clock_pair(opts) })
+}
+
+/// `--pin-clock-pair`, read as the type its parser makes.
+fn pin_clock_pair(opts: &Options) -> Option<usize> {
+    opts.arg::<ictus_args::Cpu>("pin-clock-pair").map(ictus_args::Cpu::get)
 }
 
 /// One window's distributions.
@@ -708,6 +714,21 @@ fn plot(windows: &[Window]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pin_clock_pair_is_read_as_its_parser_makes_it() {
+        let affinity = ictus_bench::pin::current_affinity();
+        let cpu: usize = affinity.split(',').next().and_then(|c| c.parse().ok()).expect("a CPU");
+        let cmd = ictus_args::harden(ictus_bench::cli::command(&ALARM));
+        let m = cmd.clone().try_get_matches_from(["alarm", "--pin-clock-pair", &cpu.to_string()]).expect("a CPU");
+        let opts = ictus_bench::cli::invocation(&m).expect("valid").options;
+        assert_eq!(pin_clock_pair(&opts), Some(cpu));
+        let m = cmd.clone().try_get_matches_from(["alarm"]).expect("ok");
+        assert_eq!(pin_clock_pair(&ictus_bench::cli::invocation(&m).expect("valid").options), None);
+        for bad in ["-1", "nan", "1e300", "99999"] {
+            assert!(cmd.clone().try_get_matches_from(["alarm", "--pin-clock-pair", bad]).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn the_plot_is_well_formed() {
