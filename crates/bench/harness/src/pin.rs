@@ -24,7 +24,10 @@ impl PinPlan {
     /// [`ictus_args::Placement`]).
     pub fn parse(spec: &str) -> Result<Self, BenchError> {
         let bad = |reason: &str| BenchError::Pin { spec: spec.to_string(), reason: reason.to_string() };
-        match ictus_args::Placement::parse(spec) {
+        // Spaces around the CPUs are forgiven here (a plan written in code or a file);
+        // the command line takes none.
+        let spaced: Vec<&str> = spec.split(',').map(str::trim).collect();
+        match ictus_args::Placement::parse(&spaced.join(",")) {
             Ok(ictus_args::Placement::Cpus { client, server }) => Ok(PinPlan { client, server }),
             Ok(ictus_args::Placement::Unpinned) => Err(bad("`none` names no CPU")),
             Err(reason) => Err(bad(&reason)),
