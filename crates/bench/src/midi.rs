@@ -88,7 +88,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ictus_midi::device::cable::CableOut;
+use ictus_midi::device::cable::{CableIn, CableOut};
 use ictus_midi::device::{sleep_until, Device};
 use ictus_midi::output::{Close, Output, OutputOptions};
 use ictus_midi::{Kind, Message, Parser};
@@ -360,14 +360,21 @@ impl Device for LoggedCable {
         let at = clock::now().as_nanos();
         let cpu = rustix::thread::sched_getcpu() as u32;
         let n = self.inner.write(bytes)?;
-        let k = match bytes {
-            &[0x90, key, vel] if n == 3 && vel >= 1 => Some(u64::from(key) + 128 * u64::from(vel - 1)),
-            _ => None,
-        };
-        if let Some(k) = k {
-            self.log.lock().unwrap_or_else(|e| e.into_inner()).push(WriteRecord { k: k as u32, at, cpu });
+        // The output library writes the messages due together in one write, each as a
+        // whole note-on (no running status): a record for each note written whole.
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        for note in bytes[..n].chunks_exact(3) {
+            if let &[0x90, key, vel] = note {
+                if vel >= 1 {
+                    let k = u64::from(key) + 128 * u64::from(vel - 1);
+                    log.push(WriteRecord { k: k as u32, at, cpu });
+                }
+            }
         }
         Ok(n)
+    }
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> std::io::Result<bool> {
+        self.inner.wait_writable(timeout)
     }
     fn fd(&self) -> BorrowedFd<'_> {
         self.inner.fd()
@@ -528,92 +535,6 @@ fn recorder(samples: &[u64]) -> LatencyRecorder {
     r
 }
 
-/// The receiving end of a cable, bound by the receiver itself so that the kernel
-/// stamps each datagram when it is queued to the socket (`SO_TIMESTAMPNS`): the
-/// paper's instrument stamped arrivals in its interrupt handler, so its own scheduling
-/// was not part of what it measured; the kernel's stamp does the same here. The
-/// address is the cable's ([`ictus_midi::device::cable::address_name`]), so the
-/// output library's [`CableOut`] reaches it unchanged.
-#[derive(Debug)]
-struct StampedCable {
-    fd: OwnedFd,
-}
-
-impl StampedCable {
-    fn open(name: &str) -> std::io::Result<StampedCable> {
-        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::DGRAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )?;
-        let one: libc::c_int = 1;
-        // SAFETY: `fd` is an open socket; the option value is a live `c_int` whose size
-        // is passed with it (setsockopt(2), socket(7) `SO_TIMESTAMPNS`).
-        let r = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                std::ptr::from_ref(&one).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let addr = SocketAddrUnix::new_abstract_name(
-            ictus_midi::device::cable::address_name(name, rustix::process::geteuid().as_raw()).as_bytes(),
-        )?;
-        rustix::net::bind(&fd, &addr)?;
-        Ok(StampedCable { fd })
-    }
-
-    /// One datagram into `buf`, waiting at most `timeout`: its length and the kernel's
-    /// stamp (`CLOCK_REALTIME` ns), or `None` if nothing came.
-    fn recv(&self, buf: &mut [u8], timeout: Duration) -> std::io::Result<Option<(usize, Option<u64>)>> {
-        if !ictus_midi::device::wait_fd(self.fd.as_fd(), rustix::event::PollFlags::IN, Some(timeout))? {
-            return Ok(None);
-        }
-        #[repr(C, align(8))]
-        struct Control([u8; 128]);
-        let mut control = Control([0; 128]);
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        // SAFETY: an all-zero msghdr is a valid "no name, no iov, no control" header.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.0.as_mut_ptr().cast();
-        msg.msg_controllen = control.0.len() as _;
-        // SAFETY: `msg` points at `iov` (our buffer, its length) and `control`, all live
-        // for the call (recvmsg(2)).
-        let n = unsafe { libc::recvmsg(std::os::fd::AsRawFd::as_raw_fd(&self.fd), &mut msg, libc::MSG_DONTWAIT) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(None),
-                _ => Err(e),
-            };
-        }
-        let mut stamp = None;
-        // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, bounded by
-        // the `msg_controllen` it set (cmsg(3)); the timestamp is read unaligned from
-        // inside a header of type SCM_TIMESTAMPNS, whose payload is a `timespec`.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
-                    stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
-        Ok(Some((n as usize, stamp)))
-    }
-}
-
 /// `CLOCK_REALTIME − CLOCK_MONOTONIC`, ns, read as tightly as a few tries allow.
 fn realtime_offset() -> i128 {
     let mut best = (u64::MAX, 0i128);
@@ -649,7 +570,10 @@ pub fn receiver_role(args: &[String]) -> i32 {
             lock_memory: true,
             ..ThreadRequest::default()
         });
-        let input = StampedCable::open(cable).map_err(|e| format!("cable {cable}: {e}"))?;
+        // The kernel stamps each write's wake-up of this receiver (`SO_TIMESTAMPNS`) as
+        // the writer makes it: the paper's instrument stamped arrivals in its interrupt
+        // handler, so its own scheduling was not part of what it measured.
+        let mut input = CableIn::open(cable).map_err(|e| format!("cable {cable}: {e}"))?.with_arrival_stamps();
         let offset = realtime_offset();
         let mut out = std::fs::File::from(fd);
         std::io::Write::write_all(&mut out, b"R").map_err(|e| e.to_string())?;
@@ -662,8 +586,10 @@ pub fn receiver_role(args: &[String]) -> i32 {
             && started.elapsed() < max
             && !matches!(last, Some(l) if l.elapsed() >= Duration::from_secs(1))
         {
-            let Some((n, stamp)) = input.recv(&mut buf, Duration::from_millis(100)).map_err(|e| e.to_string())? else {
-                continue;
+            let (n, stamp) = match input.read_stamped(&mut buf, Some(Duration::from_millis(100))) {
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                Err(e) => return Err(e.to_string()),
             };
             let user = clock::now();
             let cpu = rustix::thread::sched_getcpu() as u32;
@@ -1659,7 +1585,7 @@ mod tests {
     #[test]
     fn an_output_on_a_logged_cable_reports_its_writes_and_faults() {
         let name = unique_cable();
-        let rx = StampedCable::open(&name).unwrap();
+        let mut rx = CableIn::open(&name).unwrap();
         let (output, log, granted) = open_output(&name, Sched::Timesharing, 4).unwrap();
         assert!(granted.contains("timer"), "{granted}");
         assert!(output_faults(output.id()).is_some());
@@ -1667,8 +1593,9 @@ mod tests {
             output.put_now(message_for(k).unwrap()).unwrap();
         }
         let mut buf = [0u8; 16];
-        for _ in 0..3 {
-            rx.recv(&mut buf, Duration::from_secs(30)).unwrap().expect("a datagram");
+        let mut got = 0;
+        while got < 9 {
+            got += rx.read(&mut buf, Some(Duration::from_secs(30))).unwrap();
         }
         let closed = output.close(Close::Drain);
         assert_eq!(closed.stats.sent, 3);
@@ -1681,16 +1608,18 @@ mod tests {
     #[test]
     fn the_kernel_stamps_arrivals_on_a_cable() {
         let name = unique_cable();
-        let rx = StampedCable::open(&name).unwrap();
+        let mut rx = CableIn::open(&name).unwrap().with_arrival_stamps();
         let mut tx = CableOut::open(&name, None).unwrap();
+        let mut buf = [0u8; 16];
+        // The receiver takes the new sender and arms its ring: the next write wakes it.
+        assert!(rx.read_stamped(&mut buf, Some(Duration::ZERO)).is_err());
         let before = clock::wall().as_nanos();
         tx.write(&[0x90, 1, 1]).unwrap();
-        let mut buf = [0u8; 16];
-        let (n, stamp) = rx.recv(&mut buf, Duration::from_secs(30)).unwrap().expect("a datagram");
+        let (n, stamp) = rx.read_stamped(&mut buf, Some(Duration::from_secs(30))).unwrap();
         assert_eq!(&buf[..n], &[0x90, 1, 1]);
-        let stamp = stamp.expect("AF_UNIX datagrams carry SO_TIMESTAMPNS");
+        let stamp = stamp.expect("a sleeping receiver's wake-up carries SO_TIMESTAMPNS");
         assert!(stamp >= before && stamp <= clock::wall().as_nanos());
-        assert!(rx.recv(&mut buf, Duration::ZERO).unwrap().is_none());
+        assert!(rx.read_stamped(&mut buf, Some(Duration::ZERO)).is_err());
     }
 
     #[test]

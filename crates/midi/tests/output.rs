@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ictus_midi::device::cable::{CableIn, CableOut, MAX_DATAGRAM};
+use ictus_midi::device::cable::{CableIn, CableOut, BUFFER, MAX_DATAGRAM};
 use ictus_midi::device::Device;
 use ictus_midi::output::{Close, Output, OutputOptions, OutputStats, Placement};
 use ictus_midi::parse::{Message, Parser};
@@ -218,9 +218,9 @@ fn a_full_device_is_retried_and_nothing_is_lost() {
     let name = unique("full");
     let mut rx = Rx::open(&name);
     let out = open(&name);
-    // The receiver does not read yet: its queue (net.unix.max_dgram_qlen datagrams)
-    // fills, the sender meets EAGAIN and retries.
-    let n = 200;
+    // The receiver does not read yet: the cable's buffer fills, the sender meets
+    // WouldBlock and waits for it.
+    let n = OVERFILL;
     for i in 0..n {
         out.put_now(note(i)).unwrap();
     }
@@ -239,10 +239,8 @@ fn a_full_device_is_retried_and_nothing_is_lost() {
     assert_eq!(closed.stats.write_errors, 0);
 }
 
-/// The receiver's queue length (`net.unix.max_dgram_qlen`), 10 where it cannot be read.
-fn max_dgram_qlen() -> usize {
-    std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(10)
-}
+/// More three-byte notes than a cable holds.
+const OVERFILL: usize = BUFFER / 3 + 200;
 
 #[test]
 fn with_an_idle_sender_the_timer_thread_writes_due_messages_itself() {
@@ -252,7 +250,7 @@ fn with_an_idle_sender_the_timer_thread_writes_due_messages_itself() {
     // Fewer messages than the receiver's queue holds, and nothing for the byte sender:
     // every due message is written by the timer thread, none handed off, however late
     // the thread wakes.
-    let n = max_dgram_qlen().saturating_sub(1).clamp(1, 5);
+    let n = 5;
     // Far enough ahead that no put can come after its time, even on a loaded machine.
     let t0 = now() + Duration::from_millis(500);
     for i in 0..n {
@@ -270,12 +268,12 @@ fn with_a_full_device_due_messages_are_handed_to_the_sender_in_order() {
     let name = unique("handoff");
     let mut rx = Rx::open(&name);
     let out = open(&name);
-    // The receiver does not read yet: its queue fills, the message that does not fit is
+    // The receiver does not read yet: the cable fills, the write that does not fit is
     // left to the byte sender, and every later due message is handed to it, in order.
-    let n = max_dgram_qlen() + 20;
+    let n = OVERFILL;
     let t0 = now() + Duration::from_millis(500);
     for i in 0..n {
-        assert_eq!(out.put(note(i), t0 + Duration::from_millis(1) * i as u32).unwrap(), Placement::Timed);
+        assert_eq!(out.put(note(i), t0 + Duration::from_micros(100) * i as u32).unwrap(), Placement::Timed);
     }
     wait_for_stats(&out, "never handed off", |s| s.full_retries > 0 && s.handed_off > 0);
     assert_notes_in_order(rx.until(n));
@@ -383,7 +381,7 @@ fn close_discard_gives_up_on_a_device_that_stays_full() {
     // A receiver that never reads.
     let _rx = CableIn::open(&name).unwrap();
     let out = open(&name);
-    let n = 100;
+    let n = OVERFILL;
     for i in 0..n {
         out.put_now(note(i)).unwrap();
     }
