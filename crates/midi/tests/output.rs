@@ -437,3 +437,85 @@ fn timer_threads_on_every_cpu_send_each_message_once_in_order() {
     assert_eq!((closed.stats.sent, closed.stats.timed, closed.stats.discarded), (n as u64, n as u64, 0));
     assert!(threads_named(&prefix).is_empty(), "output threads outlived close: {:?}", threads_named(&prefix));
 }
+
+/// Issue 25: 256 notes due at one instant leave in one write and arrive complete, in
+/// order.
+#[test]
+fn a_256_event_chord_goes_out_in_one_write_and_arrives_complete_in_order() {
+    let name = unique("chord");
+    let mut rx = Rx::open(&name);
+    let out = open(&name);
+    let n = 256;
+    let at = now() + Duration::from_millis(300);
+    for i in 0..n {
+        assert_eq!(out.put(note(i), at).unwrap(), Placement::Timed);
+    }
+    let got = rx.until(n).to_vec();
+    assert_notes_in_order(&got);
+    assert!(got.iter().all(|(t, _)| *t >= at), "a note arrived before its time");
+    let closed = out.close(Close::Drain);
+    assert_eq!(closed.stats.sent, n as u64);
+    assert_eq!(closed.stats.writes, 1, "the chord took more than one write: {:?}", closed.stats);
+    assert_eq!(closed.stats.handed_off, 0);
+    assert!(rx.nothing_within(Duration::ZERO), "more than the chord arrived");
+}
+
+/// Issue 25: a reader that stops reading makes the writer report the device full, and
+/// everything the output says it sent arrives, none twice, none missing, once the
+/// reader reads again.
+#[test]
+fn a_reader_that_stops_makes_the_writer_report_full_and_nothing_it_sent_is_lost() {
+    let name = unique("stops");
+    let mut rx = Rx::open(&name);
+    let out = open(&name);
+    let n = 2 * OVERFILL;
+    // Timed notes, many due at each instant, so that both threads write.
+    let t0 = now() + Duration::from_millis(100);
+    for i in 0..n {
+        out.put(note(i), t0 + Duration::from_micros(200) * (i / 8) as u32).unwrap();
+    }
+    wait_for_stats(&out, "the device never became full", |s| s.full_retries > 0);
+    let said_sent = out.stats().sent as usize;
+    assert!(said_sent < n, "everything went while the reader did not read");
+    // What the output said it had sent is all there, in order.
+    assert_notes_in_order(rx.until(said_sent));
+    assert_notes_in_order(rx.until(n));
+    let closed = out.close(Close::Drain);
+    assert_eq!(rx.got.len(), n);
+    assert_eq!((closed.stats.sent, closed.stats.discarded, closed.stats.write_errors), (n as u64, 0, 0));
+    assert_eq!(closed.device.unwrap().lost_bytes(), 0);
+    assert!(rx.nothing_within(Duration::ZERO), "a message arrived twice");
+}
+
+/// The byte sender waits for a full serial port to become writable (`POLLOUT`), as for
+/// any device file: a far end that reads nothing fills the line discipline's buffer; when
+/// it reads, every byte follows, in order.
+#[test]
+fn a_full_serial_port_is_waited_for_and_every_byte_follows() {
+    use ictus_midi::device::serial::{Pty, Serial, MIDI_BAUD};
+    let mut pty = Pty::open().unwrap();
+    let port = Serial::open(pty.slave_path(), MIDI_BAUD).unwrap();
+    let out = Output::open(Box::new(port), OutputOptions::timesharing()).unwrap();
+    let n = 20_000;
+    for i in 0..n {
+        out.put_now(note(i)).unwrap();
+    }
+    wait_for_stats(&out, "the port never became full", |s| s.full_retries > 0);
+    let mut parser = Parser::new();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = now() + WATCHDOG;
+    while got.len() < n {
+        assert!(now() < deadline, "only {} of {n} came", got.len());
+        match pty.read(&mut buf, Some(Duration::from_secs(1))) {
+            Ok(k) => parser.feed_slice(&buf[..k], now(), &mut got),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m.bytes(), note(i).bytes(), "message {i}");
+    }
+    let closed = out.close(Close::Drain);
+    assert_eq!((closed.stats.sent, closed.stats.write_errors), (n as u64, 0));
+}
