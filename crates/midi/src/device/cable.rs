@@ -73,17 +73,13 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use ictus_rt::Time;
 use rustix::event::{epoll, PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
-    SendFlags, SocketAddrUnix, SocketFlags, SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::ring::{self, Consumer, Producer, Protection, PushError, RingMem, SharedRing};
 use super::{wait_fd, Device, OpenError};
@@ -170,10 +166,6 @@ fn hung_up(sock: BorrowedFd<'_>) -> bool {
         Err(_) => false,
     }
 }
-
-/// Aligned room for one descriptor in a control message.
-#[repr(C, align(8))]
-struct CmsgSpace([MaybeUninit<u8>; rustix::cmsg_space!(ScmRights(1))]);
 
 /// The most write ends a receiver with arrival stamps keeps per sender (a sender that
 /// rings without writing cannot make it hold more).
@@ -351,26 +343,14 @@ impl CableIn {
             return;
         }
         if s.ring.is_none() {
-            let mut space = CmsgSpace([MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))]);
-            let mut control = RecvAncillaryBuffer::new(&mut space.0);
+            let mut fds: Vec<OwnedFd> = Vec::new();
             let mut head = [0u8; ring::SETUP.len() + 1];
             let mut iov = [IoSliceMut::new(&mut head)];
-            let msg = match rustix::net::recvmsg(
-                &s.sock,
-                &mut iov,
-                &mut control,
-                RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
-            ) {
+            let msg = match ictus_sys::socket::recvmsg(s.sock.as_fd(), &mut iov, &mut fds, RecvFlags::DONTWAIT) {
                 Ok(m) => m,
                 Err(Errno::AGAIN | Errno::INTR) => return,
                 Err(_) => return self.drop_sender(i, false),
             };
-            let mut fds: Vec<OwnedFd> = Vec::new();
-            for m in control.drain() {
-                if let RecvAncillaryMessage::ScmRights(r) = m {
-                    fds.extend(r);
-                }
-            }
             if msg.bytes == 0 && fds.is_empty() {
                 // Gone before it said anything.
                 return self.drop_sender(i, false);
@@ -711,14 +691,10 @@ impl CableOut {
             return Ok(Plug::Unplugged);
         }
         let (fd, shared) = SharedRing::create()?;
-        let mut space = CmsgSpace([MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))]);
-        let mut control = SendAncillaryBuffer::new(&mut space.0);
-        let fds = [fd.as_fd()];
-        control.push(SendAncillaryMessage::ScmRights(&fds));
-        let sent = rustix::net::sendmsg(
-            &sock,
+        let sent = ictus_sys::socket::sendmsg(
+            sock.as_fd(),
             &[IoSlice::new(&ring::SETUP)],
-            &mut control,
+            &[fd.as_fd()],
             SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
         );
         if sent.is_err() {
@@ -1073,11 +1049,8 @@ mod tests {
         let raw = |payload: &[u8], fd: Option<BorrowedFd<'_>>| {
             let s = seqpacket_socket().unwrap();
             rustix::net::connect(&s, &addr).unwrap();
-            let mut space = CmsgSpace([MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))]);
-            let mut control = SendAncillaryBuffer::new(&mut space.0);
             let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-            control.push(SendAncillaryMessage::ScmRights(&fds));
-            rustix::net::sendmsg(&s, &[IoSlice::new(payload)], &mut control, SendFlags::NOSIGNAL).unwrap();
+            ictus_sys::socket::sendmsg(s.as_fd(), &[IoSlice::new(payload)], &fds, SendFlags::NOSIGNAL).unwrap();
             s
         };
         let small = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::ALLOW_SEALING).unwrap();

@@ -32,10 +32,9 @@
 
 pub mod cable;
 pub mod rawmidi;
+#[allow(unsafe_code)]
 mod ring;
 pub mod serial;
-#[allow(unsafe_code)]
-mod shared;
 #[allow(unsafe_code)]
 mod stamp;
 

@@ -42,10 +42,9 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use rustix::fs::{FileType, MemfdFlags, SealFlags};
-
-use super::shared::Mapping;
-pub(crate) use super::shared::Protection;
+use ictus_sys::memfd::{self, SealFlags, Size};
+use ictus_sys::mm::Mapping;
+pub use ictus_sys::mm::Protection;
 
 /// Bytes of MIDI a ring holds: twice what an ALSA raw MIDI device buffers by default
 /// (4096). Writes of up to half of it are taken whole, so whenever a writer is told
@@ -255,18 +254,13 @@ pub struct SharedRing {
 /// Why a memfd that came with a cable connection was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RingCheckError {
-    /// Not a regular file.
-    #[error("not a memory file")]
-    NotRegular,
-    /// Not [`FILE_LEN`] bytes.
-    #[error("{0} bytes, not {FILE_LEN}")]
-    WrongSize(u64),
-    /// Not sealed against shrinking and growing (a shrink would fault our mapping).
-    #[error("not sealed against resizing")]
-    NotSealed,
-    /// A system call failed.
-    #[error("{0}")]
-    Io(#[from] io::Error),
+    /// Not a memory file of [`FILE_LEN`] bytes sealed against resizing (a shrink would
+    /// make our mapping fault).
+    #[error("not the cable's ring: {0}")]
+    NotARing(#[from] memfd::CheckError),
+    /// Mapping it failed.
+    #[error("mapping the cable's ring: {0}")]
+    Map(#[from] io::Error),
 }
 
 impl SharedRing {
@@ -278,29 +272,17 @@ impl SharedRing {
     /// - [`memfd_create(2)`](https://man7.org/linux/man-pages/man2/memfd_create.2.html)
     /// - [`fcntl(2)`](https://man7.org/linux/man-pages/man2/fcntl.2.html), "File Sealing"
     pub fn create() -> io::Result<(OwnedFd, SharedRing)> {
-        let fd = rustix::fs::memfd_create("ictus-midi-cable", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-        rustix::fs::ftruncate(&fd, FILE_LEN as u64)?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-        let map = Mapping::shared(fd.as_fd(), FILE_LEN, Protection::ReadWrite)?;
+        let fd = memfd::create("ictus-midi-cable", FILE_LEN as u64)?;
+        memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let map = Mapping::shared_populated(fd.as_fd(), FILE_LEN, Protection::ReadWrite)?;
         Ok((fd, SharedRing { map }))
     }
 
     /// Map a ring that came from elsewhere, after checking that it is a memory file of
     /// [`FILE_LEN`] bytes sealed against resizing (so the mapping cannot fault).
     pub fn open(fd: &OwnedFd, prot: Protection) -> Result<SharedRing, RingCheckError> {
-        let st = rustix::fs::fstat(fd).map_err(io::Error::from)?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(RingCheckError::NotRegular);
-        }
-        let size = u64::try_from(st.st_size).unwrap_or(0);
-        if size != FILE_LEN as u64 {
-            return Err(RingCheckError::WrongSize(size));
-        }
-        let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| RingCheckError::NotSealed)?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-            return Err(RingCheckError::NotSealed);
-        }
-        Ok(SharedRing { map: Mapping::shared(fd.as_fd(), FILE_LEN, prot)? })
+        memfd::check(fd.as_fd(), Size::Exactly(FILE_LEN as u64), SealFlags::SHRINK | SealFlags::GROW)?;
+        Ok(SharedRing { map: Mapping::shared_populated(fd.as_fd(), FILE_LEN, prot).map_err(io::Error::from)? })
     }
 }
 
@@ -318,7 +300,12 @@ impl RingMem for SharedRing {
         self.map.atomic_u32(WRITER_WAITING_AT)
     }
     fn data(&self) -> &[AtomicU8] {
-        self.map.atomic_bytes(DATA_AT, CAPACITY)
+        let p = self.map.ptr_at(DATA_AT, CAPACITY);
+        // SAFETY: `ptr_at` checked that the CAPACITY bytes are inside the mapping, which
+        // lives as long as `self`; `AtomicU8` has the size and alignment of `u8`, and
+        // memory another process may change at any time is sound to reach through
+        // atomics (never through `&[u8]`).
+        unsafe { std::slice::from_raw_parts(p.cast::<AtomicU8>(), CAPACITY) }
     }
 }
 
