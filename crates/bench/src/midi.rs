@@ -20,7 +20,8 @@
 //!   re-executed), `SCHED_FIFO` 90 with its memory locked — the paper's instrument —
 //!   holding the cable's receiving end. The paper's instrument stamped arrivals in its
 //!   interrupt handler, so its own scheduling was not measured; here the kernel stamps
-//!   each datagram as it is queued to the receiver's socket (`SO_TIMESTAMPNS`), and the
+//!   the wake-up the cable sends the receiver at each write, as it is queued to the
+//!   receiver's socket (`SO_TIMESTAMPNS`, `CableIn::with_arrival_stamps`), and the
 //!   receiver's own clock reading after it wakes is reported beside it as a second row.
 //!   Message `k` is identified by its bytes, so lost ones are seen;
 //! - **the loads**: none, CPU, disk, network, memory ([`crate::load`], each its own
@@ -79,6 +80,15 @@
 //! Where the worst cases come from (stalls of the virtual CPU by the host, other
 //! programs' kernel sections in a kernel that does not preempt) and the full runs are
 //! in `doc/midi.md`.
+//!
+//! # Chords
+//!
+//! Issue 25's experiment ([`CHORD_SIZES`]): chords due at one instant through the output
+//! library onto a cable, beside one write of the same bytes to a socket pair by a thread
+//! of the same class sleeping until the due time, alternating, no load; from the due
+//! time to the read that completes the chord. Headlines `midi_chord256_last_us` (p99,
+//! absolute target [`CHORD_BUDGET_US`]) and `midi_chord256_vs_one_write` (medians,
+//! target [`CHORD_VS_ONE_WRITE`]).
 
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
