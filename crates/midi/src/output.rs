@@ -282,6 +282,8 @@ struct Writer {
     off: usize,
     /// Where each message in `out` ends, for those not written to their end yet.
     ends: VecDeque<usize>,
+    /// Where the last message written to its end ended (where the first of `ends` starts).
+    done: usize,
 }
 
 impl fmt::Debug for Writer {
@@ -317,6 +319,7 @@ impl Writer {
         debug_assert!(!self.busy());
         self.out.clear();
         self.off = 0;
+        self.done = 0;
         self.ends.clear();
         while let Some(m) = from.front() {
             if !self.out.is_empty() && self.out.len() + m.bytes().len() > BATCH_MAX {
@@ -332,7 +335,7 @@ impl Writer {
     /// One non-blocking write of what waits.
     fn write_once(&mut self) -> Wrote {
         let mut w = Wrote::default();
-        let Writer { device, out, off, ends, .. } = self;
+        let Writer { device, out, off, ends, done, .. } = self;
         let Some(device) = device.as_mut() else { return w };
         if *off >= out.len() {
             return w;
@@ -341,8 +344,9 @@ impl Writer {
             Ok(n) => {
                 *off += n;
                 w.bytes = n as u64;
-                while ends.front().is_some_and(|&e| e <= *off) {
+                while let Some(e) = ends.front().copied().filter(|&e| e <= *off) {
                     ends.pop_front();
+                    *done = e;
                     w.sent += 1;
                 }
             }
@@ -362,6 +366,7 @@ impl Writer {
         self.ends.clear();
         self.out.clear();
         self.off = 0;
+        self.done = 0;
         self.encoder.reset();
         n
     }
@@ -369,7 +374,7 @@ impl Writer {
     /// Drop the messages not yet started, keeping the one partly on the line (if any);
     /// how many were dropped.
     fn drop_unstarted(&mut self) -> u64 {
-        let started = self.off > 0 && self.ends.front().is_some_and(|&e| e > self.off);
+        let started = self.off > self.done;
         let keep = usize::from(started && self.off < self.out.len());
         let dropped = self.ends.len().saturating_sub(keep) as u64;
         if dropped > 0 {
@@ -381,6 +386,7 @@ impl Writer {
                 self.ends.clear();
                 self.out.clear();
                 self.off = 0;
+                self.done = 0;
             }
             self.encoder.reset();
         }
@@ -460,6 +466,7 @@ impl Output {
                 out: Vec::with_capacity(BATCH_MAX),
                 off: 0,
                 ends: VecDeque::with_capacity(BATCH_MAX / 2),
+                done: 0,
             }),
         });
         // One timer thread, or one pinned to each CPU asked for.
@@ -834,5 +841,125 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
         let mut st = shared.lock();
         st.partial = false;
         st.sending = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+    /// A device that takes at most `room` bytes a write (then `WouldBlock`), or fails.
+    #[derive(Debug)]
+    struct Narrow {
+        room: usize,
+        fail: bool,
+        got: Vec<u8>,
+        fd: OwnedFd,
+    }
+
+    impl Device for Narrow {
+        fn describe(&self) -> String {
+            "narrow".into()
+        }
+        fn read(&mut self, _: &mut [u8], _: Option<Duration>) -> io::Result<usize> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.fail {
+                return Err(io::Error::other("unplugged"));
+            }
+            if self.room == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = bytes.len().min(self.room);
+            self.got.extend_from_slice(&bytes[..n]);
+            Ok(n)
+        }
+        fn wait_writable(&mut self, _: Option<Duration>) -> io::Result<bool> {
+            Ok(true)
+        }
+        fn fd(&self) -> BorrowedFd<'_> {
+            self.fd.as_fd()
+        }
+    }
+
+    fn writer(room: usize, fail: bool) -> Writer {
+        let fd = rustix::io::dup(std::io::stdin().as_fd()).unwrap();
+        Writer {
+            device: Some(Box::new(Narrow { room, fail, got: Vec::new(), fd })),
+            encoder: Encoder::new(),
+            out: Vec::new(),
+            off: 0,
+            ends: VecDeque::new(),
+            done: 0,
+        }
+    }
+
+    fn notes(n: u8) -> VecDeque<Message> {
+        (0..n).map(|k| Message::note_on(0, k, 100, Time::ZERO).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_batch_is_one_write_and_partial_writes_count_whole_messages() {
+        let mut w = writer(4, false);
+        let mut q = notes(3);
+        w.fill(&mut q);
+        assert!(q.is_empty() && w.out.len() == 9);
+        let a = w.write_once();
+        assert_eq!((a.sent, a.bytes), (1, 4), "one note whole, one begun");
+        let b = w.write_once();
+        assert_eq!((b.sent, b.bytes), (1, 4));
+        let c = w.write_once();
+        assert_eq!((c.sent, c.bytes), (1, 1));
+        assert!(!w.busy());
+    }
+
+    #[test]
+    fn a_batch_stops_at_4_kib_but_takes_one_message_whatever_its_size() {
+        let mut w = writer(usize::MAX, false);
+        let mut q = notes(100);
+        q.extend((0..2000).map(|k| Message::note_on(1, (k % 128) as u8, 1, Time::ZERO).unwrap()));
+        w.fill(&mut q);
+        assert!(w.out.len() <= BATCH_MAX && w.out.len() + 3 > BATCH_MAX, "{}", w.out.len());
+        let mut big = VecDeque::new();
+        let mut sysex = vec![0xF0];
+        sysex.extend(std::iter::repeat_n(1, 10_000));
+        sysex.push(0xF7);
+        big.push_back(Message::from_bytes(&sysex, Time::ZERO).unwrap());
+        let mut w = writer(usize::MAX, false);
+        w.fill(&mut big);
+        assert_eq!(w.out.len(), 10_002);
+    }
+
+    #[test]
+    fn discarding_keeps_only_the_message_on_the_line() {
+        // At a boundary: nothing is on the line, everything left is dropped.
+        let mut w = writer(3, false);
+        w.fill(&mut notes(3));
+        assert_eq!(w.write_once().sent, 1);
+        assert_eq!(w.drop_unstarted(), 2);
+        assert!(!w.busy());
+        // Inside a message: it stays, to be finished; the rest is dropped.
+        let mut w = writer(4, false);
+        w.fill(&mut notes(3));
+        w.write_once();
+        assert_eq!(w.drop_unstarted(), 1);
+        assert_eq!((w.out.len(), w.off), (6, 4));
+        assert_eq!(w.write_once().sent, 1);
+        assert!(!w.busy());
+    }
+
+    #[test]
+    fn a_failing_device_counts_every_message_of_the_write() {
+        let mut w = writer(3, true);
+        w.fill(&mut notes(5));
+        let r = w.write_once();
+        assert_eq!(r.failed.as_ref().map(|(n, _)| *n), Some(5));
+        assert!(!w.busy());
+        let mut stats = OutputStats::default();
+        r.count(&mut stats);
+        assert_eq!((stats.write_errors, stats.sent), (5, 0));
+        assert!(stats.last_error.unwrap().contains("narrow"));
     }
 }
