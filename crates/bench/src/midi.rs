@@ -1166,7 +1166,7 @@ pub fn run(opts: &MidiOptions) -> Result<Report, BenchError> {
     if opts.progress {
         eprintln!("midi: chords of {CHORD_SIZES:?} events due at one instant, ours and one write side by side");
     }
-    let chord_trials = if opts.quick { 40 } else { 400 };
+    let chord_trials = if opts.quick { 100 } else { 500 };
     let chords = chords(chord_trials, &mut notes);
     let steal_run = steal_ms(&steal_start, &read_steal());
     if locked {
