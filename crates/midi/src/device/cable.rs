@@ -206,6 +206,9 @@ pub struct CableIn {
     refused_senders: u64,
     stamps: bool,
     stamp: Option<u64>,
+    /// The listener is out of the epoll set: accepting failed for want of descriptors
+    /// or memory, and a listener left in the set would wake every wait at once.
+    listener_paused: bool,
 }
 
 impl CableIn {
@@ -241,6 +244,7 @@ impl CableIn {
             refused_senders: 0,
             stamps: false,
             stamp: None,
+            listener_paused: false,
         })
     }
 
@@ -313,7 +317,16 @@ impl CableIn {
             let sock = match rustix::net::accept_with(&self.listener, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK) {
                 Ok(s) => s,
                 Err(Errno::INTR | Errno::CONNABORTED) => continue,
-                Err(_) => return,
+                Err(Errno::AGAIN) => return,
+                Err(_) => {
+                    // Out of descriptors or memory: the connection stays queued, and the
+                    // listener stays readable. Take it out of the set until the next read,
+                    // which tries again, rather than spin on it.
+                    if epoll::delete(&self.epoll, &self.listener).is_ok() {
+                        self.listener_paused = true;
+                    }
+                    return;
+                }
             };
             if self.senders.iter().flatten().count() >= MAX_SENDERS {
                 self.refused_senders += 1;
@@ -552,6 +565,10 @@ impl Device for CableIn {
             return Ok(0);
         }
         let deadline = timeout.map(|t| ictus_rt::clock::now() + t);
+        if self.listener_paused {
+            let token = epoll::EventData::new_u64(LISTENER);
+            self.listener_paused = epoll::add(&self.epoll, &self.listener, token, epoll::EventFlags::IN).is_err();
+        }
         if self.stamps {
             // Take the wake-ups already there, which say where their writes end.
             self.wait(Some(Duration::ZERO))?;
