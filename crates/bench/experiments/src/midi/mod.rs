@@ -20,7 +20,8 @@
 //!   re-executed), `SCHED_FIFO` 90 with its memory locked — the paper's instrument —
 //!   holding the cable's receiving end. The paper's instrument stamped arrivals in its
 //!   interrupt handler, so its own scheduling was not measured; here the kernel stamps
-//!   each datagram as it is queued to the receiver's socket (`SO_TIMESTAMPNS`), and the
+//!   the wake-up the cable sends the receiver at each write, as it is queued to the
+//!   receiver's socket (`SO_TIMESTAMPNS`, `CableIn::with_arrival_stamps`), and the
 //!   receiver's own clock reading after it wakes is reported beside it as a second row.
 //!   Message `k` is identified by its bytes, so lost ones are seen;
 //! - **the loads**: none, CPU, disk, network, memory ([`crate::load`], each its own
@@ -81,6 +82,7 @@
 //! in `doc/midi.md`.
 
 mod analysis;
+mod chord;
 mod receiver;
 mod window;
 
@@ -96,6 +98,7 @@ use serde_json::json;
 use crate::peers::cyclictest::interval_errors as cyclictest_interval_errors;
 pub use analysis::{analyse, message_for, number_of, parse_steal, parse_task_faults, Analysis};
 use analysis::{format_steal, median_ns, read_steal, steal_ms};
+pub use chord::{CHORD_BUDGET_US, CHORD_SIZES, CHORD_VS_ONE_WRITE};
 use window::{merge, side_by_side, timer_cpus, window, Window, Worst};
 
 /// `ictus bench midi`.
@@ -305,6 +308,13 @@ pub fn run_with(opts: &MidiOptions) -> Result<Outcome, BenchError> {
         },
     )?;
     let windows = merge(windows);
+    if opts.progress {
+        eprintln!(
+            "midi: chords of {:?} events due at one instant, ours and one write side by side",
+            chord::CHORD_SIZES
+        );
+    }
+    let chords = chord::chords(if opts.quick { 100 } else { 500 }, &mut notes);
     let steal_run = steal_ms(&steal_start, &read_steal());
     if locked {
         unlock_memory();
@@ -338,6 +348,10 @@ pub fn run_with(opts: &MidiOptions) -> Result<Outcome, BenchError> {
     add_rows(&mut report, &windows, &mut notes);
     let fig1 = add_paper_figures(&mut report, &windows);
     add_headlines(&mut report, &windows, &mut notes);
+    match &chords {
+        Ok(c) => chord::report_chords(&mut report, c, &mut notes),
+        Err(e) => notes.not_measured("the chord experiment", e),
+    }
     add_notes(&mut notes, &windows, &plan, locked);
     report.add_notes(notes);
     Ok(plots(report, &windows, fig1))
