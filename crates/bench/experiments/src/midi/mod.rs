@@ -507,9 +507,13 @@ fn add_paper_figures<'w>(report: &mut Report, windows: &'w [Window]) -> Option<&
                 Better::Lower,
             );
             let v = find(windows, load, sched).and_then(max_err).map(|v| v as f64);
+            let quick = report.quick;
             report.paper_figures.push(match v {
                 Some(v) => f.ours(Some(v), format!("max interval error {}", format_ns(v))),
-                None => f,
+                None if quick && !load::standard_loads(true).iter().any(|l| load::load_name(*l) == load) => {
+                    f.ours(None, format!("not measured: --quick runs no {load} load (the full run does)"))
+                }
+                None => f.ours(None, format!("not measured: no {} window under the {load} load", sched.name())),
             });
         }
     }
