@@ -6,14 +6,17 @@ set -euo pipefail
 need_apt=()
 # Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
 # experiments (alarm, midi); xvfb gives the X server the display server's tests and
-# experiment start on a display of their own (MIT-SHM included). GStreamer decodes
-# compressed clips for `ictus play` and is the peer of `ictus bench tactus`: the
-# libraries and headers gstreamer-rs builds against (with pkg-config), the tools
-# (gst-launch-1.0 makes the tests' clips), and the plugins for MP4/MKV/WebM, VP8,
-# Vorbis (base, good) and H.264 and friends (libav). ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests xvfb pkg-config libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev \
-  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-libav \
-  ${ICTUS_APT_PACKAGES:-}; do
+# experiment start on a display of their own (MIT-SHM included); openttd-openmsx gives
+# real multi-track MIDI files (GPL-2, read in place by crates/midi/tests/smf_damaged.rs,
+# never copied into the repository), whose every prefix the Standard MIDI File reader
+# must refuse. GStreamer decodes compressed clips for `ictus play` and is the peer of
+# `ictus bench tactus`: the libraries and headers gstreamer-rs builds against (with
+# pkg-config), the tools (gst-launch-1.0 makes the tests' clips), and the plugins for
+# MP4/MKV/WebM, VP8, Vorbis (base, good) and H.264 and friends (libav).
+# ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests xvfb openttd-openmsx pkg-config libgstreamer1.0-dev \
+  libgstreamer-plugins-base1.0-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
+  gstreamer1.0-plugins-good gstreamer1.0-libav ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
