@@ -99,10 +99,10 @@ impl ConnectOptions {
 pub enum ConnectError {
     /// The name server could not be reached.
     #[error("reaching the name server: {0} (is `ictus name-server` running?)")]
-    NameServer(#[from] ictus_name_server::ConnectError),
+    NameServer(#[from] ictus_name_api::ConnectError),
     /// The display server is not registered, or the lookup failed.
     #[error("looking up the display server: {0} (is `ictus display serve` running?)")]
-    Lookup(#[from] ictus_name_server::ClientError),
+    Lookup(#[from] ictus_name_api::ClientError),
     /// The call to the display server's port failed.
     #[error("asking the display server: {0}")]
     Call(#[from] ictus_ipc::CallError),
@@ -217,8 +217,8 @@ impl Display {
     pub fn connect(opts: &ConnectOptions) -> Result<Display, ConnectError> {
         let space = Space::new();
         let ns = match &opts.name_server {
-            Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-            None => ictus_name_server::Client::connect(&space)?,
+            Some(p) => ictus_name_api::Client::connect_socket(&space, p)?,
+            None => ictus_name_api::Client::connect(&space)?,
         };
         let service = ns.lookup(&opts.service)?;
         Display::connect_to(&space, service, opts)

@@ -12,12 +12,17 @@
 //! time per iteration includes getting everything onto the screen. A companion case
 //! syncs with the screen every iteration.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use ictus_bench::{BenchError, Better, Conditions, Headline, LatencyRecorder, PaperFigure, Report};
+use ictus_bench::child::{fd_arg, role_status, spawn_child};
+use ictus_bench::experiment::Options;
+use ictus_bench::plot::{Bar, BarChart, BarGroup};
+use ictus_bench::{
+    BenchError, Better, Conditions, Experiment, Headline, LatencyRecorder, Outcome, PaperFigure, Report, Role,
+};
 use ictus_display::{monotonic_ns, ConnectOptions, Display, Message, RasterOp, Rect, Segment, Transport, Window};
 use ictus_ipc::{
     Disposition, Message as PortMessage, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space,
@@ -32,34 +37,44 @@ use x11rb::rust_connection::RustConnection;
 
 use crate::xvfb::Xvfb;
 
-/// The first argument of this binary re-executed as the experiment's display server.
-pub const CHILD_FLAG: &str = "__display-bench-server";
+/// `ictus bench display`.
+pub static DISPLAY: Experiment = Experiment {
+    name: "display",
+    about: "Display transports (002 Table 1, §4.2; 000 §10): muncher, a scrolling terminal, a maze, frames and \
+            frames paced at 30 fps over socket, ports and shared memory, beside x11rb drawing straight into the \
+            same Xvfb",
+    figures: &[6, 11, 12],
+    quick_s: 30.0,
+    full_s: 300.0,
+    roles: &[&SERVER_ROLE],
+    args,
+    run,
+};
+
+/// Our display server, in a process of its own: `DISPLAY SOCKET REFRESH_HZ FD`, where
+/// FD is a send right on which it sends its service port.
+pub static SERVER_ROLE: Role = Role { name: "display-server", run: server_role };
+
+fn args() -> Vec<clap::Arg> {
+    vec![clap::Arg::new("refresh-hz")
+        .long("refresh-hz")
+        .value_parser(clap::value_parser!(u32).range(1..=1000))
+        .default_value("60")
+        .help("Presents of drawing per second at most, in our server")]
+}
 
 fn io(context: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::io(context.to_owned(), std::io::Error::other(e.to_string()))
 }
 
-/// Run the display server and exit, if this process was started as one; return at
-/// once otherwise. Call it first thing in `main` of a binary that runs the experiment.
-pub fn maybe_run_child() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) != Some(CHILD_FLAG) {
-        return;
-    }
-    let code = match child(&args[1..]) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("{CHILD_FLAG}: {e}");
-            1
-        }
-    };
-    std::process::exit(code);
+fn server_role(args: &[String]) -> i32 {
+    role_status(SERVER_ROLE.name, serve_child(args))
 }
 
-fn child(args: &[String]) -> Result<(), String> {
-    let [display, socket, refresh] = args else { return Err("expected DISPLAY SOCKET REFRESH_HZ".into()) };
+fn serve_child(args: &[String]) -> Result<(), String> {
+    let [display, socket, refresh, fd] = args else { return Err("expected DISPLAY SOCKET REFRESH_HZ FD".into()) };
     let space = Space::task();
-    let parent = space.take_bootstrap().map_err(|e| e.to_string())?.ok_or("no bootstrap right")?;
+    let parent = space.insert_send_fd(fd_arg(fd).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     let mut opts = crate::Options::headless(0, 0, Some(PathBuf::from(socket)));
     opts.screen = crate::Screen::X { display: Some(display.clone()), shm: true };
     opts.refresh_hz = refresh.parse().map_err(|_| "bad refresh rate")?;
@@ -107,15 +122,12 @@ impl ServerProc {
         let dir = TempDir(dir);
         let space = Space::new();
         let port = space.allocate_port().map_err(|e| io("port", e))?;
-        let mut cmd = Command::new(std::env::current_exe().map_err(|e| BenchError::io("current exe", e))?);
-        cmd.arg(CHILD_FLAG)
-            .arg(display)
-            .arg(dir.0.join("display.sock"))
-            .arg(refresh_hz.to_string())
-            .stdin(Stdio::null());
-        space.give_bootstrap(&mut cmd, port).map_err(|e| io("bootstrap", e))?;
-        crate::sys::die_with_parent(&mut cmd);
-        let child = cmd.spawn().map_err(|e| BenchError::io("starting the display server", e))?;
+        let right = space.send_right_fd(port).map_err(|e| io("port", e))?;
+        let args = [display.to_owned(), dir.0.join("display.sock").display().to_string(), refresh_hz.to_string()];
+        let args: Vec<String> = args.into_iter().chain([right.as_raw_fd().to_string()]).collect();
+        let child = spawn_child(&SERVER_ROLE, &args, &[right.as_fd()])
+            .map_err(|e| BenchError::io("starting the display server", e))?;
+        drop(right);
         let mut got = Received::new();
         let opts = ReceiveOptions { timeout: Some(Duration::from_secs(30)), populate_ool: false };
         space.receive(port, &mut got, opts).map_err(|e| io("the display server's service right", e))?;
@@ -474,7 +486,9 @@ impl Case {
             .with("ms_per_iter", self.median_per_iter() / 1e6)
             .with("client_us", self.client_ns / n / 1e3)
             .with("server_us", self.server_ns / n / 1e3)
-            .with("transport_us", ((self.median_per_iter() - (self.client_ns + self.server_ns) / n) / 1e3).max(0.0));
+            .with("transport_us", ((self.median_per_iter() - (self.client_ns + self.server_ns) / n) / 1e3).max(0.0))
+            .with("ms_min", self.per_iter.iter().copied().fold(f64::INFINITY, f64::min) / 1e6)
+            .with("ms_max", self.per_iter.iter().copied().fold(0.0, f64::max) / 1e6);
         for (k, v) in &self.extra {
             row = row.with(k, v.clone());
         }
@@ -611,33 +625,13 @@ fn our_frame(d: &mut Display, w: Window, fw: u16, fh: u16, k: u32, due: u64, syn
     Ok(())
 }
 
-/// Options of the experiment.
-#[derive(Debug, Clone)]
-pub struct DisplayOptions {
-    /// Seconds, not minutes.
-    pub quick: bool,
-    /// Where to write the JSON.
-    pub json: Option<PathBuf>,
-    /// Presents of drawing per second at most.
-    pub refresh_hz: u32,
-}
-
-/// `ictus bench display`: run, print, write the JSON.
-pub fn main(quick: bool, json: Option<PathBuf>) -> Result<(), BenchError> {
-    let report = run(&DisplayOptions { quick, json: json.clone(), refresh_hz: 60 })?;
-    report.print_table();
-    if let Some(p) = json {
-        report.write_json(&p).map_err(|e| BenchError::io(format!("writing {}", p.display()), e))?;
-    }
-    Ok(())
-}
-
 /// Run the experiment.
-pub fn run(opts: &DisplayOptions) -> Result<Report, BenchError> {
+pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let conditions = Conditions::capture_before();
     let s = Scale::of(opts.quick);
+    let refresh_hz: u32 = opts.arg("refresh-hz").unwrap_or(60);
     let xvfb = Xvfb::start(1920, 1080).map_err(|e| io("Xvfb", e))?;
-    let server = ServerProc::start(xvfb.display(), opts.refresh_hz)?;
+    let server = ServerProc::start(xvfb.display(), refresh_hz)?;
     let mut report = Report::new("display", "002 Table 1, 002 §4.2, 000 §10", opts.quick, conditions);
     report.hidden_in_table.extend(["workload", "transport", "mean_ns"].map(String::from));
     let mut peer = Peer::connect(xvfb.display())?;
@@ -1008,7 +1002,7 @@ pub fn run(opts: &DisplayOptions) -> Result<Report, BenchError> {
     report.notes.push(format!(
         "our server runs in its own process, presenting drawing at most {} times a second (damage merged); every round ends \
          with a sync that waits for the X server, included in ms_per_iter",
-        opts.refresh_hz
+        refresh_hz
     ));
     report.notes.push(
         "client_us: building requests; server_us: our server executing them (it reports this in each sync); transport_us: \
@@ -1026,7 +1020,57 @@ pub fn run(opts: &DisplayOptions) -> Result<Report, BenchError> {
             .into(),
     );
     report.conditions = report.conditions.clone().finish();
-    Ok(report)
+    let svg = plot_svg(&report);
+    Ok(Outcome::new(report, svg))
+}
+
+/// Each workload's time per iteration over each transport, relative to the peer's
+/// (for frames, `ShmPutImage`): bars below 1 are faster than drawing straight into the
+/// X server.
+pub fn plot_svg(report: &Report) -> String {
+    let series = ["socket", "port", "shm"];
+    let mut groups: Vec<BarGroup> = Vec::new();
+    let field = |row: &serde_json::Value, k: &str| row.get(k).and_then(serde_json::Value::as_f64);
+    let text = |row: &serde_json::Value, k: &str| row.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
+    let mut workloads: Vec<String> = Vec::new();
+    for row in &report.rows {
+        if let Some(w) = text(row, "workload") {
+            if field(row, "ms_per_iter").is_some() && !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+    }
+    for w in workloads {
+        let rows: Vec<&serde_json::Value> =
+            report.rows.iter().filter(|r| text(r, "workload").as_deref() == Some(&w)).collect();
+        let peer = rows
+            .iter()
+            .find(|r| text(r, "transport").as_deref() == Some("x11rb ShmPutImage"))
+            .or_else(|| rows.iter().find(|r| text(r, "transport").as_deref() == Some("x11rb")))
+            .and_then(|r| field(r, "ms_per_iter"));
+        let Some(peer) = peer.filter(|p| *p > 0.0) else { continue };
+        let bars = series
+            .iter()
+            .map(|t| {
+                let r = rows.iter().find(|r| text(r, "transport").as_deref() == Some(t))?;
+                let m = field(r, "ms_per_iter")? / peer;
+                Some(Bar {
+                    median: m,
+                    min: field(r, "ms_min").map_or(m, |v| v / peer),
+                    max: field(r, "ms_max").map_or(m, |v| v / peer),
+                    label: format!("{m:.2}"),
+                })
+            })
+            .collect();
+        groups.push(BarGroup { name: w, bars });
+    }
+    BarChart {
+        title: format!("display: time per iteration, ours / x11rb{}", if report.quick { " [quick]" } else { "" }),
+        y_label: "ours / x11rb straight to Xvfb".into(),
+        series: series.iter().map(|t| format!("ictus {t}")).collect(),
+        groups,
+    }
+    .render()
 }
 
 fn sleep_until(t: u64) {
