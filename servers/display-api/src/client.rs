@@ -704,17 +704,22 @@ impl Display {
 
     /// The next message from the server (an event, an error, a frame report), waiting
     /// at most `timeout`; `None` if none came.
+    ///
+    /// The transport is always looked at, even with a zero timeout: a message that
+    /// has arrived is returned, whatever the timeout.
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Message>, DisplayError> {
         let deadline = Instant::now() + timeout;
+        let mut looked = false;
         loop {
             if let Some(m) = self.st.events.pop_front() {
                 return Ok(Some(m));
             }
             let now = Instant::now();
-            if now >= deadline {
+            if now >= deadline && looked {
                 return Ok(None);
             }
-            self.read_messages(Some(deadline - now))?;
+            self.read_messages(Some(deadline.saturating_duration_since(now)))?;
+            looked = true;
         }
     }
 
