@@ -754,6 +754,17 @@ impl Display {
     }
 }
 
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Conn::Port { space, requests, events, .. } = self {
+            // The server watches the event port: destroying it tells the server at once
+            // that this connection is over (its windows go), even if the space lives on.
+            let _ = space.deallocate(*requests);
+            let _ = space.destroy(*events);
+        }
+    }
+}
+
 /// A descriptor that is readable when the server may have sent something: the socket,
 /// the event port's, or the channel's.
 impl AsFd for Display {

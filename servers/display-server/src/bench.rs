@@ -627,7 +627,7 @@ impl Drop for PeerFrames<'_> {
 }
 
 fn px_bytes(px: &mut crate::sys::Pixels) -> &mut [u8] {
-    crate::sys::u32_bytes_mut(px.as_mut_slice())
+    px.as_bytes_mut()
 }
 
 /// Our frame: written into the buffer the transport lends, presented now, and
