@@ -74,7 +74,8 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// Offer the shared-memory transport.
     pub shm: bool,
-    /// How the shared-memory thread waits (spin, then block).
+    /// How the shared-memory thread waits: spin up to `spin` when the machine has a
+    /// CPU to spare ([`ictus_display::spin::SpinPolicy`]), then block.
     pub shm_wait: WaitConfig,
     /// What each client may use.
     pub limits: Limits,
@@ -207,8 +208,8 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
         let svc = server.service();
         let svc_fd = space.send_right_fd(svc)?;
         let c = core.clone();
-        let liveness = opts.shm_wait.liveness;
-        running.threads.push(thread("ictus-display-shm", Box::new(move || transport::shm::run(c, server, liveness)))?);
+        let wait = opts.shm_wait;
+        running.threads.push(thread("ictus-display-shm", Box::new(move || transport::shm::run(c, server, wait)))?);
         // The server's own channel to itself, whose records wake the thread.
         let own = Space::new();
         let name = own.insert_send_fd(svc_fd)?;

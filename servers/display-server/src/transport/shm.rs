@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use ictus_display::service;
-use ictus_shm::{ClientId, Event, Next};
+use ictus_display::spin::SpinPolicy;
+use ictus_shm::{ClientId, Event, Next, WaitConfig};
 
 use super::{put_back, take_msgs};
 use crate::core::{lock, Core, FrameSrc, Outbox, Session};
@@ -17,13 +18,23 @@ use crate::core::{lock, Core, FrameSrc, Outbox, Session};
 const SHM_OUT_MAX: usize = 16 << 10;
 
 /// The shared-memory transport: every client's ring, one server flag, one thread.
-pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, liveness: Duration) {
+/// Before each wait it spins up to `wait.spin`, as the machine allows (see
+/// [`SpinPolicy`]): while it spins its flag says it is awake, so clients' records need
+/// no wake-up at all.
+pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConfig) {
     let mut sessions: HashMap<ClientId, Session> = HashMap::new();
     let mut backdoor: Option<ClientId> = None;
     let mut batch = Vec::with_capacity(64 << 10);
     let waker = || lock(&core.shm_waker).clone();
+    let mut spin = SpinPolicy::new(wait.spin);
+    let mut spinning = None;
     while !core.stop.load(Ordering::Acquire) {
-        if let Err(e) = server.wait(Some(liveness)) {
+        let s = spin.spin(Instant::now());
+        if spinning != Some(s) {
+            server.set_wait(WaitConfig { spin: s, liveness: wait.liveness });
+            spinning = Some(s);
+        }
+        if let Err(e) = server.wait(Some(wait.liveness)) {
             eprintln!("ictus display: shared-memory transport stops: {e}");
             break;
         }

@@ -17,9 +17,16 @@ use crate::core::{Core, Outbox, Session, Waker};
 struct SockClient {
     stream: UnixStream,
     session: Session,
+    /// Bytes read, `inbuf[..filled]`; the rest is room, zeroed once, not per read.
     inbuf: Vec<u8>,
+    filled: usize,
     outbuf: Vec<u8>,
+    /// Whether the epoll waits for room to write (changed only when that changes).
+    want_out: bool,
 }
+
+/// Room for reading at least this much at once.
+const READ_ROOM: usize = 64 << 10;
 
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
@@ -67,7 +74,17 @@ pub(crate) fn run(core: Arc<Core>, listener: UnixListener, wake: Arc<Waker>) {
                             continue;
                         }
                         let session = Session::new(&core, Outbox::new(wake.clone()));
-                        conns.insert(key, SockClient { stream, session, inbuf: Vec::new(), outbuf: Vec::new() });
+                        conns.insert(
+                            key,
+                            SockClient {
+                                stream,
+                                session,
+                                inbuf: vec![0; READ_ROOM],
+                                filled: 0,
+                                outbuf: Vec::new(),
+                                want_out: false,
+                            },
+                        );
                     }
                 }
                 WAKE => {
@@ -101,27 +118,30 @@ pub(crate) fn run(core: Arc<Core>, listener: UnixListener, wake: Arc<Waker>) {
 }
 
 /// Read what is there (up to a turn) and execute every complete request; `false` to
-/// close the connection (end of file, error, or a malformed request).
+/// close the connection (end of file, error, or a malformed request). A read that
+/// does not fill the room it was given has taken everything there was: the epoll
+/// (level-triggered) says when more comes, so no second read finds nothing.
 fn read_client(core: &Core, c: &mut SockClient) -> bool {
     let mut got = 0;
     loop {
-        let at = c.inbuf.len();
-        let room = (64 << 10).max(proto::peek_len(&c.inbuf).ok().flatten().unwrap_or(0).saturating_sub(at));
-        c.inbuf.resize(at + room, 0);
-        match c.stream.read(&mut c.inbuf[at..]) {
-            Ok(0) => {
-                c.inbuf.truncate(at);
-                return false;
-            }
+        // Room for at least a read's worth, and for the whole request being read.
+        let need = proto::peek_len(&c.inbuf[..c.filled]).ok().flatten().unwrap_or(0);
+        let want = (c.filled + READ_ROOM).max(need);
+        if c.inbuf.len() < want {
+            c.inbuf.resize(want, 0);
+        }
+        let room = c.inbuf.len() - c.filled;
+        match c.stream.read(&mut c.inbuf[c.filled..]) {
+            Ok(0) => return false,
             Ok(n) => {
-                c.inbuf.truncate(at + n);
+                c.filled += n;
                 got += n;
+                if n < room {
+                    break;
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                c.inbuf.truncate(at);
-                break;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => c.inbuf.truncate(at),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return false,
         }
         if got >= READ_TURN {
@@ -130,8 +150,8 @@ fn read_client(core: &Core, c: &mut SockClient) -> bool {
     }
     let mut end = 0;
     loop {
-        match proto::peek_len(&c.inbuf[end..]) {
-            Ok(Some(n)) if c.inbuf.len() - end >= n => end += n,
+        match proto::peek_len(&c.inbuf[end..c.filled]) {
+            Ok(Some(n)) if c.filled - end >= n => end += n,
             Ok(_) => break,
             Err(_) => {
                 core.stats.cut_off.fetch_add(1, Ordering::Relaxed);
@@ -141,11 +161,17 @@ fn read_client(core: &Core, c: &mut SockClient) -> bool {
     }
     if end > 0 {
         let ok = c.session.execute(core, &c.inbuf[..end]).is_ok();
-        c.inbuf.drain(..end);
+        c.inbuf.copy_within(end..c.filled, 0);
+        c.filled -= end;
         if !ok {
             core.stats.cut_off.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+    }
+    // A large request's room goes back once it is done.
+    if c.filled <= READ_ROOM && c.inbuf.len() > 4 * READ_ROOM {
+        c.inbuf.truncate(READ_ROOM);
+        c.inbuf.shrink_to_fit();
     }
     true
 }
@@ -153,10 +179,10 @@ fn read_client(core: &Core, c: &mut SockClient) -> bool {
 /// Write what waits; `false` to close (error, or a client that does not read).
 fn write_client(ep: &OwnedFd, key: u64, c: &mut SockClient) -> bool {
     let more = take_msgs(&c.session.outbox, usize::MAX);
-    c.outbuf.extend_from_slice(&more);
-    if c.outbuf.is_empty() {
+    if c.outbuf.is_empty() && more.is_empty() {
         return true;
     }
+    c.outbuf.extend_from_slice(&more);
     match c.stream.write(&c.outbuf) {
         Ok(n) => {
             c.outbuf.drain(..n);
@@ -164,12 +190,15 @@ fn write_client(ep: &OwnedFd, key: u64, c: &mut SockClient) -> bool {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         Err(_) => return false,
     }
-    let flags = if c.outbuf.is_empty() {
-        epoll::EventFlags::IN | epoll::EventFlags::RDHUP
-    } else {
-        epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::OUT
-    };
-    let _ = epoll::modify(ep, &c.stream, epoll::EventData::new_u64(key), flags);
+    let want_out = !c.outbuf.is_empty();
+    if want_out != c.want_out {
+        let mut flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+        if want_out {
+            flags |= epoll::EventFlags::OUT;
+        }
+        let _ = epoll::modify(ep, &c.stream, epoll::EventData::new_u64(key), flags);
+        c.want_out = want_out;
+    }
     c.outbuf.len() <= OUT_MAX
 }
 
