@@ -662,8 +662,9 @@ impl Display {
         }
     }
 
-    /// Read what the server sent, waiting at most `timeout` for something.
-    fn read_messages(&mut self, timeout: Option<Duration>) -> Result<(), DisplayError> {
+    /// Read what the server sent, waiting at most `timeout` for something; whether
+    /// anything was read.
+    fn read_messages(&mut self, timeout: Option<Duration>) -> Result<bool, DisplayError> {
         match &mut self.conn {
             Conn::Socket { stream, inbuf, read_timeout } => {
                 let at = inbuf.len();
@@ -690,11 +691,11 @@ impl Display {
                     Ok(n) => inbuf.truncate(at + n),
                     Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                         inbuf.truncate(at);
-                        return Ok(());
+                        return Ok(false);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                         inbuf.truncate(at);
-                        return Ok(());
+                        return Ok(false);
                     }
                     Err(e) => {
                         inbuf.truncate(at);
@@ -711,14 +712,14 @@ impl Display {
                     used += n;
                 }
                 inbuf.drain(..used);
-                Ok(())
+                Ok(true)
             }
             Conn::Port { space, events, received, .. } => {
                 let opts =
                     ReceiveOptions { timeout: Some(timeout.unwrap_or(Duration::from_secs(3600))), populate_ool: false };
                 match space.receive(*events, received, opts) {
                     Ok(()) => {}
-                    Err(ictus_ipc::ReceiveError::TimedOut) => return Ok(()),
+                    Err(ictus_ipc::ReceiveError::TimedOut) => return Ok(false),
                     Err(e) => return Err(DisplayError::Closed(e.to_string())),
                 }
                 for r in &received.ports {
@@ -731,15 +732,15 @@ impl Display {
                     return Err(DisplayError::Closed(format!("message {} on the event port", received.id)));
                 }
                 let bytes = received.data().to_vec();
-                self.take_messages(&bytes)
+                self.take_messages(&bytes).map(|()| true)
             }
             Conn::Shm { client, .. } => {
                 let bytes = match client.recv(timeout) {
                     Ok(r) => r.to_vec(),
-                    Err(ictus_shm::RecvError::TimedOut) => return Ok(()),
+                    Err(ictus_shm::RecvError::TimedOut) => return Ok(false),
                     Err(ictus_shm::RecvError::Closed(r)) => return Err(DisplayError::Closed(r.to_string())),
                 };
-                self.take_messages(&bytes)
+                self.take_messages(&bytes).map(|()| true)
             }
         }
     }
@@ -765,9 +766,11 @@ impl Display {
         }
     }
 
-    /// Messages already received, without waiting.
-    pub fn pending_events(&mut self) -> impl Iterator<Item = Message> + '_ {
-        self.st.events.drain(..)
+    /// Every message that has arrived, without waiting: those earlier calls read, then
+    /// whatever the transport holds now.
+    pub fn pending_events(&mut self) -> Result<impl Iterator<Item = Message> + '_, DisplayError> {
+        while self.read_messages(Some(Duration::ZERO))? {}
+        Ok(self.st.events.drain(..))
     }
 
     /// Send `bytes` as a batch, unchecked, as a client that ignores the protocol would

@@ -910,7 +910,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                 }
                 c.per_iter.push(t0.elapsed().as_nanos() as f64 / n as f64);
                 c.iters += n as u64;
-                let _ = o.d.pending_events().count();
+                let _ = o.d.pending_events().map_err(|e| io("events", e))?.count();
             }
         }
         let mb = |c: &Case| (fw as f64 * fh as f64 * 4.0) / (c.median_per_iter() / 1e9) / 1e6;

@@ -141,7 +141,7 @@ pub fn demo(transport: Transport, seconds: f64, name_server: Option<PathBuf>) ->
         }
         f.present(w, 64, 256, monotonic_ns() + 5_000_000, k)?;
         d.sync()?;
-        let _ = d.pending_events().count();
+        let _ = d.pending_events()?.count();
         k += 1;
         iters += 1;
         std::thread::sleep(Duration::from_millis(16));

@@ -124,7 +124,7 @@ fn paced_stress(server: &Server) {
 }
 
 #[test]
-fn a_report_that_has_arrived_is_returned_with_a_zero_timeout() {
+fn a_report_that_has_arrived_is_returned_without_waiting() {
     let server = headless("zero-timeout");
     for t in Transport::ALL {
         let mut d = connect(&server, t);
@@ -136,6 +136,14 @@ fn a_report_that_has_arrived_is_returned_with_a_zero_timeout() {
         // Polled without ever waiting: the report must come out of the transport.
         wait_until(&format!("{t:?}: the report, with zero timeouts"), || {
             matches!(d.next_event(Duration::ZERO).expect("events"), Some(Message::Frame { tag: 42, .. }))
+        });
+        // And `pending_events` takes what the transport holds, not only what was read.
+        let mut f = d.frame(16, 16).expect("frame");
+        f.fill(0x808080);
+        f.present(w, 0, 0, 0, 43).expect("present");
+        d.flush().expect("flush");
+        wait_until(&format!("{t:?}: the report, from pending_events"), || {
+            d.pending_events().expect("events").any(|m| matches!(m, Message::Frame { tag: 43, .. }))
         });
     }
 }

@@ -17,6 +17,7 @@ use ictus_testkit::{expect_line, Proc, Role};
 fn errors(d: &mut Display) -> Vec<(u16, u32)> {
     d.sync().expect("sync");
     d.pending_events()
+        .expect("events")
         .filter_map(|m| if let Message::Error { code, window, .. } = m { Some((code, window)) } else { None })
         .collect()
 }
