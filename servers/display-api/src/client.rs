@@ -881,7 +881,10 @@ impl Frame<'_> {
     /// Send the buffer as the client's next attachment; returns its sequence number.
     fn attach(&mut self) -> Result<u32, DisplayError> {
         match self.buf.take().expect("a live frame") {
-            FrameBuf::Pool(l) => l.commit(service::TAG_ATTACH).map_err(|e| DisplayError::Closed(e.to_string()))?,
+            // Quietly: the batch naming it, sent next, wakes the server once for both.
+            FrameBuf::Pool(l) => {
+                l.commit_quietly(service::TAG_ATTACH).map_err(|e| DisplayError::Closed(e.to_string()))?
+            }
             FrameBuf::Ool(b) => self.st.ool.push(b),
             FrameBuf::Inline(_) => unreachable!("in-line frames are not attachments"),
         }
