@@ -317,7 +317,6 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
 fn main() -> ExitCode {
     // Experiments run their peers as child processes of this same binary.
     ictus_bench::maybe_run_child(REGISTRY);
-    ictus_display_server::bench::maybe_run_child();
     ExitCode::from(run(std::env::args_os()))
 }
 

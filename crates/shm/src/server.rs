@@ -554,21 +554,32 @@ impl Server {
                 return Ok(true);
             }
             self.stats.blocks += 1;
+            // In epoll, the service port and the links are watched too: a channel
+            // request or a hang-up ends the sleep and is handled at once (left alone,
+            // the still-readable port would end every following sleep at once, a busy
+            // loop until the next look at the controls).
+            let mut control = false;
             let r = if futex {
                 let bells = self.chans.iter().zip(&self.bells).map(|(c, &v)| (c.seg.word32(layout::REQ_BELL), v));
                 sys::futex_waitv(bells, block)
             } else {
-                let mut evs = Vec::with_capacity(1);
+                let mut evs = Vec::with_capacity(4);
                 let ts = rustix::event::Timespec {
                     tv_sec: block.as_secs() as i64,
                     tv_nsec: i64::from(block.subsec_nanos()),
                 };
                 match epoll::wait(&self.ep, rustix::buffer::spare_capacity(&mut evs), Some(&ts)) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {
+                        control = evs.iter().any(|e| e.data.u64() == SERVICE || e.data.u64() & LINK != 0);
+                        Ok(())
+                    }
                     Err(e) => Err(e),
                 }
             };
             self.sleeper.end(flag);
+            if control {
+                self.poll_control();
+            }
             if let Err(e) = r {
                 if e == rustix::io::Errno::NOSYS && futex {
                     // A kernel before 5.16: sleep in epoll from now on.

@@ -197,6 +197,47 @@ fn replies_sent_before_the_server_went_away_are_still_delivered() {
 }
 
 #[test]
+fn a_quiet_pool_commit_is_found_with_the_record_that_wakes_the_server() {
+    let server = EchoServer::start(ServerConfig::default());
+    let mut c = server.client(options(geometry(2)));
+    // Let the server fall asleep, so that a record would wake it.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = c.stats().wakeups;
+    let data = pattern(3000, 5);
+    let mut p = c.loan_pool(data.len()).expect("loan");
+    p.copy_from_slice(&data);
+    p.commit_quietly(100).expect("commit");
+    assert_eq!(c.stats().wakeups, before, "a quiet commit wakes nobody");
+    c.send(1, b"then this").expect("send");
+    // Both answered, in order: the quiet record was found with the one that woke.
+    let r = c.recv(Some(WATCHDOG)).expect("digest");
+    assert_eq!(r.to_vec(), digest(&data));
+    drop(r);
+    let r = c.recv(Some(WATCHDOG)).expect("echo");
+    assert_eq!((r.tag(), r.to_vec()), (2, b"then this".to_vec()));
+    drop(r);
+    assert!(c.stats().wakeups <= before + 1, "one wake-up for the two records");
+}
+
+#[test]
+fn a_server_asleep_in_epoll_takes_a_channel_request_at_once_without_spinning() {
+    // Liveness longer than the watchdog: only the request itself can end the sleep.
+    let wait = WaitConfig { spin: Duration::ZERO, liveness: WATCHDOG * 2 };
+    let space = ictus_ipc::Space::new();
+    let mut server =
+        ictus_shm::Server::new(&space, ServerConfig { wait, sleep: SleepMode::Futex, ..ServerConfig::default() })
+            .expect("server");
+    let service = space.send_right_fd(server.service()).expect("send right");
+    // With no channel yet the server sleeps in epoll, on the service port.
+    let h = std::thread::spawn(move || connect(&service, options(geometry(0))));
+    assert!(server.wait(Some(WATCHDOG)).expect("wait"), "woken by the request");
+    let Some(ictus_shm::Next::Event(Event::Opened { .. })) = server.try_next() else { panic!("not an open") };
+    let _c = h.join().expect("client");
+    // One sleep (or two, if the request came after a first look), not a loop of them.
+    assert!(server.stats().blocks <= 2, "{} blocks: the sleep spun", server.stats().blocks);
+}
+
+#[test]
 fn a_held_pool_buffer_outlives_its_record_until_released() {
     let space = ictus_ipc::Space::new();
     let mut server = ictus_shm::Server::new(&space, ServerConfig::default()).expect("server");

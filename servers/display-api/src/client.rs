@@ -15,6 +15,7 @@ use ictus_shm::{ClientOptions, Geometry, WaitConfig};
 
 use crate::proto::{self, items, Message, RasterOp, Rect, Request, Segment, Source};
 use crate::service;
+use crate::spin::SpinPolicy;
 
 /// How requests travel to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,10 +100,10 @@ impl ConnectOptions {
 pub enum ConnectError {
     /// The name server could not be reached.
     #[error("reaching the name server: {0} (is `ictus name-server` running?)")]
-    NameServer(#[from] ictus_name_server::ConnectError),
+    NameServer(#[from] ictus_name_api::ConnectError),
     /// The display server is not registered, or the lookup failed.
     #[error("looking up the display server: {0} (is `ictus display serve` running?)")]
-    Lookup(#[from] ictus_name_server::ClientError),
+    Lookup(#[from] ictus_name_api::ClientError),
     /// The call to the display server's port failed.
     #[error("asking the display server: {0}")]
     Call(#[from] ictus_ipc::CallError),
@@ -170,9 +171,24 @@ pub fn monotonic_ns() -> u64 {
 }
 
 enum Conn {
-    Socket { stream: UnixStream, inbuf: Vec<u8> },
-    Port { space: Space, requests: Name, events: Name, received: Received },
-    Shm { client: Box<ictus_shm::Client> },
+    /// `read_timeout`: the socket's receive timeout now (set only when it changes).
+    Socket {
+        stream: UnixStream,
+        inbuf: Vec<u8>,
+        read_timeout: Option<Duration>,
+    },
+    Port {
+        space: Space,
+        requests: Name,
+        events: Name,
+        received: Received,
+    },
+    /// `spin`: how long waits spin, sized to the machine; `liveness` of the waits.
+    Shm {
+        client: Box<ictus_shm::Client>,
+        spin: SpinPolicy,
+        liveness: Duration,
+    },
 }
 
 impl std::fmt::Debug for Conn {
@@ -217,8 +233,8 @@ impl Display {
     pub fn connect(opts: &ConnectOptions) -> Result<Display, ConnectError> {
         let space = Space::new();
         let ns = match &opts.name_server {
-            Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-            None => ictus_name_server::Client::connect(&space)?,
+            Some(p) => ictus_name_api::Client::connect_socket(&space, p)?,
+            None => ictus_name_api::Client::connect(&space)?,
         };
         let service = ns.lookup(&opts.service)?;
         Display::connect_to(&space, service, opts)
@@ -275,7 +291,7 @@ impl Display {
                 let path = std::str::from_utf8(&d[8..]).map_err(|_| invalid("socket path not UTF-8"))?;
                 cleanup(space);
                 let stream = UnixStream::connect(path)?;
-                (Conn::Socket { stream, inbuf: Vec::with_capacity(64 << 10) }, 64 << 10)
+                (Conn::Socket { stream, inbuf: Vec::with_capacity(64 << 10), read_timeout: None }, 64 << 10)
             }
             Transport::Port => {
                 let requests = one_send_right(space)?;
@@ -284,12 +300,15 @@ impl Display {
             }
             Transport::Shm => {
                 let svc = one_send_right(space)?;
-                let copts = ClientOptions { geometry: opts.geometry, wait: opts.wait, timeout: opts.timeout };
+                // The spin is judged before each wait (see `SpinPolicy`); block until then.
+                let wait = WaitConfig { spin: Duration::ZERO, liveness: opts.wait.liveness };
+                let copts = ClientOptions { geometry: opts.geometry, wait, timeout: opts.timeout };
                 let client = ictus_shm::Client::connect(space, svc, copts);
                 let _ = space.deallocate(svc);
                 let client = client?;
                 let max = (client.geometry().request.max_payload() as usize).min(64 << 10);
-                (Conn::Shm { client: Box::new(client) }, max)
+                let spin = SpinPolicy::new(opts.wait.spin);
+                (Conn::Shm { client: Box::new(client), spin, liveness: opts.wait.liveness }, max)
             }
         };
         Ok(Display {
@@ -448,7 +467,7 @@ impl Display {
         let len = Request::image_len(rect, u32::from(width) * 4);
         let deadline = Instant::now() + self.st.timeout;
         let buf = match &mut self.conn {
-            Conn::Shm { client } => {
+            Conn::Shm { client, .. } => {
                 let client: &mut ictus_shm::Client = client;
                 // Wait for a buffer the server has given back.
                 loop {
@@ -535,7 +554,12 @@ impl Display {
                 st.out.clear();
                 Ok(reply)
             }
-            Conn::Shm { client } => {
+            Conn::Shm { client, spin, liveness } => {
+                if sync {
+                    // The answer is waited for right after: spin as the machine allows.
+                    let s = spin.spin(Instant::now());
+                    client.set_wait(WaitConfig { spin: s, liveness: *liveness });
+                }
                 let mut start = 0;
                 let total = st.out.len();
                 while start < total {
@@ -601,11 +625,13 @@ impl Display {
                 let Some(Message::Synced { exec_ns, requests, .. }) = self.st.events.remove(i) else { unreachable!() };
                 return Ok(SyncInfo { server_ns: exec_ns, requests });
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 return Err(DisplayError::TimedOut);
             }
-            self.read_messages(Some(deadline - now))?;
+            // Each read waits at most the connection's timeout (the same every time, so
+            // a socket's receive timeout is set once, not per read); the deadline above
+            // ends the sync.
+            self.read_messages(Some(self.st.timeout))?;
         }
     }
 
@@ -636,15 +662,28 @@ impl Display {
         }
     }
 
-    /// Read what the server sent, waiting at most `timeout` for something.
-    fn read_messages(&mut self, timeout: Option<Duration>) -> Result<(), DisplayError> {
+    /// Read what the server sent, waiting at most `timeout` for something; whether
+    /// anything was read.
+    fn read_messages(&mut self, timeout: Option<Duration>) -> Result<bool, DisplayError> {
         match &mut self.conn {
-            Conn::Socket { stream, inbuf } => {
-                let t = timeout.map(|t| t.max(Duration::from_micros(1)));
-                stream.set_read_timeout(t).map_err(|e| DisplayError::Closed(e.to_string()))?;
+            Conn::Socket { stream, inbuf, read_timeout } => {
                 let at = inbuf.len();
                 inbuf.resize(at + (16 << 10), 0);
-                match stream.read(&mut inbuf[at..]) {
+                let got = if timeout == Some(Duration::ZERO) {
+                    // A look, not a wait: one non-blocking receive.
+                    rustix::net::recv(&*stream, &mut inbuf[at..], rustix::net::RecvFlags::DONTWAIT)
+                        .map(|(n, _)| n)
+                        .map_err(std::io::Error::from)
+                } else {
+                    // The socket blocks; its timeout changes (a system call) only when
+                    // the caller's does, not on every read.
+                    if *read_timeout != timeout {
+                        stream.set_read_timeout(timeout).map_err(|e| DisplayError::Closed(e.to_string()))?;
+                        *read_timeout = timeout;
+                    }
+                    stream.read(&mut inbuf[at..])
+                };
+                match got {
                     Ok(0) => {
                         inbuf.truncate(at);
                         return Err(DisplayError::Closed("end of file".into()));
@@ -652,7 +691,11 @@ impl Display {
                     Ok(n) => inbuf.truncate(at + n),
                     Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                         inbuf.truncate(at);
-                        return Ok(());
+                        return Ok(false);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                        inbuf.truncate(at);
+                        return Ok(false);
                     }
                     Err(e) => {
                         inbuf.truncate(at);
@@ -669,14 +712,14 @@ impl Display {
                     used += n;
                 }
                 inbuf.drain(..used);
-                Ok(())
+                Ok(true)
             }
             Conn::Port { space, events, received, .. } => {
                 let opts =
                     ReceiveOptions { timeout: Some(timeout.unwrap_or(Duration::from_secs(3600))), populate_ool: false };
                 match space.receive(*events, received, opts) {
                     Ok(()) => {}
-                    Err(ictus_ipc::ReceiveError::TimedOut) => return Ok(()),
+                    Err(ictus_ipc::ReceiveError::TimedOut) => return Ok(false),
                     Err(e) => return Err(DisplayError::Closed(e.to_string())),
                 }
                 for r in &received.ports {
@@ -689,45 +732,45 @@ impl Display {
                     return Err(DisplayError::Closed(format!("message {} on the event port", received.id)));
                 }
                 let bytes = received.data().to_vec();
-                self.take_messages(&bytes)
+                self.take_messages(&bytes).map(|()| true)
             }
-            Conn::Shm { client } => {
+            Conn::Shm { client, .. } => {
                 let bytes = match client.recv(timeout) {
                     Ok(r) => r.to_vec(),
-                    Err(ictus_shm::RecvError::TimedOut) => return Ok(()),
+                    Err(ictus_shm::RecvError::TimedOut) => return Ok(false),
                     Err(ictus_shm::RecvError::Closed(r)) => return Err(DisplayError::Closed(r.to_string())),
                 };
-                self.take_messages(&bytes)
+                self.take_messages(&bytes).map(|()| true)
             }
         }
     }
 
     /// The next message from the server (an event, an error, a frame report), waiting
-    /// at most `timeout`; `None` if none came. A zero timeout still takes what has
-    /// already arrived (a poll).
+    /// at most `timeout`; `None` if none came.
+    ///
+    /// The transport is always looked at, even with a zero timeout: a message that
+    /// has arrived is returned, whatever the timeout.
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Message>, DisplayError> {
         let deadline = Instant::now() + timeout;
-        let mut polled = false;
+        let mut looked = false;
         loop {
             if let Some(m) = self.st.events.pop_front() {
                 return Ok(Some(m));
             }
             let now = Instant::now();
-            if now >= deadline {
-                if polled {
-                    return Ok(None);
-                }
-                polled = true;
-                self.read_messages(Some(Duration::ZERO))?;
-                continue;
+            if now >= deadline && looked {
+                return Ok(None);
             }
-            self.read_messages(Some(deadline - now))?;
+            self.read_messages(Some(deadline.saturating_duration_since(now)))?;
+            looked = true;
         }
     }
 
-    /// Messages already received, without waiting.
-    pub fn pending_events(&mut self) -> impl Iterator<Item = Message> + '_ {
-        self.st.events.drain(..)
+    /// Every message that has arrived, without waiting: those earlier calls read, then
+    /// whatever the transport holds now.
+    pub fn pending_events(&mut self) -> Result<impl Iterator<Item = Message> + '_, DisplayError> {
+        while self.read_messages(Some(Duration::ZERO))? {}
+        Ok(self.st.events.drain(..))
     }
 
     /// Send `bytes` as a batch, unchecked, as a client that ignores the protocol would
@@ -742,7 +785,17 @@ impl Display {
     #[doc(hidden)]
     pub fn shm_channel(&mut self) -> Option<&mut ictus_shm::Client> {
         match &mut self.conn {
-            Conn::Shm { client } => Some(client),
+            Conn::Shm { client, .. } => Some(client),
+            _ => None,
+        }
+    }
+
+    /// For a shared-memory connection: how many times it looked at the machine's load
+    /// before a wait, and how many of those found room to spin
+    /// ([`SpinPolicy`](crate::spin::SpinPolicy)).
+    pub fn spin_looks(&self) -> Option<(u64, u64)> {
+        match &self.conn {
+            Conn::Shm { spin, .. } => Some(spin.looks()),
             _ => None,
         }
     }
@@ -750,8 +803,19 @@ impl Display {
     /// Counters of the shared-memory channel, for the experiments (wake-ups per record).
     pub fn shm_stats(&self) -> Option<ictus_shm::ClientStats> {
         match &self.conn {
-            Conn::Shm { client } => Some(client.stats()),
+            Conn::Shm { client, .. } => Some(client.stats()),
             _ => None,
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Conn::Port { space, requests, events, .. } = self {
+            // The server watches the event port: destroying it tells the server at once
+            // that this connection is over (its windows go), even if the space lives on.
+            let _ = space.deallocate(*requests);
+            let _ = space.destroy(*events);
         }
     }
 }
@@ -762,7 +826,7 @@ impl AsFd for Display {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match &self.conn {
             Conn::Socket { stream, .. } => stream.as_fd(),
-            Conn::Shm { client } => client.as_fd(),
+            Conn::Shm { client, .. } => client.as_fd(),
             Conn::Port { .. } => panic!("a port connection has no single descriptor; use next_event"),
         }
     }
@@ -817,7 +881,10 @@ impl Frame<'_> {
     /// Send the buffer as the client's next attachment; returns its sequence number.
     fn attach(&mut self) -> Result<u32, DisplayError> {
         match self.buf.take().expect("a live frame") {
-            FrameBuf::Pool(l) => l.commit(service::TAG_ATTACH).map_err(|e| DisplayError::Closed(e.to_string()))?,
+            // Quietly: the batch naming it, sent next, wakes the server once for both.
+            FrameBuf::Pool(l) => {
+                l.commit_quietly(service::TAG_ATTACH).map_err(|e| DisplayError::Closed(e.to_string()))?
+            }
             FrameBuf::Ool(b) => self.st.ool.push(b),
             FrameBuf::Inline(_) => unreachable!("in-line frames are not attachments"),
         }

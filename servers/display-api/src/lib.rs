@@ -30,6 +30,7 @@
 
 mod client;
 pub mod proto;
+pub mod spin;
 
 pub use client::{
     monotonic_ns, ConnectError, ConnectOptions, Display, DisplayError, Frame, ServerInfo, SyncInfo, Transport, Window,

@@ -1,12 +1,11 @@
 //! What `ictus display` does: serve, or run a small client against a server.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ictus_display::{monotonic_ns, ConnectOptions, Display, Rect, Transport};
 use ictus_ipc::Space;
+use ictus_server::serve_until_signalled;
 
 use crate::{Options, Screen};
 
@@ -16,15 +15,12 @@ pub enum CliError {
     /// The server could not start.
     #[error(transparent)]
     Start(#[from] crate::StartError),
-    /// The name server.
-    #[error("reaching the name server: {0} (start `ictus name-server` first)")]
-    NameServer(#[from] ictus_name_server::ConnectError),
-    /// Registration.
-    #[error("registering {0:?} with the name server: {1}")]
-    Register(String, ictus_name_server::ClientError),
+    /// The skeleton: registration with the name server, signals.
+    #[error(transparent)]
+    Serve(#[from] ictus_server::ServeError),
     /// The socket's directory.
     #[error(transparent)]
-    Path(#[from] ictus_name_server::socket::PathError),
+    Path(#[from] ictus_name_api::socket::PathError),
     /// Signals, files.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -69,64 +65,56 @@ fn parse_size(s: &str) -> Result<(u16, u16), CliError> {
     }
 }
 
-/// `ictus display serve`: run the server, register it, serve until `SIGINT`/`SIGTERM`.
+/// `ictus display serve`: run the server, register it with the name server (again
+/// whenever the name server restarts), serve until `SIGINT`/`SIGTERM`.
 pub fn serve(o: ServeOptions) -> Result<(), CliError> {
-    let (stop_r, stop_w) = UnixStream::pair()?;
-    let mut ids = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        ids.push(signal_hook::low_level::pipe::register(sig, stop_w.try_clone()?)?);
-    }
-    let screen = match &o.headless {
-        Some(s) => {
-            let (width, height) = parse_size(s)?;
-            Screen::Headless { width, height }
+    serve_until_signalled(|stop| {
+        let screen = match &o.headless {
+            Some(s) => {
+                let (width, height) = parse_size(s)?;
+                Screen::Headless { width, height }
+            }
+            None => Screen::X { display: o.display.clone(), shm: !o.no_mit_shm },
+        };
+        let socket = match &o.socket {
+            Some(p) => p.clone(),
+            None => ictus_name_api::socket::prepare_default_socket_path()?.with_file_name("display.sock"),
+        };
+        let mut opts = Options::headless(0, 0, Some(socket.clone()));
+        opts.screen = screen;
+        if let Some(hz) = o.refresh_hz {
+            opts.refresh_hz = hz;
         }
-        None => Screen::X { display: o.display.clone(), shm: !o.no_mit_shm },
-    };
-    let socket = match o.socket {
-        Some(p) => p,
-        None => ictus_name_server::socket::prepare_default_socket_path()?.with_file_name("display.sock"),
-    };
-    let mut opts = Options::headless(0, 0, Some(socket.clone()));
-    opts.screen = screen;
-    if let Some(hz) = o.refresh_hz {
-        opts.refresh_hz = hz;
-    }
-    let space = Space::task();
-    let running = crate::spawn(&space, opts)?;
-    let ns = match &o.name_server {
-        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-        None => ictus_name_server::Client::connect(&space)?,
-    };
-    let name = o.name.unwrap_or_else(|| ictus_display::SERVICE_NAME.to_owned());
-    ns.register(&name, running.service_port()).map_err(|e| CliError::Register(name.clone(), e))?;
-    let how = match running.x() {
-        Some(x) if x.has_shm() => "an X server, MIT-SHM",
-        Some(_) => "an X server, PutImage (no MIT-SHM)",
-        None => "headless",
-    };
-    eprintln!(
-        "ictus display: registered as {name:?}; shown on {how}; socket {} (pid {})",
-        socket.display(),
-        std::process::id()
-    );
-    let mut b = [0u8; 1];
-    let _ = rustix::io::read(stop_r.as_fd(), &mut b);
-    for id in ids {
-        signal_hook::low_level::unregister(id);
-    }
-    let _ = ns.unregister(&name);
-    if let Some(p) = &o.png {
-        running.save_png(p)?;
-        eprintln!("ictus display: saved the screen to {}", p.display());
-    }
-    let s = running.stats();
-    running.stop();
-    eprintln!(
-        "ictus display: stopped ({} clients, {} presents, {} frames shown, {} dropped, {} cut off)",
-        s.clients, s.presents, s.frames_shown, s.frames_dropped, s.cut_off
-    );
-    Ok(())
+        let space = Space::task();
+        let running = crate::spawn(&space, opts)?;
+        let name = o.name.clone().unwrap_or_else(|| ictus_display::SERVICE_NAME.to_owned());
+        let names = running.register(&name, o.name_server.as_deref()).map_err(ictus_server::ServeError::from)?;
+        let how = match running.x() {
+            Some(x) if x.has_shm() => "an X server, MIT-SHM",
+            Some(_) => "an X server, PutImage (no MIT-SHM)",
+            None => "headless",
+        };
+        eprintln!(
+            "ictus display: registered as {name:?}; shown on {how}; socket {} (pid {})",
+            socket.display(),
+            std::process::id()
+        );
+        let mut b = [0u8; 1];
+        let _ = rustix::io::read(stop, &mut b);
+        // The registration would vanish with the port anyway; say goodbye first.
+        names.stop();
+        if let Some(p) = &o.png {
+            running.save_png(p)?;
+            eprintln!("ictus display: saved the screen to {}", p.display());
+        }
+        let s = running.stats();
+        running.stop();
+        eprintln!(
+            "ictus display: stopped ({} clients, {} presents, {} frames shown, {} dropped, {} cut off)",
+            s.clients, s.presents, s.frames_shown, s.frames_dropped, s.cut_off
+        );
+        Ok(())
+    })
 }
 
 /// `ictus display demo`: a client that shows what the server does for `seconds`:
@@ -153,7 +141,7 @@ pub fn demo(transport: Transport, seconds: f64, name_server: Option<PathBuf>) ->
         }
         f.present(w, 64, 256, monotonic_ns() + 5_000_000, k)?;
         d.sync()?;
-        let _ = d.pending_events().count();
+        let _ = d.pending_events()?.count();
         k += 1;
         iters += 1;
         std::thread::sleep(Duration::from_millis(16));

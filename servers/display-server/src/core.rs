@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use ictus_display::proto::{self, error, op, Message, Rect, Request, Source};
-use ictus_ipc::{Name, OolRegion, Space};
+use ictus_ipc::{Name, OolRegion};
 
 use crate::raster::{Area, Surface};
 use crate::sys::{self, Pixels};
@@ -146,9 +146,7 @@ pub(crate) enum Waker {
     /// A shared-memory channel of the server's own to itself: a record rings the
     /// server's bell like any client's (the paper's "back door").
     Shm(Mutex<Box<ictus_shm::Client>>),
-    /// A port in the port thread's set.
-    Port { space: Space, port: Name },
-    /// An eventfd in the socket thread's epoll.
+    /// An eventfd in the socket thread's epoll, or the port thread's poll.
     Fd(OwnedFd),
 }
 
@@ -157,10 +155,6 @@ impl Waker {
         match self {
             Waker::Shm(c) => {
                 let _ = lock(c).send(0, &[]);
-            }
-            Waker::Port { space, port } => {
-                let mut m = ictus_ipc::Message::new(0, Vec::new());
-                let _ = space.send(*port, &mut m, ictus_ipc::SendOptions::NONBLOCKING);
             }
             Waker::Fd(fd) => {
                 let _ = rustix::io::write(fd, &1u64.to_ne_bytes());

@@ -4,7 +4,9 @@
 //!
 //! - [`raster`]: software drawing on a window's pixels (pure, tested alone).
 //! - `core`: windows, per-client sessions executing requests, outboxes.
-//! - `serve`: the three transports, one thread each.
+//! - `transport`: the three transports, one thread each; the port transport is the
+//!   server skeleton's loop ([`ictus_server::Loop`]), whose service port every client
+//!   opens its connection on.
 //! - `present`: the presenter thread: damage at the refresh rate, frames at their
 //!   time, syncs that wait for the screen.
 //! - [`x11`]: the X server as the screen (x11rb, MIT-SHM `ShmAttachFd`/`ShmPutImage`,
@@ -22,9 +24,9 @@ pub mod cli;
 mod core;
 mod present;
 pub mod raster;
-mod serve;
 #[allow(unsafe_code)]
 mod sys;
+mod transport;
 pub mod x11;
 pub mod xvfb;
 
@@ -37,6 +39,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ictus_ipc::{Name, Space};
+use ictus_server::{Loop, ServicePorts};
 use ictus_shm::{ServerConfig, SleepMode, WaitConfig};
 
 pub use crate::core::Limits;
@@ -71,7 +74,8 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// Offer the shared-memory transport.
     pub shm: bool,
-    /// How the shared-memory thread waits (spin, then block).
+    /// How the shared-memory thread waits: spin up to `spin` when the machine has a
+    /// CPU to spare ([`ictus_display::spin::SpinPolicy`]), then block.
     pub shm_wait: WaitConfig,
     /// What each client may use.
     pub limits: Limits,
@@ -120,6 +124,9 @@ pub enum StartError {
     /// A thread could not be started.
     #[error("starting a thread: {0}")]
     Thread(std::io::Error),
+    /// The server skeleton (the port transport's loop).
+    #[error(transparent)]
+    Serve(#[from] ictus_server::ServeError),
 }
 
 /// Counters of a running server.
@@ -156,14 +163,15 @@ pub struct WindowInfo {
 
 /// A display server running on threads of this process. Dropping it stops it.
 #[derive(Debug)]
+#[must_use = "dropping a Running stops the server"]
 pub struct Running {
     core: Arc<Core>,
     space: Space,
     service: Name,
-    backdoor: Name,
     socket: Option<PathBuf>,
     socket_wake: Option<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
+    ports: Option<ictus_server::Running>,
 }
 
 /// Start a display server with its ports in `space`. Clients reach it through the
@@ -180,14 +188,17 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
     };
     let refresh_ns = 1_000_000_000 / u64::from(opts.refresh_hz.max(1));
     let core = Arc::new(Core::new(screen, x, opts.limits, refresh_ns)?);
-    let service = space.allocate_port()?;
-    let set = space.allocate_port_set()?;
-    let backdoor = space.allocate_port_with_send()?;
-    let notify = space.allocate_port()?;
-    for p in [service, backdoor, notify] {
-        space.move_member(p, set)?;
-    }
-    let mut threads = Vec::new();
+    let ports = ServicePorts::<1>::allocate(space)?;
+    let service = ports.service(0);
+    let mut running = Running {
+        core: core.clone(),
+        space: space.clone(),
+        service,
+        socket: None,
+        socket_wake: None,
+        threads: Vec::new(),
+        ports: None,
+    };
     let thread = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new().name(name.into()).spawn(f).map_err(StartError::Thread)
     };
@@ -197,8 +208,8 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
         let svc = server.service();
         let svc_fd = space.send_right_fd(svc)?;
         let c = core.clone();
-        let liveness = opts.shm_wait.liveness;
-        threads.push(thread("ictus-display-shm", Box::new(move || serve::shm_loop(c, server, liveness)))?);
+        let wait = opts.shm_wait;
+        running.threads.push(thread("ictus-display-shm", Box::new(move || transport::shm::run(c, server, wait)))?);
         // The server's own channel to itself, whose records wake the thread.
         let own = Space::new();
         let name = own.insert_send_fd(svc_fd)?;
@@ -213,30 +224,26 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
     } else {
         None
     };
-    let (socket, socket_wake) = match &opts.socket {
-        Some(path) => {
-            let listener = bind(path)?;
-            let wake = serve::socket_waker()?;
-            let (c, w) = (core.clone(), wake.clone());
-            threads.push(thread("ictus-display-sock", Box::new(move || serve::socket_loop(c, listener, w)))?);
-            (Some(path.clone()), Some(wake))
-        }
-        None => (None, None),
-    };
-    let setup = serve::PortSetup {
-        space: space.clone(),
-        service,
-        shm_service,
-        socket_path: socket.clone(),
-        set,
-        backdoor,
-        notify,
-    };
+    if let Some(path) = &opts.socket {
+        let listener = bind(path)?;
+        let wake = transport::socket::waker()?;
+        let (c, w) = (core.clone(), wake.clone());
+        running.socket = Some(path.clone());
+        running.socket_wake = Some(wake);
+        running.threads.push(thread("ictus-display-sock", Box::new(move || transport::socket::run(c, listener, w)))?);
+    }
     let c = core.clone();
-    threads.push(thread("ictus-display-port", Box::new(move || serve::port_loop(c, setup)))?);
-    let c = core.clone();
-    threads.push(thread("ictus-display-present", Box::new(move || present::run(c)))?);
-    Ok(Running { core, space: space.clone(), service, backdoor, socket, socket_wake, threads })
+    running.threads.push(thread("ictus-display-present", Box::new(move || present::run(c)))?);
+    let offer = transport::port::Offer { shm_service, socket_path: opts.socket.clone() };
+    let wake = transport::socket::waker()?;
+    let server = transport::port::PortTransport::new(core, space, &ports, offer, wake);
+    let mut ports_loop = Loop::new(space, ports, server);
+    running.ports = Some(ictus_server::Running::spawn("ictus-display-port", move |stop| {
+        let r = ports_loop.run(None, stop);
+        drop(ports_loop);
+        r
+    })?);
+    Ok(running)
 }
 
 /// Bind the socket transport's listener, replacing a stale socket (one nobody
@@ -265,6 +272,17 @@ impl Running {
     /// The service port (a receive right in [`Running::space`]).
     pub fn service_port(&self) -> Name {
         self.service
+    }
+
+    /// Register the service port with the name server at `name_server` (its default
+    /// socket if `None`) as `name`, and again whenever that name server restarts, until
+    /// the [`Registrar`](ictus_server::Registrar) is stopped.
+    pub fn register(
+        &self,
+        name: &str,
+        name_server: Option<&Path>,
+    ) -> Result<ictus_server::Registrar, ictus_server::RegisterError> {
+        ictus_server::Registrar::start("display-server", name_server, &self.space, &[(name, self.service)])
     }
 
     /// A send right to the service port, as a descriptor (for `Space::insert_send_fd`).
@@ -336,7 +354,11 @@ impl Running {
         if let Some(w) = lock(&self.core.shm_waker).as_ref() {
             w.wake();
         }
-        Waker::Port { space: self.space.clone(), port: self.backdoor }.wake();
+        if let Some(p) = self.ports.take() {
+            if let Err(e) = p.stop() {
+                eprintln!("ictus display: the port transport stopped: {e}");
+            }
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

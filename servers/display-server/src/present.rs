@@ -174,7 +174,9 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
 
 /// Run until `core.stop`.
 pub(crate) fn run(core: Arc<Core>) {
-    crate::sys::exact_timers();
+    // Timer slack of 1 ns: a frame's timed wake-up is not deferred by the default
+    // 50 µs (PR_SET_TIMERSLACK, no privilege needed).
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
     let mut xev = Vec::new();
     loop {
         if core.stop.load(Ordering::Acquire) {
@@ -190,22 +192,24 @@ pub(crate) fn run(core: Arc<Core>) {
                 x_event(&core, e);
             }
         }
-        let (worked, next_due, last_damage) = {
+        let (next_due, last_damage) = {
             let mut ps = lock(&core.present);
             match cycle(&core, &mut ps, false) {
-                Ok(w) => (w, ps.next_due, ps.last_damage),
+                Ok(true) => continue,
+                Ok(false) => {
+                    // No cycle is in flight (they all hold this lock from their first
+                    // request to the X server's answer): what was retired meanwhile
+                    // is no longer read by the X server.
+                    let retired = std::mem::take(&mut *lock(&core.retired));
+                    core.free(retired);
+                    (ps.next_due, ps.last_damage)
+                }
                 Err(()) => {
                     eprintln!("ictus display: lost the X server; presenting stops");
                     break;
                 }
             }
         };
-        if worked {
-            continue;
-        }
-        // Nothing was in flight: what was retired meanwhile is no longer read.
-        let retired = std::mem::take(&mut *lock(&core.retired));
-        core.free(retired);
         // Sleep until woken, the next frame, or the next refresh.
         let mut wake_at = next_due;
         if core.damage_pending.load(Ordering::Acquire) {

@@ -2,7 +2,10 @@
 //! it picks itself (`-displayfd`), listening on no TCP port, stopped on drop.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
+
+use ictus_bench::sys::GuardedCommand;
+use rustix::process::Signal;
 use std::time::{Duration, Instant};
 
 /// A running Xvfb.
@@ -27,15 +30,16 @@ impl Xvfb {
     /// Start one with a `width × height` 24-bit screen; returns once it accepts
     /// connections.
     pub fn start(width: u16, height: u16) -> Result<Xvfb, XvfbError> {
-        let mut cmd = Command::new("Xvfb");
+        // It dies with the thread that starts it (PR_SET_PDEATHSIG), so that a test
+        // killed midway leaves no Xvfb behind.
+        let mut cmd = GuardedCommand::new("Xvfb", Signal::TERM);
         // -noreset: an X server resets when its last client leaves, and refuses
         // connections meanwhile; a test or an experiment opens and closes many.
-        cmd.args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-screen", "0"])
+        cmd.command()
+            .args(["-displayfd", "1", "-nolisten", "tcp", "-noreset", "-screen", "0"])
             .arg(format!("{width}x{height}x24"))
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        crate::sys::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(XvfbError::Missing)?;
         let out = child.stdout.take().expect("piped");
         // -displayfd writes the number once the server listens.

@@ -5,26 +5,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Instant;
 
 use common::*;
 use ictus_display::proto::error;
 use ictus_display::{ConnectOptions, Display, Message, Rect, Transport};
 use ictus_ipc::Space;
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + WATCHDOG;
-    while !f() {
-        assert!(Instant::now() < end, "not within the watchdog: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use ictus_testkit::{expect_line, Proc, Role};
 
 fn errors(d: &mut Display) -> Vec<(u16, u32)> {
     d.sync().expect("sync");
     d.pending_events()
+        .expect("events")
         .filter_map(|m| if let Message::Error { code, window, .. } = m { Some((code, window)) } else { None })
         .collect()
 }
@@ -42,8 +35,8 @@ fn garbage_over_any_transport_cuts_off_only_its_sender() {
         let before = server.stats();
         // A header that claims an unknown opcode, then nonsense.
         bad.send_raw(&[99, 0, 0, 0, 12, 0, 0, 0, 1, 2, 3, 4]).expect("sent");
-        eventually("the bad client is cut off", || server.stats().cut_off > before.cut_off);
-        eventually("its window is gone", || server.stats().windows == 1);
+        wait_until("the bad client is cut off", || server.stats().cut_off > before.cut_off);
+        wait_until("its window is gone", || server.stats().windows == 1);
         assert!(bad.sync().is_err(), "{t:?}: a cut-off client cannot sync");
         // The good client never noticed.
         good.xor_rect(gw, Rect::new(0, 0, 10, 10), 0xffffff).expect("draw");
@@ -64,7 +57,7 @@ fn a_scribbled_ring_cuts_off_only_its_client() {
     let ch = bad.shm_channel().expect("shm");
     ch.scribble(64, u64::MAX / 3);
     let _ = ch.send(1, &[0; 8]);
-    eventually("the scribbler is cut off", || server.stats().windows == 1);
+    wait_until("the scribbler is cut off", || server.stats().windows == 1);
     good.sync().expect("the good client goes on");
 }
 
@@ -117,17 +110,18 @@ fn a_client_that_never_reads_is_cut_off_alone() {
             break;
         }
     }
-    eventually("the flooder is cut off", || server.stats().cut_off > start);
+    wait_until("the flooder is cut off", || server.stats().cut_off > start);
     good.sync().expect("the good client goes on");
 }
 
-const CHILD_ENV: &str = "ICTUS_DISPLAY_TEST_CHILD";
+/// The role children of this test binary run in.
+const CHILD: Role = Role { env: "ICTUS_DISPLAY_TEST_CHILD" };
 
 /// The child: connect through the bootstrap right, make a window, hold a frame
 /// buffer, say "ready", then wait to be killed.
 #[test]
 fn child_client() {
-    let Ok(t) = std::env::var(CHILD_ENV) else { return };
+    let Some(t) = CHILD.current() else { return };
     let t: Transport = t.parse().expect("transport");
     let space = Space::new();
     let service = space.take_bootstrap().expect("bootstrap").expect("a bootstrap right");
@@ -138,7 +132,7 @@ fn child_client() {
     f.present(w, 0, 0, u64::MAX / 2, 1).expect("a frame due in the far future");
     d.sync().expect("sync");
     println!("ready");
-    std::thread::sleep(Duration::from_secs(120));
+    std::thread::sleep(WATCHDOG * 2);
 }
 
 #[test]
@@ -146,26 +140,17 @@ fn a_client_killed_with_sigkill_has_its_windows_and_buffers_reclaimed() {
     let server = headless("kill9");
     let baseline = ictus_shm::mappings_named("ictus-display-window");
     for t in Transport::ALL {
-        let mut cmd = Command::new(std::env::current_exe().expect("exe"));
-        cmd.args(["--exact", "child_client", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, t.name())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let space = server.space();
-        space.give_bootstrap(&mut cmd, server.service_port()).expect("bootstrap");
-        let mut child = cmd.spawn().expect("child");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        while !line.contains("ready") {
-            line.clear();
-            assert!(out.read_line(&mut line).expect("read") > 0, "{t:?}: the child ended before ready");
-        }
-        eventually("the child's window", || server.stats().windows == 1);
+        let mut cmd = CHILD.command("child_client", t.name());
+        cmd.stdout(Stdio::piped());
+        server.space().give_bootstrap(&mut cmd, server.service_port()).expect("bootstrap");
+        let mut child = Proc::spawn(&format!("a {} client", t.name()), &mut cmd);
+        // "ready" may follow libtest's own words on its line.
+        expect_line(&child.tagged_lines("ready"), "");
+        wait_until("the child's window", || server.stats().windows == 1);
         assert!(ictus_shm::mappings_named("ictus-display-window") > baseline);
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-        eventually(&format!("{t:?}: the window reclaimed"), || server.stats().windows == 0);
-        eventually(&format!("{t:?}: its memory unmapped"), || {
+        child.kill9();
+        wait_until(&format!("{t:?}: the window reclaimed"), || server.stats().windows == 0);
+        wait_until(&format!("{t:?}: its memory unmapped"), || {
             ictus_shm::mappings_named("ictus-display-window") == baseline
         });
     }

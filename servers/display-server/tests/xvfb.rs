@@ -8,12 +8,13 @@ use common::*;
 use ictus_display::{Message, Rect, Transport};
 use ictus_display_server::xvfb::Xvfb;
 use ictus_display_server::{Options, Screen};
-use ictus_ipc::Space;
 
-fn on_x(xvfb: &Xvfb, shm: bool, tag: &str) -> ictus_display_server::Running {
-    let mut opts = Options::headless(0, 0, Some(socket_path(tag)));
-    opts.screen = Screen::X { display: Some(xvfb.display().to_owned()), shm };
-    ictus_display_server::spawn(&Space::new(), opts).expect("server on Xvfb")
+fn on_x(xvfb: &Xvfb, shm: bool, tag: &str) -> Server {
+    server_with(tag, |socket| {
+        let mut opts = Options::headless(0, 0, Some(socket));
+        opts.screen = Screen::X { display: Some(xvfb.display().to_owned()), shm };
+        opts
+    })
 }
 
 #[test]

@@ -2,27 +2,48 @@
 //! transport, and a known scene. No test asserts a duration.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::ops::Deref;
 
 use ictus_display::{ConnectOptions, Display, Rect, Transport, Window};
 use ictus_display_server::{Options, Running};
 use ictus_ipc::Space;
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use ictus_testkit::{wait_until, TempDir, WATCHDOG};
 
-/// How long any one wait may take before the test is declared hung.
-pub const WATCHDOG: Duration = Duration::from_secs(30);
+/// A display server on threads of the test, with its socket in a private directory
+/// of its own; both go on drop.
+#[derive(Debug)]
+pub struct Server {
+    running: Option<Running>,
+    _dir: TempDir,
+}
 
-/// A private directory for a test's socket.
-pub fn socket_path(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ictus-display-test-{}-{tag}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    dir.join("display.sock")
+impl Server {
+    /// Stop the server (every client's windows and buffers go).
+    pub fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop();
+        }
+    }
+}
+
+impl Deref for Server {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        self.running.as_ref().expect("running until stopped")
+    }
+}
+
+/// A server with `opts` (the socket goes in a private directory): `opts(socket)`.
+pub fn server_with(tag: &str, opts: impl FnOnce(std::path::PathBuf) -> Options) -> Server {
+    let dir = TempDir::new(&format!("display-{tag}"));
+    let running = ictus_display_server::spawn(&Space::new(), opts(dir.join("display.sock"))).expect("server");
+    Server { running: Some(running), _dir: dir }
 }
 
 /// A headless server with every transport.
-pub fn headless(tag: &str) -> Running {
-    let space = Space::new();
-    ictus_display_server::spawn(&space, Options::headless(320, 200, Some(socket_path(tag)))).expect("server")
+pub fn headless(tag: &str) -> Server {
+    server_with(tag, |socket| Options::headless(320, 200, Some(socket)))
 }
 
 /// A client of `server` over `t`, in a space of its own.
