@@ -208,6 +208,11 @@ fn no_argument_takes_a_raw_number_and_the_known_numbers_are_found() {
         "ictus clock set-resolution <US>",
         "ictus bench ipc --pin",
         "ictus bench alarm --pin-clock-pair",
+        "ictus bench display --refresh-hz",
+        "ictus bench display --spin-us",
+        "ictus display serve --width",
+        "ictus display serve --refresh-hz",
+        "ictus display demo --seconds",
     ] {
         assert!(names.iter().any(|n| n == known), "{known} not found among {names:?}");
     }
@@ -300,6 +305,9 @@ fn arguments_that_contradict_each_other_are_refused() {
         (&["clock", "--name-server", "x", "stats"][..], "--name-server"),
         (&["clock", "--name-server", "x", "set-resolution", "0"][..], "--name-server"),
         (&["testbed", "--only", "nope"][..], "nope"),
+        (&["display", "serve", "--headless", "--display", ":1"][..], "cannot be used"),
+        (&["display", "serve", "--headless", "--no-mit-shm"][..], "cannot be used"),
+        (&["display", "serve", "--width", "640"][..], "--headless"),
     ] {
         let why = refused(args).unwrap_or_else(|| panic!("{args:?} accepted"));
         assert!(why.contains(says), "{args:?}: {why}");
@@ -314,6 +322,8 @@ fn arguments_that_contradict_each_other_are_refused() {
         &["clock", "--control-socket", "x", "stats"][..],
         &["clock", "--name-server", "x", "now"][..],
         &["testbed", "--only", "ipc", "alarm"][..],
+        &["display", "serve", "--headless", "--width", "640", "--height", "480"][..],
+        &["display", "serve", "--display", ":1", "--no-mit-shm"][..],
     ] {
         assert_eq!(refused(args), None, "{args:?}");
     }

@@ -59,16 +59,19 @@ fn args() -> Vec<clap::Arg> {
     vec![
         clap::Arg::new("refresh-hz")
             .long("refresh-hz")
-            .value_parser(clap::value_parser!(u32).range(1..=1000))
+            .value_name("HZ")
+            .value_parser(ictus_args::count(1, 1000))
             .default_value("60")
-            .help("Presents of drawing per second at most, in our server"),
+            .help("Presents of drawing per second at most, in our server, 1 to 1000"),
         clap::Arg::new("spin-us")
             .long("spin-us")
-            .value_parser(clap::value_parser!(u64).range(0..=10_000))
+            .value_name("US")
+            .value_parser(ictus_args::micros(0, 10_000))
             .default_value("20")
             .help(
-                "How long both ends of a shared-memory channel spin before they block, when the machine has a \
-                 CPU to spare (runnable tasks <= CPUs, never when pinned to one CPU); 0: always block",
+                "How long both ends of a shared-memory channel spin before they block, in microseconds, 0 to \
+                 10000, when the machine has a CPU to spare (runnable tasks <= CPUs, never when pinned to one \
+                 CPU); 0: always block",
             ),
     ]
 }
@@ -664,8 +667,9 @@ fn our_frame(d: &mut Display, w: Window, fw: u16, fh: u16, k: u32, due: u64, syn
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let mut conditions = Conditions::capture_before();
     let s = Scale::of(opts.quick);
-    let refresh_hz: u32 = opts.arg("refresh-hz").unwrap_or(60);
-    let spin = Duration::from_micros(opts.arg("spin-us").unwrap_or(20));
+    // Checked against 1 to 1000 when parsed, so the narrowing loses nothing.
+    let refresh_hz = opts.arg::<ictus_args::Count>("refresh-hz").map_or(60, |c| u32::try_from(c.get()).unwrap_or(1000));
+    let spin = opts.arg::<ictus_args::Micros>("spin-us").map_or(Duration::from_micros(20), ictus_args::Micros::get);
     // Xvfb and our server on the server CPU, this thread (our clients, the peer) on the
     // client CPU; with one CPU for all (the default, as the papers' machines had), every
     // wake-up is a context switch and nothing spins.

@@ -38,8 +38,9 @@ pub enum CliError {
 /// Options of `ictus display serve`.
 #[derive(Debug, Default)]
 pub struct ServeOptions {
-    /// Headless, with this screen size (`WxH`), instead of an X server.
-    pub headless: Option<String>,
+    /// Headless, with this screen size (width, height; each 1 to 8192), instead of an
+    /// X server.
+    pub headless: Option<(u16, u16)>,
     /// The X display (default `$DISPLAY`).
     pub display: Option<String>,
     /// Do not use MIT-SHM even if the X server has it.
@@ -56,22 +57,15 @@ pub struct ServeOptions {
     pub png: Option<PathBuf>,
 }
 
-fn parse_size(s: &str) -> Result<(u16, u16), CliError> {
-    let (w, h) = s.split_once('x').ok_or_else(|| CliError::Usage(format!("{s:?}: expected WIDTHxHEIGHT")))?;
-    let p = |v: &str| v.parse::<u16>().ok().filter(|&n| n > 0 && n <= 8192);
-    match (p(w), p(h)) {
-        (Some(w), Some(h)) => Ok((w, h)),
-        _ => Err(CliError::Usage(format!("{s:?}: sizes are 1 to 8192"))),
-    }
-}
-
 /// `ictus display serve`: run the server, register it with the name server (again
 /// whenever the name server restarts), serve until `SIGINT`/`SIGTERM`.
 pub fn serve(o: ServeOptions) -> Result<(), CliError> {
     serve_until_signalled(|stop| {
-        let screen = match &o.headless {
-            Some(s) => {
-                let (width, height) = parse_size(s)?;
+        let screen = match o.headless {
+            Some((width, height)) => {
+                if !(1..=8192).contains(&width) || !(1..=8192).contains(&height) {
+                    return Err(CliError::Usage(format!("a headless screen of {width}x{height}: sides are 1 to 8192")));
+                }
                 Screen::Headless { width, height }
             }
             None => Screen::X { display: o.display.clone(), shm: !o.no_mit_shm },
@@ -117,15 +111,15 @@ pub fn serve(o: ServeOptions) -> Result<(), CliError> {
     })
 }
 
-/// `ictus display demo`: a client that shows what the server does for `seconds`:
+/// `ictus display demo`: a client that shows what the server does for `how_long`:
 /// munching squares, scrolling text and a moving frame, over `transport`.
-pub fn demo(transport: Transport, seconds: f64, name_server: Option<PathBuf>) -> Result<(), CliError> {
+pub fn demo(transport: Transport, how_long: Duration, name_server: Option<PathBuf>) -> Result<(), CliError> {
     let mut o = ConnectOptions::new(transport);
     o.name_server = name_server;
     let mut d = Display::connect(&o)?;
     let w = d.create_window(None, Rect::new(0, 0, 512, 320), 0x000020)?;
     d.set_title(w, &format!("ictus display demo ({})", transport.name()))?;
-    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let end = Instant::now() + how_long;
     let mut k = 0u32;
     let mut iters = 0u64;
     while Instant::now() < end {
