@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use ictus_args::{Count, Seconds, Speed};
 
 /// `ictus tactus …`
 #[derive(Args, Debug)]
@@ -42,15 +43,15 @@ enum TactusCommand {
     MakeClip {
         /// The directory.
         dir: PathBuf,
-        /// Seconds.
-        #[arg(long, default_value_t = 10)]
-        seconds: u32,
+        /// Seconds of clip (1 to 3600).
+        #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = ictus_args::count(1, 3600))]
+        seconds: Count,
         /// Width and height, e.g. 160x120.
         #[arg(long, default_value = "160x120")]
         size: String,
-        /// Frames per second.
-        #[arg(long, default_value_t = 10)]
-        fps: u32,
+        /// Frames per second (1 to 240).
+        #[arg(long, value_name = "FPS", default_value = "10", value_parser = ictus_args::count(1, 240))]
+        fps: Count,
     },
 }
 
@@ -72,9 +73,15 @@ pub struct PlayArgs {
     /// Where MIDI goes.
     #[arg(long, default_value = "cable:ictus-play")]
     midi: String,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    seconds: Option<f64>,
+    /// Stop after this many seconds of the clip (0.001 to 86400).
+    #[arg(long, value_name = "SECONDS", value_parser = ictus_args::seconds(0.001, 86_400.0))]
+    seconds: Option<Seconds>,
+    /// Start this far into the clip, in seconds (0 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = ictus_args::seconds(0.0, 86_400.0))]
+    start: Seconds,
+    /// Play this many times faster than written (0.25 to 4; ↑ and ↓ double and halve it).
+    #[arg(long, value_name = "FACTOR", default_value = "1", value_parser = ictus_args::speed(0.25, 4.0))]
+    rate: Speed,
     /// No keys, no status line.
     #[arg(long)]
     quiet: bool,
@@ -93,9 +100,8 @@ pub fn main(a: TactusArgs) -> Result<(), Box<dyn std::error::Error>> {
                 .and_then(|(w, h)| Some((w.parse::<u16>().ok()?, h.parse::<u16>().ok()?)))
                 .filter(|(w, h)| *w >= 2 && *h >= 2 && w % 2 == 0 && h % 2 == 0)
                 .ok_or_else(|| format!("size {size:?}: WIDTHxHEIGHT, even numbers"))?;
-            if fps == 0 || fps > 240 {
-                return Err(format!("{fps} frames per second (1..240)").into());
-            }
+            // In range (checked by kind), so both fit.
+            let (seconds, fps) = (seconds.get() as u32, fps.get() as u32);
             ictus_tactus_server::play::make_clip(&dir, seconds, w, h, fps)?;
             println!("{}", dir.display());
         }
@@ -110,7 +116,9 @@ pub fn play(a: PlayArgs) -> Result<(), Box<dyn std::error::Error>> {
     o.video = a.video;
     o.audio = a.audio;
     o.midi = a.midi;
-    o.seconds = a.seconds;
+    o.seconds = a.seconds.map(Seconds::get);
+    o.start = a.start.get();
+    o.rate = a.rate.get();
     o.quiet = a.quiet;
     o.interactive = !a.quiet;
     let r = play::play(&o)?;

@@ -25,7 +25,7 @@ fn servers(dir: &TempDir) -> Servers {
     let socket = dir.join("ns.sock");
     let ns = ictus_name_server(Path::new(env!("CARGO_BIN_EXE_ictus")), &socket);
     let mut d = ictus();
-    d.args(["display", "serve", "--headless", "320x240", "--name-server"])
+    d.args(["display", "serve", "--headless", "--width", "320", "--height", "240", "--name-server"])
         .arg(&socket)
         .arg("--socket")
         .arg(dir.join("display.sock"));
@@ -76,6 +76,16 @@ fn a_clip_plays_through_tactus_and_bad_files_get_clear_errors() {
     // The sink wrote a WAV file the reader accepts.
     let r = ictus_tactus::media::wav::WavReader::new(std::fs::File::open(&wav).unwrap()).unwrap();
     assert!(r.frames() > 0);
+
+    // From 1 s in, 0.8 s of the clip at twice the speed: the frames at 1.0 … 1.7 s (10 fps).
+    let out = play(&s, &clip, &["--start", "1", "--seconds", "0.8", "--rate", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sent video 8 "), "{text}");
+    // Starting past the end is refused, saying how long the clip is.
+    let out = play(&s, &clip, &["--start", "60"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("long"), "{err}");
 
     // A video file cut inside a frame: an error naming the frame.
     let y4m = std::fs::read(clip.join("clip.y4m")).unwrap();

@@ -265,8 +265,12 @@ pub struct PlayOptions {
     pub midi: String,
     /// How far ahead the application keeps Tactus fed.
     pub ahead: Duration,
-    /// Play at most this long.
-    pub seconds: Option<f64>,
+    /// Play at most this much of the clip (from `start`).
+    pub seconds: Option<Duration>,
+    /// Where in the clip to start.
+    pub start: Duration,
+    /// How many times faster than written (1/16 to 16, as the time map takes).
+    pub rate: f64,
     /// Keys and a status line when standard input is a terminal.
     pub interactive: bool,
     /// Print nothing but errors.
@@ -284,6 +288,8 @@ impl PlayOptions {
             midi: "cable:ictus-play".into(),
             ahead: Duration::from_millis(500),
             seconds: None,
+            start: Duration::ZERO,
+            rate: 1.0,
             interactive: true,
             quiet: false,
         }
@@ -502,14 +508,35 @@ pub fn play(o: &PlayOptions) -> Result<PlayReport, PlayError> {
     if m.midi.is_some() {
         st.midi = Some(t.open_stream(p, &StreamSpec::midi(&o.midi))?);
     }
-    let end = o.seconds.map_or(m.duration, |s| ((s * 1e9) as i64).min(m.duration.max(1)));
+    let start = i64::try_from(o.start.as_nanos()).unwrap_or(i64::MAX);
+    if start >= m.duration {
+        return Err(PlayError::Nothing(format!(
+            "{}: starts at {:.3} s, but the clip is {:.3} s long",
+            o.path.display(),
+            start as f64 / 1e9,
+            m.duration as f64 / 1e9
+        )));
+    }
+    let end = o.seconds.map_or(m.duration, |s| {
+        start.saturating_add(i64::try_from(s.as_nanos()).unwrap_or(i64::MAX)).min(m.duration.max(1))
+    });
     let keys = if o.interactive && !o.quiet { terminal_keys() } else { None };
     let mut report = PlayReport { duration: m.duration, ..PlayReport::default() };
+    let mut rate = o.rate;
+    if rate != 1.0 {
+        // On the stopped map: the start takes it.
+        t.set_rate(p, rate)?;
+    }
+    if start > 0 {
+        seek_sources(&mut m, start)?;
+    }
     // Feed the first stretch, then start.
-    feed(&mut t, &mut m, &st, 0, o.ahead.as_nanos() as i64, end, &mut report)?;
-    t.start(p, 0, None)?;
+    let ahead0 = (o.ahead.as_nanos() as f64 * rate.max(1.0)) as i64;
+    feed(&mut t, &mut m, &st, start, start + ahead0, end, &mut report)?;
+    t.start(p, start, None)?;
     let mut pos_anchor: Option<(u64, i64, f64, u8)> = None;
-    let mut rate = 1.0f64;
+    // Where the presentation stands until a status report says otherwise.
+    let mut pos_known = start;
     let mut last_line = Instant::now();
     let mut last_progress = Instant::now();
     let mut last_pos = i64::MIN;
@@ -534,7 +561,7 @@ pub fn play(o: &PlayOptions) -> Result<PlayReport, PlayError> {
         let pos = match pos_anchor {
             Some((at, l, r, 1)) => l + ((monotonic_ns() as i64 - at as i64) as f64 * r) as i64,
             Some((_, l, _, _)) => l,
-            None => 0,
+            None => pos_known,
         };
         if pos != last_pos {
             last_pos = pos;
@@ -573,6 +600,7 @@ pub fn play(o: &PlayOptions) -> Result<PlayReport, PlayError> {
                         let to = (pos + d).clamp(0, end.max(1) - 1);
                         seek(&mut t, p, &mut m, to)?;
                         pos_anchor = None;
+                        pos_known = to;
                         feed(&mut t, &mut m, &st, to, to + o.ahead.as_nanos() as i64, end, &mut report)?;
                     }
                 }
@@ -600,6 +628,11 @@ pub fn play(o: &PlayOptions) -> Result<PlayReport, PlayError> {
 
 fn seek(t: &mut Tactus, p: PresentationId, m: &mut Media, to: i64) -> Result<(), PlayError> {
     t.seek(p, to)?;
+    seek_sources(m, to)
+}
+
+/// Move every source to logical time `to`.
+fn seek_sources(m: &mut Media, to: i64) -> Result<(), PlayError> {
     if let Some(g) = &m.gst {
         g.seek(to)?;
     }
