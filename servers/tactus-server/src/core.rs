@@ -635,6 +635,19 @@ impl Core {
 
     /// A device's late report of when an item was presented (a video frame the screen
     /// had, or dropped).
+    /// Stream `key`'s device is gone: tell its client, once, why.
+    pub fn device_lost(&mut self, key: Key, why: &str) {
+        if self.streams.contains_key(&key) {
+            self.push_report(
+                key.0,
+                Report::Error(ErrorReport {
+                    id: key.1,
+                    text: format!("the device is lost ({why}); the stream's items are dropped from now on"),
+                }),
+            );
+        }
+    }
+
     pub fn device_report(&mut self, key: Key, d: Delivered) {
         if self.streams.get(&key).is_some_and(|s| s.report) {
             self.push_report(key.0, Report::Delivered(d));

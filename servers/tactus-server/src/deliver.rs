@@ -153,20 +153,37 @@ pub fn run(shared: Arc<Shared>, thread: ThreadRequest, grace: Duration) {
         }
         // Frames the display has reported on.
         let mut device_reports = Vec::new();
+        let mut lost = Vec::new();
         let mut awaiting = false;
         for (key, d) in &videos {
             if let Device::Video { dev, .. } = d {
                 let mut v = lock(dev);
-                while let Ok(Some(m)) = v.display.next_event(Duration::ZERO) {
-                    if let DisplayMessage::Frame { tag, shown_ns, dropped, .. } = m {
-                        if let Some((k, mut d)) = v.pending.remove(&tag) {
-                            d.presented = shown_ns;
-                            d.flags |= delivered::BY_DEVICE | if dropped { delivered::DEVICE_DROPPED } else { 0 };
-                            device_reports.push((k, d));
+                while v.lost.is_none() {
+                    match v.display.next_event(Duration::ZERO) {
+                        Ok(Some(DisplayMessage::Frame { tag, shown_ns, dropped, .. })) => {
+                            if let Some((k, mut d)) = v.pending.remove(&tag) {
+                                d.presented = shown_ns;
+                                d.flags |= delivered::BY_DEVICE | if dropped { delivered::DEVICE_DROPPED } else { 0 };
+                                device_reports.push((k, d));
+                            }
                         }
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(e) if gone(&e) => v.lost = Some(e.to_string()),
+                        Err(_) => break,
                     }
                 }
-                let _ = key;
+                if v.lost.is_some() {
+                    // The display will never report these: they end here, not shown.
+                    for (_, (k, mut d)) in v.pending.drain() {
+                        d.flags |= delivered::DEVICE_DROPPED;
+                        device_reports.push((k, d));
+                    }
+                    if !v.lost_told {
+                        v.lost_told = true;
+                        lost.push((*key, v.lost.clone().unwrap_or_default()));
+                    }
+                }
                 awaiting |= !v.pending.is_empty();
             }
         }
@@ -203,6 +220,9 @@ pub fn run(shared: Arc<Shared>, thread: ThreadRequest, grace: Duration) {
             for (k, d) in device_reports {
                 core.device_report(k, d);
             }
+            for (k, why) in &lost {
+                core.device_lost(*k, why);
+            }
             !core.releases.is_empty() || !core.outbox.is_empty()
         };
         if notify {
@@ -229,6 +249,11 @@ fn sleep_until(bell: &AtomicU32, seen: u32, deadline: u64) {
     // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline: no drift from a
     // late start, and a bell rung after `seen` was read ends it at once.
     let _ = futex::wait_bitset(bell, futex::Flags::PRIVATE, seen, Some(&timeout), NonZeroU32::MAX);
+}
+
+/// Whether a display error means the connection is finished.
+fn gone(e: &ictus_display::DisplayError) -> bool {
+    matches!(e, ictus_display::DisplayError::Closed(_) | ictus_display::DisplayError::Malformed(_))
 }
 
 /// Hand one item to its device. Returns (handed, presented, flags, report now).
@@ -275,6 +300,9 @@ fn hand_over(w: &Work, scratch: &mut Vec<u8>) -> (u64, u64, u32, bool) {
         }
         Device::Video { dev, .. } => {
             let mut v = lock(dev);
+            if v.lost.is_some() {
+                return (now(), 0, delivered::DROPPED, true);
+            }
             let (w_px, h_px, window) = (v.width, v.height, v.window);
             let tag = v.next_tag;
             v.next_tag = v.next_tag.wrapping_add(1).max(1);
@@ -303,7 +331,15 @@ fn hand_over(w: &Work, scratch: &mut Vec<u8>) -> (u64, u64, u32, bool) {
                     v.pending.insert(tag, (w.key, d));
                     (t, 0, late, false)
                 }
-                Err(_) => (t, 0, delivered::DROPPED, true),
+                Err(e) => {
+                    // The display gone (or talking nonsense): the connection is not
+                    // used again and the report poll tells the client. Anything else
+                    // (no buffer free in time, a frame too large) costs this frame.
+                    if gone(&e) {
+                        v.lost.get_or_insert_with(|| e.to_string());
+                    }
+                    (t, 0, delivered::DROPPED, true)
+                }
             }
         }
     }

@@ -79,6 +79,12 @@ pub struct VideoDev {
     pub pending: HashMap<u32, (Key, Delivered)>,
     /// The next tag.
     pub next_tag: u32,
+    /// Why the display server can no longer be used (it died, or broke the
+    /// connection): from then on the stream's frames are dropped, counted, without
+    /// touching the connection, and the client is told once.
+    pub lost: Option<String>,
+    /// Whether the client has been told of `lost`.
+    pub lost_told: bool,
 }
 
 impl std::fmt::Debug for VideoDev {
@@ -176,7 +182,16 @@ pub fn open(spec: &str, kind: StreamKind, opts: &Options, now: u64) -> Result<De
             // From now on the delivery thread never waits for the display: a frame
             // buffer that is not free at once is a frame the device could not take.
             display.set_timeout(Duration::ZERO);
-            let dev = VideoDev { display, window, width, height, pending: HashMap::new(), next_tag: 1 };
+            let dev = VideoDev {
+                display,
+                window,
+                width,
+                height,
+                pending: HashMap::new(),
+                next_tag: 1,
+                lost: None,
+                lost_told: false,
+            };
             Ok(Device::Video { dev: Arc::new(Mutex::new(dev)), lead: opts.video_lead })
         }
         (StreamKind::Audio { rate, channels }, "wav") => {

@@ -399,3 +399,103 @@ fn the_toolkit_demo_plays_picture_and_notes_through_tactus() {
     let video = st.streams.iter().find(|x| x.id == v.0).unwrap();
     assert_eq!(video.on_time + video.late + video.dropped, 21, "{video:?}");
 }
+
+/// A display server in a child process, registered with the parent's name server;
+/// it waits to be killed.
+#[test]
+fn child_display_role() {
+    let Some(role) = ROLE.current() else { return };
+    assert_eq!(role, "display");
+    let ns = std::env::var("ICTUS_TACTUS_TEST_NS").expect("name server");
+    let space = Space::task();
+    let running =
+        ictus_display_server::spawn(&space, ictus_display_server::Options::headless(320, 240, None)).expect("display");
+    let _names = Registrar::start(
+        "display",
+        Some(std::path::Path::new(&ns)),
+        running.space(),
+        &[("display", running.service_port())],
+    )
+    .expect("register the display");
+    println!("DISPLAYING");
+    std::thread::sleep(WATCHDOG * 2);
+}
+
+#[test]
+fn a_display_killed_mid_stream_is_reported_and_other_streams_go_on() {
+    if ROLE.current().is_some() {
+        return;
+    }
+    let rig = Rig::start(false);
+    let mut cmd = ROLE.command("child_display_role", "display");
+    cmd.env("ICTUS_TACTUS_TEST_NS", rig.ns.socket()).stdout(std::process::Stdio::piped());
+    let mut display = Proc::spawn("display child", &mut cmd);
+    display.wait_line("DISPLAYING");
+    rig.ns.wait_for("display");
+    let fds_before = ictus_shm::open_fds();
+    let mut t = rig.client();
+    let p = t.open_presentation().unwrap();
+    let (w, h) = (64u16, 48u16);
+    let v = t.open_stream(p, &StreamSpec::video(w, h).policy(LatePolicy::Show).reported()).unwrap();
+    let d = t.open_stream(p, &StreamSpec::data("null").reported()).unwrap();
+    let frame = vec![0x40u8; usize::from(w) * usize::from(h) * 4];
+    // Frames and items every 20 ms for 2 s; more are sent after the kill.
+    for i in 0..100 {
+        t.send(v, 100 * MS + i * 20 * MS, 20 * MS as u64, &frame).unwrap();
+        t.send(d, 100 * MS + i * 20 * MS, 20 * MS as u64, b"d").unwrap();
+    }
+    t.start(p, 0, None).unwrap();
+    // The display shows frames (its own reports come back) before it dies.
+    let deadline = Instant::now() + WATCHDOG;
+    let mut shown = 0;
+    while shown < 3 {
+        assert!(Instant::now() < deadline, "watchdog: no frame shown");
+        if let Some(Report::Delivered(x)) = t.next_report(Duration::from_millis(100)).unwrap() {
+            if x.stream == v.0 && x.flags & delivered::BY_DEVICE != 0 {
+                shown += 1;
+            }
+        }
+    }
+    display.kill9();
+    // The client is told, on the video stream, that its device is lost.
+    let deadline = Instant::now() + WATCHDOG;
+    let mut data_after = 0;
+    let mut told = None;
+    while told.is_none() {
+        assert!(Instant::now() < deadline, "watchdog: never told the display was lost");
+        match t.next_report(Duration::from_millis(100)).unwrap() {
+            Some(Report::Error(e)) => told = Some(e),
+            Some(Report::Delivered(x)) if x.stream == d.0 => data_after += 1,
+            _ => {}
+        }
+    }
+    let e = told.unwrap();
+    assert_eq!(e.id, v.0, "{e:?}");
+    assert!(e.text.contains("lost"), "{e:?}");
+    // The other stream goes on: every one of its items is delivered, none dropped.
+    for i in 100..110 {
+        t.send(d, 100 * MS + i * 20 * MS, 20 * MS as u64, b"e").unwrap();
+        t.send(v, 100 * MS + i * 20 * MS, 20 * MS as u64, &frame).unwrap();
+    }
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        assert!(Instant::now() < deadline, "watchdog: the data stream stalled");
+        let st = t.status(WATCHDOG).unwrap().expect("status");
+        let ds = st.streams.iter().find(|x| x.id == d.0).unwrap();
+        let vs = st.streams.iter().find(|x| x.id == v.0).unwrap();
+        if ds.on_time + ds.late == 110 && vs.items == 0 {
+            assert_eq!(ds.dropped, 0, "{ds:?}");
+            // Every frame is accounted for: shown (on time or late) or dropped.
+            assert_eq!(vs.on_time + vs.late + vs.dropped, 110, "{vs:?}");
+            assert!(vs.dropped >= 1, "frames after the kill are dropped: {vs:?}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = data_after;
+    // Closing the stream and the client leaves nothing: the dead display's connection
+    // is closed with the stream.
+    drop(t);
+    wait_until("the client to be gone", || rig.tactus().clients() == 0 && rig.tactus().streams() == 0);
+    wait_until("descriptors back to where they were", || ictus_shm::open_fds() <= fds_before);
+}
