@@ -499,3 +499,67 @@ fn a_display_killed_mid_stream_is_reported_and_other_streams_go_on() {
     wait_until("the client to be gone", || rig.tactus().clients() == 0 && rig.tactus().streams() == 0);
     wait_until("descriptors back to where they were", || ictus_shm::open_fds() <= fds_before);
 }
+
+/// The unprivileged path: as `nobody` (when the test runs as root), the server asks
+/// for real-time threads, is refused, says so once, and delivers anyway.
+#[test]
+fn child_unprivileged_role() {
+    let Some(role) = ROLE.current() else { return };
+    assert_eq!(role, "unprivileged");
+    if rustix::process::geteuid().is_root() {
+        // Per thread (the kernel's setresuid): this thread and every thread it starts
+        // from here on run as nobody; nothing has been started yet.
+        let nobody = 65534;
+        rustix::thread::set_thread_groups(&[]).expect("drop groups");
+        rustix::thread::set_thread_res_gid(
+            rustix::process::Gid::from_raw(nobody),
+            rustix::process::Gid::from_raw(nobody),
+            rustix::process::Gid::from_raw(nobody),
+        )
+        .expect("setresgid");
+        rustix::thread::set_thread_res_uid(
+            rustix::process::Uid::from_raw(nobody),
+            rustix::process::Uid::from_raw(nobody),
+            rustix::process::Uid::from_raw(nobody),
+        )
+        .expect("setresuid");
+    }
+    assert!(!ictus_rt::thread::probe(ictus_rt::thread::Policy::Fifo { priority: 70 }), "real time is refused here");
+    let ns = NameServer::start();
+    let space = Space::task();
+    let mut opts = ictus_tactus_server::Options::default();
+    opts.devices.name_server = Some(ns.socket());
+    let tactus = ictus_tactus_server::spawn(&space, opts).expect("tactus without privileges");
+    let names = Registrar::start("tactus", Some(&ns.socket()), tactus.space(), &[("tactus", tactus.service_port())])
+        .expect("register tactus");
+    ns.wait_for("tactus");
+    let mut t = Tactus::connect(&ConnectOptions { name_server: Some(ns.socket()), ..ConnectOptions::default() })
+        .expect("connect");
+    let p = t.open_presentation().unwrap();
+    let s = t.open_stream(p, &StreamSpec::data("null").reported()).unwrap();
+    for i in 0..10 {
+        t.send(s, 50 * MS + i * 10 * MS, 10 * MS as u64, b"x").unwrap();
+    }
+    t.start(p, 0, None).unwrap();
+    let got = deliveries(&mut t, 10);
+    assert!(got.iter().all(|d| d.presented >= d.due && d.flags & delivered::DROPPED == 0), "{got:?}");
+    drop(t);
+    names.stop();
+    tactus.stop().expect("stops cleanly");
+    println!("DELIVERED {}", got.len());
+}
+
+#[test]
+fn without_privileges_it_runs_anyway_and_says_once_what_that_costs() {
+    if ROLE.current().is_some() {
+        return;
+    }
+    let mut cmd = ROLE.command("child_unprivileged_role", "unprivileged");
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let out = cmd.output().expect("the unprivileged child");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("DELIVERED 10"), "{stdout}\n{stderr}");
+    // Said once, not per item.
+    assert_eq!(stderr.matches("timesharing scheduler").count(), 1, "{stderr}");
+}
