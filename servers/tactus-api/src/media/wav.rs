@@ -187,7 +187,7 @@ impl<R: Read + Seek> WavReader<R> {
     /// Go to frame `frame` (clamped to the end).
     pub fn seek_frame(&mut self, frame: u64) -> Result<(), WavError> {
         let fb = self.format.frame_bytes() as u64;
-        let target = (frame * fb).min(self.data_len);
+        let target = frame.saturating_mul(fb).min(self.data_len);
         let done = self.data_len - self.left;
         self.r.seek(SeekFrom::Current(target as i64 - done as i64))?;
         self.left = self.data_len - target;

@@ -76,6 +76,10 @@ impl Y4mHeader {
     /// Parse the header line (without its newline).
     pub fn parse(line: &[u8]) -> Result<Y4mHeader, Y4mError> {
         let bad = |s: String| Y4mError::Header(s);
+        // ASCII, as the format says (and so every split below is at a character).
+        if !line.is_ascii() {
+            return Err(bad("not ASCII".into()));
+        }
         let text = std::str::from_utf8(line).map_err(|_| bad("not ASCII".into()))?;
         let mut words = text.split(' ');
         if words.next() != Some("YUV4MPEG2") {
