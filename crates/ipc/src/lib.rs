@@ -39,6 +39,7 @@ mod notify;
 mod ool;
 mod plan;
 mod port;
+mod queue;
 mod receive;
 mod send;
 mod set;

@@ -148,8 +148,9 @@ pub struct Received {
     pub(crate) buf: Vec<u8>,
     pub(crate) data_start: usize,
     pub(crate) data_end: usize,
-    pub(crate) big: Vec<u8>,
-    pub(crate) is_big: bool,
+    /// Big in-line data: the sender's sealed memfd, mapped read-only while the message
+    /// is held, and unmapped with it.
+    pub(crate) big: Option<OolRegion>,
 }
 
 impl Received {
@@ -166,17 +167,15 @@ impl Received {
             buf: vec![0; DATAGRAM_MAX],
             data_start: 0,
             data_end: 0,
-            big: Vec::new(),
-            is_big: false,
+            big: None,
         }
     }
 
     /// The in-line data.
     pub fn data(&self) -> &[u8] {
-        if self.is_big {
-            &self.big
-        } else {
-            &self.buf[self.data_start..self.data_end]
+        match &self.big {
+            Some(big) => big,
+            None => &self.buf[self.data_start..self.data_end],
         }
     }
 
@@ -190,8 +189,8 @@ impl Received {
         self.ool.clear();
         self.data_start = 0;
         self.data_end = 0;
-        // `big` keeps its bytes for the next big message; `is_big` says if they count.
-        self.is_big = false;
+        // Big in-line data is unmapped with its message: nothing of it stays.
+        self.big = None;
     }
 }
 
