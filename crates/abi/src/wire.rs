@@ -903,8 +903,8 @@ mod tests {
                 0..=BIG_INLINE_MAX as u32,
                 1..=u32::MAX
             )
-                .prop_map(|(src, main, once, chan, (ns, pd, released), message_limit, qlimit)| Descriptor::Receive(
-                    ReceiveRightInfo {
+                .prop_map(|(src, main, once, chan, (ns, pd, released), message_limit, qlimit)| {
+                    Descriptor::Receive(ReceiveRightInfo {
                         has_send_source: src,
                         main_conns: main,
                         once_conns: once,
@@ -914,8 +914,8 @@ mod tests {
                         message_limit,
                         released,
                         qlimit,
-                    }
-                )),
+                    })
+                }),
         ]
     }
 

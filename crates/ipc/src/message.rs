@@ -107,15 +107,21 @@ pub struct ReceiveOptions {
 
 /// The identity of a message's sender, as the kernel verified it (`SCM_CREDENTIALS`).
 ///
-/// A process cannot claim another's pid, uid or gid unless it holds `CAP_SYS_ADMIN`
-/// (pid) or `CAP_SETUID`/`CAP_SETGID` (ids), as `unix(7)` describes.
+/// The uid and gid are the sender's *real* ids: what the kernel stamps on a message
+/// whose sender attached no credentials of its own (`scm_send` with `current_uid()`),
+/// and ictus never attaches any. A sender whose effective ids differ (a root daemon
+/// running as `nobody` for a while, a set-user-id program) can take its real ids back
+/// at will, so they are the ids it holds for good; a receiver that must know the
+/// effective ids asks the sender to drop the others first (`doc/ipc.md`, *Sender
+/// identity*). A process cannot claim another's pid, uid or gid unless it holds
+/// `CAP_SYS_ADMIN` (pid) or `CAP_SETUID`/`CAP_SETGID` (ids), as `unix(7)` describes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Credentials {
     /// Process id (thread group id) of the sender.
     pub pid: u32,
-    /// Effective user id of the sender.
+    /// Real user id of the sender.
     pub uid: u32,
-    /// Effective group id of the sender.
+    /// Real group id of the sender.
     pub gid: u32,
 }
 

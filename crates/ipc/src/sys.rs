@@ -373,12 +373,13 @@ pub(crate) fn write_all_at(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Resul
 
 // ----- sockets: who, and how --------------------------------------------------------
 
-/// This process's pid and effective uid and gid, as the kernel would stamp them.
+/// This process's pid and real uid and gid, as the kernel stamps them on its messages
+/// (`Credentials`).
 pub(crate) fn own_credentials() -> Credentials {
     Credentials {
         pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
-        uid: rustix::process::geteuid().as_raw(),
-        gid: rustix::process::getegid().as_raw(),
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
     }
 }
 

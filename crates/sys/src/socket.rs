@@ -370,8 +370,9 @@ mod tests {
         let mut buf = [0u8; 8];
         for _ in 0..2 {
             let mut fds = Vec::new();
-            let m = recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::PEEK | RecvFlags::DONTWAIT)
-                .unwrap();
+            let m =
+                recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::PEEK | RecvFlags::DONTWAIT)
+                    .unwrap();
             assert_eq!((m.bytes, fds.len()), (4, 1));
         }
         let mut fds = Vec::new();
