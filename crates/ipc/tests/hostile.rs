@@ -1281,3 +1281,95 @@ fn a_hostile_reply_pipe_is_refused_and_the_channel_dropped() {
     }
     assert_eq!(client.stats().malformed, garbage.len() as u64);
 }
+
+// ----- giant messages (issue 23) -------------------------------------------------------------
+
+/// The resident memory of this process, in bytes (`VmRSS`).
+fn resident() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// Send raw, with a sparse sealed memfd (it costs the sender nothing), a message whose
+/// big in-line data is `len` bytes, and a send-once reply right whose far end is returned.
+fn giant(sock: BorrowedFd<'_>, id: i32, len: u64) -> OwnedFd {
+    let (reply, far) = socket_pair(SocketType::SEQPACKET);
+    let big = memfd(len, all_seals());
+    let b = encode(id, ReplyKind::SendOnce, &[], b"", len);
+    raw_send(sock, &b, &[reply.as_fd(), big.as_fd()]).unwrap();
+    far
+}
+
+/// A message larger than the port takes is refused by its header, unread and unmapped:
+/// the receiver gets `TooLarge` with the sizes, the sender's reply right a `TooLarge`
+/// notice naming the limit, every descriptor is closed, and the port goes on.
+#[test]
+fn a_giant_message_to_a_port_with_a_limit_is_refused_unread() {
+    let _serial = serial();
+    let t = Target::new();
+    t.s.set_message_limit(t.p, 4096).unwrap();
+    let base = Resources::settled();
+    let far = giant(t.raw.as_fd(), 5, 1 << 30);
+    let mut r = Received::new();
+    match t.s.receive(t.p, &mut r, within(WATCHDOG)) {
+        Err(e @ ReceiveError::TooLarge { size, limit: 4096, sender: Some(c) }) => {
+            assert_eq!((size, c.pid), (1 << 30, std::process::id()));
+            assert_eq!(e.code(), ictus_abi::ReturnCode::RcvTooLarge);
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(t.s.stats().too_large, 1);
+    let (notice, fds) = raw_recv(far.as_fd());
+    assert!(fds.is_empty());
+    let parsed = Datagram::parse(&notice, 0).unwrap();
+    assert_eq!(parsed.header.id, NotifyId::TooLarge.id(), "the caller hears why");
+    assert_eq!(&parsed.inline[4..8], &4096u32.to_le_bytes()[..], "and the limit");
+    drop(far);
+    // In-line bytes in the datagram beyond the limit are refused the same way.
+    let b = encode(6, ReplyKind::None, &[], &[7u8; 5000], 0);
+    raw_send(t.raw.as_fd(), &b, &[]).unwrap();
+    assert!(matches!(t.s.receive(t.p, &mut r, within(WATCHDOG)), Err(ReceiveError::TooLarge { size: 5000, .. })));
+    assert_same(&base, "refused giant messages");
+    t.s.set_message_limit(t.p, 1 << 30).unwrap();
+    t.still_works("after giant messages");
+}
+
+/// No client may make a receiver hold memory after its message is done: after one
+/// 1 GiB, one hundred 16 MiB and ten thousand small messages, taken by a port that
+/// accepts them all, this process's resident memory is within 1 MiB of what it was.
+#[test]
+fn giant_messages_leave_no_resident_memory_behind() {
+    let _serial = serial();
+    let t = Target::new();
+    let mut r = Received::new();
+    // Warm up every path once (the receive buffer, a big mapping, a small message).
+    let _ = giant(t.raw.as_fd(), 1, 16 << 20);
+    t.s.receive(t.p, &mut r, within(WATCHDOG)).unwrap();
+    drop(r);
+    let mut r = Received::new();
+    t.still_works("warm-up");
+    let before = resident();
+    let _ = giant(t.raw.as_fd(), 2, 1 << 30);
+    t.s.receive(t.p, &mut r, within(WATCHDOG)).unwrap();
+    assert_eq!(r.data().len(), 1 << 30);
+    assert_eq!((r.data()[0], r.data()[(1 << 30) - 1]), (0, 0), "the data is there to read");
+    for i in 0..100 {
+        let _ = giant(t.raw.as_fd(), 3, 16 << 20);
+        t.s.receive(t.p, &mut r, within(WATCHDOG)).unwrap();
+        assert_eq!(r.data().len(), 16 << 20, "message {i}");
+    }
+    for i in 0..10_000u32 {
+        let mut m = Message::new(4, i.to_le_bytes().repeat(16));
+        t.s.send(t.p, &mut m, SendOptions::default()).unwrap();
+        t.s.receive(t.p, &mut r, within(WATCHDOG)).unwrap();
+    }
+    // Measured with the receive buffer still held, as a server holds its own.
+    let after = resident();
+    drop(r);
+    assert!(
+        after <= before + (1 << 20),
+        "resident memory grew by {} KiB after the giant messages",
+        (after.saturating_sub(before)) >> 10
+    );
+}

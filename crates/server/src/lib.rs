@@ -81,7 +81,7 @@ mod serve;
 
 pub use error::ServeError;
 pub use listener::{ListenError, Listener, Occupied};
-pub use ports::{DeadNameWatches, ReceiveCounts, ServicePorts, MAX_CONSECUTIVE_ERRORS};
+pub use ports::{DeadNameWatches, ReceiveCounts, ServicePorts, MAX_CONSECUTIVE_ERRORS, SMALL_REQUESTS};
 pub use registrar::{RegisterError, Registrar, MAX_BACKOFF};
 pub use running::{serve_until_signalled, Running};
 pub use serve::{Door, Loop, Serve, Wait, BATCH};

@@ -205,7 +205,8 @@ impl<S: Serve, const N: usize> Loop<S, N> {
                     handled += 1;
                 }
                 Err(ReceiveError::TimedOut) => break,
-                Err(e @ ReceiveError::Malformed { .. }) => {
+                // A bad client's message, refused and counted: not an error of the set.
+                Err(e @ (ReceiveError::Malformed { .. } | ReceiveError::TooLarge { .. })) => {
                     self.counts.malformed += 1;
                     self.server.malformed(self.counts.malformed, &e);
                 }

@@ -36,7 +36,7 @@ use ictus_midi::device::Device;
 use ictus_midi::{Message, Parser};
 use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
 use ictus_rt::{clock, Time};
-use ictus_server::{DeadNameWatches, Loop, Serve, ServicePorts, Wait};
+use ictus_server::{DeadNameWatches, Loop, Serve, ServicePorts, Wait, SMALL_REQUESTS};
 
 use crate::protocol::{
     Class, Delivery, InputStats, MidiError, MidiInput, MidiInputServer, MAX_PER_CLIENT, MAX_SUBSCRIPTIONS,
@@ -463,6 +463,7 @@ impl Server {
     /// server). Starts the driver thread.
     pub fn new(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Server, ServeError> {
         let ports = ServicePorts::allocate(&space)?;
+        ports.set_message_limit(SMALL_REQUESTS)?;
         let (producer, consumer) = ring::ring(options.ring_slots).map_err(|e| ServeError::setup("ring", e))?;
         let counters = Arc::new(DriverCounters::default());
         let state = Arc::new(State {
