@@ -84,6 +84,8 @@ enum Command {
     /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
     /// send each message to the clients subscribed to its class; registered as "midi_inputport".
     MidiServer(ictus_midi_server::cli::ServerArgs),
+    /// MARS (001): striped volumes and the stream server (HTTP, the streams API on ports).
+    Mars(ictus_mars_server::cli::MarsArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench {
         /// List the experiments, one per line, and exit.
@@ -212,6 +214,7 @@ fn main() -> ExitCode {
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
+        Command::Mars(a) => ictus_mars_server::cli::main(a),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {
                 println!("{e}");

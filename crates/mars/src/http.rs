@@ -34,6 +34,8 @@ pub struct RequestHead {
     pub method: Method,
     /// The path without its leading `/` and query (not yet checked as a name).
     pub path: String,
+    /// The query, without its `?`.
+    pub query: Option<String>,
     /// HTTP/1.x's minor version.
     pub minor: u8,
     /// `Range`, if present (the last one, if several).
@@ -125,13 +127,16 @@ pub fn parse(buf: &[u8]) -> Parsed {
         return Parsed::Refuse(400);
     }
     let keep_alive = if minor >= 1 { !connection_close } else { connection_keep_alive && !connection_close };
-    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let (path, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_string())),
+        None => (path, None),
+    };
     let Some(path) = path.strip_prefix('/') else {
         // Absolute-form and asterisk-form targets are for proxies and OPTIONS.
         return Parsed::Refuse(400);
     };
     Parsed::Request(
-        RequestHead { method, path: path.to_string(), minor, range, if_range, if_none_match, keep_alive },
+        RequestHead { method, path: path.to_string(), query, minor, range, if_range, if_none_match, keep_alive },
         len,
     )
 }
