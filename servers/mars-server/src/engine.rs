@@ -798,9 +798,6 @@ impl Engine {
         c.segs = plan.body.into();
         c.stream = if rate_refused { None } else { info };
         c.cursor = None;
-        if rate_refused {
-            c.segs.clear();
-        }
         self.dirty.push(slot);
     }
 
