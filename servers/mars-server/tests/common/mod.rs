@@ -110,11 +110,10 @@ pub fn parts(body: &[u8], boundary: &str) -> Vec<((u64, u64, u64), Vec<u8>)> {
     let delim = format!("\r\n--{boundary}");
     let d = delim.as_bytes();
     let mut out = Vec::new();
-    let mut at = 0;
     let find = |from: usize| body[from..].windows(d.len()).position(|w| w == d).map(|p| p + from);
     let mut next = find(0).expect("first boundary");
     loop {
-        at = next + d.len();
+        let at = next + d.len();
         if body[at..].starts_with(b"--") {
             break;
         }
@@ -128,7 +127,6 @@ pub fn parts(body: &[u8], boundary: &str) -> Vec<((u64, u64, u64), Vec<u8>)> {
         next = find(head_end).expect("next boundary");
         out.push((range, body[head_end..next].to_vec()));
     }
-    let _ = at;
     out
 }
 
