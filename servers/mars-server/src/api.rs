@@ -48,6 +48,23 @@ struct Owners {
 #[derive(Clone)]
 struct StreamsImpl(Arc<Shared>);
 
+/// Asks how many owners hold open streams.
+#[derive(Clone)]
+pub struct OwnersHandle(Arc<Shared>);
+
+impl OwnersHandle {
+    /// Owners with streams open.
+    pub fn owners(&self) -> usize {
+        self.0.owners.lock().map_or(0, |o| o.streams.len())
+    }
+}
+
+impl std::fmt::Debug for OwnersHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OwnersHandle({})", self.owners())
+    }
+}
+
 fn batch(ids: &[u64]) -> Result<(), StreamError> {
     if ids.is_empty() || ids.len() > MAX_BATCH {
         return Err(StreamError::BadBatch);
@@ -282,7 +299,12 @@ impl ApiServer {
 
     /// Owners watched now (for tests).
     pub fn owners(&self) -> usize {
-        self.shared.owners.lock().map_or(0, |o| o.streams.len())
+        self.owners_handle().owners()
+    }
+
+    /// A handle other threads can ask for the owner count while the server runs.
+    pub fn owners_handle(&self) -> OwnersHandle {
+        OwnersHandle(Arc::clone(&self.shared))
     }
 
     /// Serves until `stop` is readable; `control` hands out the control port.
