@@ -13,10 +13,12 @@
 //! | [`http`] | HTTP/1.1 request heads in, response plans out |
 //! | [`hls`] | MPEG-TS indexing and HLS playlists with byte ranges |
 //! | [`pace`] | a stream's sending schedule |
+//! | [`fuzz`] | the checks of the fuzz targets, shared with the corpus replay |
 #![deny(unsafe_code)]
 
 pub mod admission;
 pub mod drr;
+pub mod fuzz;
 pub mod hls;
 pub mod http;
 pub mod label;

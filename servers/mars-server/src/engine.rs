@@ -420,8 +420,26 @@ impl Engine {
         capability: f64,
         rt: Option<RuntimeHandle>,
     ) -> Result<(Engine, EngineHandle), EngineError> {
-        let entries = 4096u32;
-        let ring = IoUring::new(entries).map_err(EngineError::NoUring)?;
+        // A smaller ring where the locked-memory limit refuses a large one (kernels
+        // that charge rings to RLIMIT_MEMLOCK): the submission path copes with a full
+        // queue, and completions past the queue are kept by the kernel (NODROP).
+        let ring = {
+            let mut last = None;
+            let mut got = None;
+            for entries in [4096u32, 1024, 256, 64] {
+                match IoUring::new(entries) {
+                    Ok(r) => {
+                        got = Some(r);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            match got {
+                Some(r) => r,
+                None => return Err(EngineError::NoUring(last.unwrap_or_else(|| io::Error::other("no ring")))),
+            }
+        };
         let max_read = storage.max_read().min(cfg.buf_size as u64);
         let pool = BufPool::new(cfg.buffers, cfg.buf_size).map_err(EngineError::Pool)?;
         let iovecs = pool.iovecs();
@@ -1098,6 +1116,19 @@ impl Engine {
         c.ops -= 1;
         if c.phase == Phase::Closing {
             self.maybe_free(slot);
+            return;
+        }
+        if chunk && zero_copy && (res == -libc::ENOBUFS || res == -libc::ENOMEM || res == -libc::EOPNOTSUPP) {
+            // Zero-copy send pins the pages it sends; unregistered buffers under a small
+            // RLIMIT_MEMLOCK cannot be pinned. Copy from now on (the same buffers) and
+            // send this chunk again.
+            self.zero_copy = false;
+            self.stats.zero_copy = false;
+            warn_once(
+                &WARN_ZC,
+                "zero-copy send refused (pinning pages past RLIMIT_MEMLOCK?): sends copy from the buffers",
+            );
+            self.dirty.push(slot);
             return;
         }
         if res <= 0 {
