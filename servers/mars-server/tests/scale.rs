@@ -72,15 +72,18 @@ impl ChildServer {
         }
         let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let out = BufReader::new(child.stdout.take().unwrap());
+        // Built at once, so that Drop waits for the child whatever happens below.
+        let mut cs = ChildServer { child, stdin, out, port: 0, first: String::new() };
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "the server child exited");
+            assert!(cs.out.read_line(&mut line).unwrap() > 0, "the server child exited");
             // The harness may print its "test server_child ... " before ours on the line.
             if let Some((_, rest)) = line.split_once("PORT ") {
-                let port = rest.split_whitespace().next().unwrap().parse().unwrap();
-                return ChildServer { child, stdin, out, port, first: line.clone() };
+                cs.port = rest.split_whitespace().next().unwrap().parse().unwrap();
+                cs.first = line.clone();
+                return cs;
             }
         }
     }
