@@ -70,6 +70,9 @@ pub struct EngineConfig {
     pub zero_copy: bool,
     /// Fraction of the measured capability promised to real-time streams.
     pub rt_reserve: f64,
+    /// The engine thread's I/O priority (class 1 real-time, 2 best-effort, 3 idle;
+    /// level 0–7), which its reads carry to the kernel's scheduler (BFQ, mq-deadline).
+    pub ioprio: Option<(u8, u8)>,
 }
 
 impl Default for EngineConfig {
@@ -87,6 +90,7 @@ impl Default for EngineConfig {
             quanta: (2048, 512),
             zero_copy: true,
             rt_reserve: 0.8,
+            ioprio: None,
         }
     }
 }
@@ -1270,11 +1274,13 @@ impl Engine {
                 Command::Slot(id) => {
                     // HTTP paced streams and API streams alike: any live connection.
                     let (slot, gen) = ((id & 0xffff_ffff) as u32, (id >> 32) as u32);
+                    let now = self.now_ns();
                     if let Some(c) = self.conn(slot).filter(|c| c.gen == gen) {
-                        if c.send_credit != UNLIMITED {
-                            // At most a window's worth of slots banked: a stream that
-                            // fell behind catches up by a window, not without bound.
-                            c.send_credit = (c.send_credit + 1).min(c.window as u64 + 1);
+                        if let Some(p) = &c.pacer {
+                            // The slots due by the pacer's clock, not one per upcall: an
+                            // upcall that ran late or was skipped loses no slot. At most
+                            // a window's worth is released at once.
+                            c.send_credit = p.due(now).min(c.window as u64 + 1);
                         }
                         self.dirty.push(slot);
                     }
@@ -1468,6 +1474,11 @@ impl http::Catalog for Catalog<'_> {
 pub fn spawn(engine: Engine, handle: &EngineHandle) -> io::Result<std::thread::JoinHandle<io::Result<()>>> {
     let stopped = Arc::clone(&handle.stopped);
     std::thread::Builder::new().name("ictus-mars".into()).spawn(move || {
+        if let Some((class, level)) = engine.cfg.ioprio {
+            if let Err(e) = set_thread_ioprio(class, level) {
+                eprintln!("ictus mars: warning: I/O priority class {class} level {level} refused ({e}); reads keep the default");
+            }
+        }
         let r = engine.run();
         stopped.store(true, Ordering::Release);
         r
@@ -1477,4 +1488,18 @@ pub fn spawn(engine: Engine, handle: &EngineHandle) -> io::Result<std::thread::J
 /// The listener's socket, for tests that need its address.
 pub fn local_port(l: &TcpListener) -> u16 {
     l.local_addr().map_or(0, |a| a.port())
+}
+
+/// `ioprio_set(IOPRIO_WHO_PROCESS, 0, …)`: the calling thread's I/O priority (glibc has
+/// no wrapper). Reads submitted from this thread carry it.
+pub fn set_thread_ioprio(class: u8, level: u8) -> io::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    let value = (libc::c_int::from(class) << 13) | libc::c_int::from(level & 7);
+    // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours; who = 0
+    // means the calling thread.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

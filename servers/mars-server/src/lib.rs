@@ -9,12 +9,14 @@
 //! - [`protocol`], [`api`]: the streams API and the control interface on ports;
 //! - [`measure`]: the volume's capability, for admission control;
 //! - [`fallback`]: HTTP without io_uring;
+//! - [`bench`]: `ictus bench mars` (001 Tables 1–3, HTTP beside nginx and a splice loop);
 //! - [`cli`]: `ictus mars …`.
 //!
 //! See `doc/mars.md`.
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 #[allow(unsafe_code)]
 pub mod engine;
