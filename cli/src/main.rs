@@ -141,12 +141,16 @@ enum Experiment {
     /// library onto the virtual cable, timesharing / fixed priority / deadline, under loads,
     /// beside cyclictest in the same window.
     Midi(BenchArgs),
+    /// MARS (001 Tables 1-3): striped stream read/send against read/send, a real-time
+    /// stream under background readers against nginx (mq-deadline; BFQ + ionice -c1),
+    /// upcall-paced streams, HTTP throughput and CPU per GB against nginx and splice.
+    Mars(BenchArgs),
 }
 
 impl Experiment {
     /// Every experiment, as `ictus bench NAME` spells it.
     const NAMES: &'static [&'static str] =
-        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"];
+        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars"];
 }
 
 #[derive(clap::Args, Debug)]
@@ -236,6 +240,7 @@ fn main() -> ExitCode {
             }
             Experiment::Shm(a) => ictus_bench::shm::main(a.quick, a.json).map_err(Into::into),
             Experiment::Midi(a) => ictus_bench::midi::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Mars(a) => ictus_mars_server::bench::main(a.quick, a.json).map_err(Into::into),
         },
     };
     match result {
