@@ -253,7 +253,7 @@ pub fn run(opts: &IpcOptions) -> Result<Report, BenchError> {
         "shared-memory transparent huge pages: {} (out-of-line regions of 2 MiB and more \
          ask for them; with `advise` or `always` a 16 MiB region is 8 pages to map, unmap \
          and free instead of 4096)",
-        ictus_ipc::shmem_thp_policy().unwrap_or_else(|| "unknown".into())
+        ictus_sys::mm::shmem_thp_policy().unwrap_or_else(|| "unknown".into())
     ));
     if let Some(warning) = placement_warning(&measured) {
         notes.push(warning);

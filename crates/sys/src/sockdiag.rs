@@ -1,4 +1,6 @@
-//! Asking the kernel who is at the other end of a socket, through `NETLINK_SOCK_DIAG`.
+//! Asking the kernel who is at the other end of a Unix socket, through
+//! `NETLINK_SOCK_DIAG`: no `getsockopt` tells the peer of a socket received from
+//! elsewhere, but the kernel's socket diagnostics do.
 //!
 //! One request, one reply, on a netlink socket opened for the call and closed after it:
 //! no descriptor outlives the call, so nothing is shared across threads or `fork`, and
@@ -44,7 +46,7 @@ static SEQ: AtomicU32 = AtomicU32::new(1);
 
 /// What is wrong with a reply from the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ParseError {
+pub enum ParseError {
     /// The kernel refused the request with this error (other than `ENOENT`).
     Kernel(Errno),
     /// The reply ends before a header or field it announces.
@@ -59,8 +61,10 @@ pub(crate) enum ParseError {
     WrongInode(u32),
 }
 
-/// The inode of the socket at the other end of a connected `AF_UNIX` socket, asked of
-/// the kernel through `NETLINK_SOCK_DIAG` (`UNIX_DIAG_PEER`), or `None` if the kernel
+/// `send(socket(AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG), { SOCK_DIAG_BY_FAMILY,
+/// unix_diag_req { AF_UNIX, udiag_ino, UDIAG_SHOW_PEER } })` then `recv`: the inode of
+/// the socket at the other end of a connected `AF_UNIX` socket, asked of the kernel
+/// (`UNIX_DIAG_PEER`), or `None` if the kernel
 /// cannot say (no peer, sock_diag unavailable, or the module not loaded). The kernel
 /// looks the socket up in the caller's network namespace, so a socket from another
 /// namespace also gives `None`. `ENOTSOCK` if `fd` is not a socket.
@@ -68,7 +72,7 @@ pub(crate) enum ParseError {
 /// # References
 /// - [`sock_diag(7)`](https://man7.org/linux/man-pages/man7/sock_diag.7.html), `UDIAG_SHOW_PEER`
 /// - [`netlink(7)`](https://man7.org/linux/man-pages/man7/netlink.7.html)
-pub(crate) fn peer_inode(fd: BorrowedFd<'_>) -> rustix::io::Result<Option<u64>> {
+pub fn peer_inode(fd: BorrowedFd<'_>) -> rustix::io::Result<Option<u64>> {
     let st = rustix::fs::fstat(fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
         return Err(Errno::NOTSOCK);
@@ -116,10 +120,11 @@ fn request(ino: u32, seq: u32) -> Vec<u8> {
     r
 }
 
-/// Parse the kernel's reply to request `seq` about socket `ino`: `Some(peer inode)`,
+/// Parse the kernel's reply to request `seq` about socket `ino` (public for fuzzing and
+/// tests): `Some(peer inode)`,
 /// `None` if the socket has no peer or the kernel does not know it (`ENOENT`).
 /// Only the first message of `buf` is read; nothing in it is trusted.
-pub(crate) fn parse_reply(buf: &[u8], ino: u32, seq: u32) -> Result<Option<u32>, ParseError> {
+pub fn parse_reply(buf: &[u8], ino: u32, seq: u32) -> Result<Option<u32>, ParseError> {
     if buf.len() < NLMSG_HDRLEN {
         return Err(ParseError::Truncated);
     }
