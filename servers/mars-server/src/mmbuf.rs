@@ -43,13 +43,15 @@ struct Meta {
 #[derive(Debug)]
 pub struct BufPool {
     base: NonNull<u8>,
-    map_len: usize,
+    // Unmapped on drop, after the engine's ring (the engine drops its ring first).
+    _map: ictus_sys::mm::Mapping,
     size: usize,
     meta: Vec<Meta>,
     free: Vec<u16>,
 }
 
-// SAFETY: the pool owns its mapping exclusively; the raw pointer is only an address, and
+// SAFETY: the pool owns its mapping exclusively; the raw pointer is only an address into
+// it, and
 // the engine thread that owns the pool is the only one that touches the memory (the
 // kernel does too, for operations the engine started, which the `refs` count tracks).
 unsafe impl Send for BufPool {}
@@ -65,20 +67,11 @@ impl BufPool {
         }
         let map_len =
             count.checked_mul(size).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pool too large"))?;
-        // SAFETY: a fresh private anonymous mapping at an address the kernel chooses
-        // (mmap(2)); it aliases nothing, and is unmapped only in Drop.
-        let ptr = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                map_len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }?;
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let map = ictus_sys::mm::Mapping::anonymous(map_len)?;
+        let base = NonNull::new(map.as_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         let meta = vec![Meta { state: BufState::Empty, owner: None, refs: 0 }; count];
         let free = (0..count as u16).rev().collect();
-        Ok(BufPool { base, map_len, size, meta, free })
+        Ok(BufPool { base, _map: map, size, meta, free })
     }
 
     /// Bytes per buffer.
@@ -179,14 +172,6 @@ impl BufPool {
             }] += 1;
         }
         c
-    }
-}
-
-impl Drop for BufPool {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once (munmap(2)). The engine
-        // drops its ring before its pool, so no registered buffer is still in use.
-        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.map_len) };
     }
 }
 
