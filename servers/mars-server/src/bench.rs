@@ -424,7 +424,16 @@ fn start_fio(rig: &mut Rig, dev: &str, bg: &Bg, out: &Path) -> Result<Option<usi
     if k == 0 {
         return Ok(None);
     }
-    let mut cmd = Command::new("fio");
+    // The priority is the process's (ionice), which BFQ schedules by; fio's own
+    // `prioclass` is a per-I/O priority, which BFQ ignores.
+    let mut cmd = match prio {
+        Some((c, l)) => {
+            let mut c2 = Command::new("ionice");
+            c2.arg(format!("-c{c}")).arg(format!("-n{l}")).arg("fio");
+            c2
+        }
+        None => Command::new("fio"),
+    };
     cmd.args([
         "--name=bg",
         "--rw=read",
@@ -443,9 +452,6 @@ fn start_fio(rig: &mut Rig, dev: &str, bg: &Bg, out: &Path) -> Result<Option<usi
     .arg(format!("--offset_increment={}", span / k as u64))
     .arg(format!("--runtime={:.1}", secs))
     .arg(format!("--output={}", out.display()));
-    if let Some((c, l)) = prio {
-        cmd.arg(format!("--prioclass={c}")).arg(format!("--prio={l}"));
-    }
     let child =
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| err("fio", e))?;
     rig.children.push(child);
