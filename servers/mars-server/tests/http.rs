@@ -248,6 +248,7 @@ fn hostile_clients_cost_bounded_memory_and_do_not_stop_others() {
     let out = raw(&r, b"GET /clip.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=7-16\r\n\r\n", true);
     assert!(out.starts_with(b"HTTP/1.1 206") && out.ends_with(&clip[7..17]));
     // Slowloris: 300 connections each holding an unfinished head.
+    let accepted_before = h.stats().unwrap().accepted;
     let mut slow: Vec<TcpStream> = (0..300)
         .map(|_| {
             let mut s = TcpStream::connect(r.addr.unwrap()).unwrap();
@@ -255,7 +256,9 @@ fn hostile_clients_cost_bounded_memory_and_do_not_stop_others() {
             s
         })
         .collect();
-    assert!(eventually(Duration::from_secs(30), || h.stats().unwrap().connections >= 300));
+    // All accepted (on a loaded machine the first may already have timed out: the head
+    // timeout is 1 s here, and nothing below depends on them all being open at once).
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().accepted >= accepted_before + 300));
     let s = h.stats().unwrap();
     assert_eq!(s.buffers_free, s.buffers, "an unfinished head holds no buffer");
     // Meanwhile a download is served whole.
