@@ -657,7 +657,9 @@ impl Engine {
                     self.pool.unhold(b as u16);
                     return;
                 }
-                if op == OP_SEND_BUF && !(self.zero_copy && cqueue::more(flags)) {
+                // A zero-copy send that will post a notification (IORING_CQE_F_MORE)
+                // keeps its hold until then; any other send is done with the buffer.
+                if op == OP_SEND_BUF && !cqueue::more(flags) {
                     self.pool.unhold(b as u16);
                 }
                 self.sent(a, res, op == OP_SEND_BUF);
