@@ -716,6 +716,10 @@ fn slow_tables(
     for comps in [&single, &striped] {
         let mut v = Volume::create(comps, 64 << 10, None).map_err(|e| err("volume", e))?;
         v.add_file("clip.bin", &clip, 4.0).map_err(|e| err("volume add", e))?;
+        if comps == &single {
+            // What the background downloads of Table 2's DRR condition read.
+            v.add_file("bg.bin", &clip, 4.0).map_err(|e| err("volume add", e))?;
+        }
     }
     run_cmd(
         Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(&d[3].upper),
@@ -811,11 +815,13 @@ fn slow_tables(
     #[derive(Clone, Copy, PartialEq, Debug)]
     enum Who {
         Ours,
+        OursDrr,
         NginxDeadline,
         NginxBfqRt,
     }
     let name = |w: Who| match w {
         Who::Ours => "ictus mars (DRR, paced, BFQ; background at best-effort 7)",
+        Who::OursDrr => "ictus mars, background as downloads through its DRR (the paper's NRT queue)",
         Who::NginxDeadline => "nginx sendfile, mq-deadline",
         Who::NginxBfqRt => "nginx sendfile, BFQ + ionice -c1",
     };
@@ -835,12 +841,13 @@ fn slow_tables(
     let mut acc: Vec<Acc> = Vec::new();
     for &k in &ks {
         for round in 0..t2_rounds {
-            let mut order = [Who::Ours, Who::NginxDeadline, Who::NginxBfqRt];
-            order.rotate_left(round % 3);
+            let mut order = [Who::Ours, Who::NginxDeadline, Who::OursDrr, Who::NginxBfqRt];
+            order.rotate_left(round % 4);
             for who in order {
                 check_stop()?;
                 let (dev, sched) = match who {
                     Who::Ours => (&d[0].upper, "bfq"),
+                    Who::OursDrr => (&d[0].upper, "mq-deadline"),
                     Who::NginxDeadline => (&d[3].upper, "mq-deadline"),
                     Who::NginxBfqRt => (&d[3].upper, "bfq"),
                 };
@@ -883,6 +890,40 @@ fn slow_tables(
                             Duration::from_secs_f64(secs * 3.0),
                         )?;
                         wait_child(&mut slow.rig, fio, Duration::from_secs_f64(secs + 30.0))?;
+                        (got, Some(server))
+                    }
+                    Who::OursDrr => {
+                        // The background readers are clients of the server: full-speed
+                        // downloads of another stream, queued by DRR in the non-real-time
+                        // class, as 001 §5.2's background read()s went to the NRTQ.
+                        let server = crate::start(&StartOptions {
+                            volume: single.clone(),
+                            listen: Some("127.0.0.1:0".into()),
+                            capability: Some(rate),
+                            engine: EngineConfig::default(),
+                            force_fallback: false,
+                        })
+                        .map_err(|e| err("server", e))?;
+                        let port = server.addr.map_or(0, |a| a.port());
+                        let dur = Duration::from_secs_f64(secs);
+                        let downloads: Vec<_> = (0..k)
+                            .map(|_| std::thread::spawn(move || http_get(port, "bg.bin", None, dur).map(|g| g.bytes)))
+                            .collect();
+                        let got = http_get(
+                            port,
+                            &format!("clip.bin?rate={}", stream_rate as u64),
+                            Some(window_bytes),
+                            Duration::from_secs_f64(secs * 3.0),
+                        )?;
+                        let mut bg_bytes = 0u64;
+                        for d in downloads {
+                            bg_bytes += d.join().map_err(|_| err("download", "panicked"))??;
+                        }
+                        fs::write(
+                            &fio_out,
+                            format!("{{\"jobs\":[{{\"read\":{{\"bw_bytes\":{}}}}}]}}", bg_bytes as f64 / secs),
+                        )
+                        .map_err(|e| err("bg result", e))?;
                         (got, Some(server))
                     }
                     _ => {
