@@ -1192,6 +1192,19 @@ fn http_get_paced(port: u16, path: &str, rate: f64, window: u64, deadline: Durat
     Ok(Received { status, bytes: body, marks, elapsed: t0.elapsed() })
 }
 
+/// A failed download in the HTTP comparison is noted (with whose it was) and the run goes
+/// on; an interruption still stops it.
+fn noted<T>(notes: &mut Vec<String>, who: &str, r: Result<T, BenchError>) -> Result<Option<T>, BenchError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if stopped() => Err(e),
+        Err(e) => {
+            notes.push(format!("HTTP: a {who} download failed: {e}"));
+            Ok(None)
+        }
+    }
+}
+
 fn http_section(
     rig: &mut Rig,
     dir: &Path,
@@ -1240,21 +1253,33 @@ fn http_section(
             let (bytes, secs, cpu) = match i {
                 0 => {
                     let c0 = engine_cpu_ns();
-                    let g = http_get(ours_port, "clip.bin", None, Duration::from_secs(300))?;
+                    let Some(g) =
+                        noted(notes, "ictus mars", http_get(ours_port, "clip.bin", None, Duration::from_secs(300)))?
+                    else {
+                        continue;
+                    };
                     (g.bytes, g.elapsed.as_secs_f64(), engine_cpu_ns() - c0)
                 }
                 1 => {
                     let Some((port, pid)) = nginx else { continue };
                     let path = format!("/proc/{pid}/schedstat");
                     let c0 = cpu_ns(&path);
-                    let g = http_get(port, "clip.bin", None, Duration::from_secs(300))?;
+                    let Some(g) = noted(notes, "nginx", http_get(port, "clip.bin", None, Duration::from_secs(300)))?
+                    else {
+                        continue;
+                    };
                     (g.bytes, g.elapsed.as_secs_f64(), cpu_ns(&path) - c0)
                 }
                 _ => {
                     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| err("splice", e))?;
                     let port = l.local_addr().map_err(|e| err("splice", e))?.port();
                     let t = splice_server(l, clip.clone(), len);
-                    let g = http_get(port, "clip.bin", None, Duration::from_secs(300))?;
+                    let Some(g) =
+                        noted(notes, "splice loop", http_get(port, "clip.bin", None, Duration::from_secs(300)))?
+                    else {
+                        let _ = t.join();
+                        continue;
+                    };
                     let cpu = t.join().unwrap_or(0);
                     (g.bytes, g.elapsed.as_secs_f64(), cpu)
                 }
