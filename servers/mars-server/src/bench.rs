@@ -292,7 +292,8 @@ fn http_get(port: u16, path: &str, limit: Option<u64>, deadline: Duration) -> Re
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| err("connect", e))?;
     s.set_read_timeout(Some(Duration::from_millis(200))).map_err(|e| err("socket", e))?;
     let _ = s.set_nodelay(true);
-    write!(s, "GET /{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").map_err(|e| err("send", e))?;
+    s.write_all(format!("GET /{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").as_bytes())
+        .map_err(|e| err("send", e))?;
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1 << 20];
     let mut head = Vec::new();
@@ -391,15 +392,27 @@ fn start_nginx(rig: &mut Rig, dir: &Path, root: &Path, port: u16, ionice_rt: boo
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| err("nginx", e))?;
     let pid = child.id();
     rig.children.push(child);
-    // Ready when it answers.
+    // Ready when *this* nginx answers: the port was free when chosen, but another
+    // program on the machine could have taken it since, so ask for a file only this
+    // run wrote.
+    let token = format!("ictus-{}-{port}", std::process::id());
+    let sentinel = format!("{token}.txt");
+    fs::write(root.join(&sentinel), &token).map_err(|e| err("nginx sentinel", e))?;
     let end = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    loop {
+        let ok = TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && http_get(port, &sentinel, None, Duration::from_secs(2))
+                .is_ok_and(|g| g.status == 200 && g.marks.last().is_some_and(|m| m.1 == token.len() as u64));
+        if ok {
+            let _ = fs::remove_file(root.join(&sentinel));
+            return Ok(pid);
+        }
         if Instant::now() > end {
-            return Err(err("nginx", "did not start listening"));
+            let _ = fs::remove_file(root.join(&sentinel));
+            return Err(err("nginx", format!("port {port} does not answer as the nginx this run started")));
         }
         nap(Duration::from_millis(20))?;
     }
-    Ok(pid)
 }
 
 fn free_port() -> Result<u16, BenchError> {
@@ -511,8 +524,16 @@ fn thread_cpu_ns() -> u64 {
 fn splice_server(listener: TcpListener, file: PathBuf, len: u64) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let Ok((mut s, _)) = listener.accept() else { return 0 };
-        let mut req = [0u8; 4096];
-        let _ = s.read(&mut req);
+        // Read the whole request head: closing with part of it unread would reset the
+        // connection.
+        let mut req = Vec::new();
+        let mut b = [0u8; 4096];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 65536 {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return 0,
+                Ok(n) => req.extend_from_slice(&b[..n]),
+            }
+        }
         let cpu0 = thread_cpu_ns();
         let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
         let Ok(f) = File::open(&file) else { return 0 };
@@ -1145,7 +1166,8 @@ fn disk_size_of(dev: &str) -> u64 {
 fn http_get_paced(port: u16, path: &str, rate: f64, window: u64, deadline: Duration) -> Result<Received, BenchError> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| err("connect", e))?;
     s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| err("socket", e))?;
-    write!(s, "GET /{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").map_err(|e| err("send", e))?;
+    s.write_all(format!("GET /{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").as_bytes())
+        .map_err(|e| err("send", e))?;
     let t0 = Instant::now();
     let mut buf = vec![0u8; 64 << 10];
     let mut head = Vec::new();
