@@ -25,14 +25,14 @@
 //! A summary of what was dropped goes to standard error at the end.
 
 use std::io::{BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ictus_midi::device::{Device, DeviceSpec};
 use ictus_midi::output::{Close, Output, OutputOptions};
 use ictus_midi::parse::{Message, Parser, Stats, DEFAULT_MAX_SYSEX};
 use ictus_midi::play::{self, ConductEvent};
-use ictus_midi::smf::Score;
+use ictus_midi::smf::{Score, Strictness};
 use ictus_rt::Time;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -116,6 +116,10 @@ struct PlayArgs {
     /// Play this many times faster than written.
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
+    /// Play what there is of a damaged file (cut short, without End of Track, …) with a
+    /// warning for each problem, instead of refusing it.
+    #[arg(long)]
+    lenient: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -127,6 +131,9 @@ struct ConductArgs {
     /// Take taps (note-ons) from this MIDI input instead of the terminal.
     #[arg(long)]
     tap_device: Option<String>,
+    /// Conduct what there is of a damaged file, with a warning for each problem.
+    #[arg(long)]
+    lenient: bool,
 }
 
 pub fn main(args: MidiArgs) -> Result<()> {
@@ -286,8 +293,25 @@ fn report_closed(closed: &ictus_midi::output::Closed, device: &str) {
     }
 }
 
+/// The score in `path`: a damaged file is refused, saying that `--lenient` plays what is
+/// there, or with `lenient` played with a warning per problem.
+fn load_score(path: &Path, lenient: bool) -> Result<Score> {
+    let strictness = if lenient { Strictness::Lenient } else { Strictness::Strict };
+    let score = Score::load_with(path, strictness).map_err(|e| -> Box<dyn std::error::Error> {
+        if e.lenient_would_play() {
+            format!("{e}; --lenient plays what is there").into()
+        } else {
+            e.into()
+        }
+    })?;
+    for p in &score.problems {
+        eprintln!("ictus midi: warning: {}: {p}; playing what is there", path.display());
+    }
+    Ok(score)
+}
+
 fn play_file(a: PlayArgs) -> Result<()> {
-    let score = Score::load(&a.file)?;
+    let score = load_score(&a.file, a.lenient)?;
     let out = open_output(&a.output)?;
     eprintln!(
         "ictus midi play: {} messages, format {}, {} tracks, {:.1} s at {}× speed, on {}",
@@ -306,7 +330,7 @@ fn play_file(a: PlayArgs) -> Result<()> {
 }
 
 fn conduct(a: ConductArgs) -> Result<()> {
-    let score = Score::load(&a.file)?;
+    let score = load_score(&a.file, a.lenient)?;
     let (taps, tap_thread) = match &a.tap_device {
         Some(spec) => {
             let dev = DeviceSpec::parse(spec)?.open_input()?;

@@ -13,6 +13,7 @@
 //! | [`http`] | HTTP/1.1 request heads in, response plans out |
 //! | [`hls`] | MPEG-TS indexing and HLS playlists with byte ranges |
 //! | [`pace`] | a stream's sending schedule |
+//! | [`readahead`] | how far a real-time stream reads ahead, from the measured device latency |
 //! | [`fuzz`] | the checks of the fuzz targets, shared with the corpus replay |
 #![deny(unsafe_code)]
 
@@ -24,3 +25,4 @@ pub mod http;
 pub mod label;
 pub mod pace;
 pub mod range;
+pub mod readahead;

@@ -1,6 +1,7 @@
-//! The streams API and the control interface on ports: each request becomes an engine
-//! [`Command`]; `open` connects the destination sockets here (a connect may block for a
-//! moment, which the engine must never do) and hands them over.
+//! The streams API and the control interface on ports, on the server skeleton
+//! ([`ictus_server::Loop`]): each request becomes an engine [`Command`]; `open`
+//! connects the destination sockets here (a connect may block for a moment, which the
+//! engine must never do) and hands them over.
 //!
 //! Owners: `open` takes an owner send right; the server arms a dead-name notification
 //! on it (once per owner, counted per stream), so when the owner's task dies — even by
@@ -13,24 +14,12 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use ictus_abi::NotifyId;
-use ictus_idl::{Context, DeadNameWatches, ServicePorts};
-use ictus_ipc::{Name, Received, RightKind, RightsError, Space};
-use rustix::event::{poll, PollFd, PollFlags};
+use ictus_idl::{Context, Dispatched};
+use ictus_ipc::{Name, Received, RightKind, Space};
+use ictus_mars_api::protocol::{MarsControl, MarsControlServer, Stats, StreamError, Streams, StreamsServer, MAX_BATCH};
+use ictus_server::{DeadNameWatches, Door, Listener, Loop, Serve, ServeError, ServicePorts};
 
-use crate::engine::{Command, EngineHandle, StreamState};
-use crate::protocol::{MarsControl, MarsControlServer, StreamError, Streams, StreamsServer, MAX_BATCH, STATE_WORDS};
-
-/// Why the ports side stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// The port set could not be polled.
-    #[error("the port set: {0}")]
-    Rights(#[from] RightsError),
-    /// Receiving failed again and again.
-    #[error("receiving: {0}")]
-    Receive(#[source] ictus_ipc::ReceiveError),
-}
+use crate::engine::{Command, EngineHandle, EngineStats};
 
 struct Shared {
     space: Space,
@@ -48,7 +37,7 @@ struct Owners {
 #[derive(Clone)]
 struct StreamsImpl(Arc<Shared>);
 
-/// Asks how many owners hold open streams.
+/// Asks how many owners hold open streams (from any thread).
 #[derive(Clone)]
 pub struct OwnersHandle(Arc<Shared>);
 
@@ -78,6 +67,28 @@ fn connect(dest: &str) -> Result<OwnedFd, String> {
     let s = TcpStream::connect_timeout(addr, Duration::from_secs(5)).map_err(|e| format!("connect {dest}: {e}"))?;
     let _ = s.set_nodelay(true);
     Ok(OwnedFd::from(s))
+}
+
+/// The counters as the wire carries them.
+pub fn stats_of(s: &EngineStats) -> Stats {
+    Stats {
+        connections: s.connections,
+        accepted: s.accepted,
+        refused: s.refused,
+        timed_out: s.timed_out,
+        requests: s.requests,
+        buffers_free: s.buffers_free,
+        buffers: s.buffers,
+        bytes_zero_copy: s.bytes_zero_copy,
+        bytes_copied: s.bytes_copied,
+        reads: s.reads,
+        direct: s.direct,
+        registered: s.registered,
+        zero_copy: s.zero_copy,
+        rt_streams: s.rt_streams,
+        reserved: s.reserved as u64,
+        reservable: s.reservable as u64,
+    }
 }
 
 impl Streams for StreamsImpl {
@@ -164,11 +175,7 @@ impl Streams for StreamsImpl {
     fn state(&self, ids: Vec<u64>) -> Result<Vec<u64>, StreamError> {
         batch(&ids)?;
         let states = self.0.engine.state(ids).ok_or(StreamError::Stopped)?;
-        let mut out = Vec::with_capacity(states.len() * STATE_WORDS);
-        for st in states {
-            out.extend(state_words(&st));
-        }
-        Ok(out)
+        Ok(states.iter().flat_map(|st| st.to_words()).collect())
     }
 
     fn close(&self, ids: Vec<u64>) -> Result<(), StreamError> {
@@ -179,41 +186,8 @@ impl Streams for StreamsImpl {
 
     fn stats(&self) -> Result<Vec<u64>, StreamError> {
         let s = self.0.engine.stats().ok_or(StreamError::Stopped)?;
-        Ok(vec![
-            s.connections,
-            s.accepted,
-            s.refused,
-            s.timed_out,
-            s.requests,
-            s.buffers_free,
-            s.buffers,
-            s.bytes_zero_copy,
-            s.bytes_copied,
-            s.reads,
-            u64::from(s.direct),
-            u64::from(s.registered),
-            u64::from(s.zero_copy),
-            s.rt_streams,
-            s.reserved as u64,
-            s.reservable as u64,
-        ])
+        Ok(stats_of(&s).to_words().to_vec())
     }
-}
-
-/// The words of one stream's state, as [`Streams::state`] sends them.
-pub fn state_words(st: &StreamState) -> [u64; STATE_WORDS] {
-    [
-        st.id,
-        u64::from(st.state),
-        st.read,
-        st.sent,
-        u64::from(st.buffers[0]),
-        u64::from(st.buffers[1]),
-        u64::from(st.buffers[2]),
-        st.slots,
-        st.late,
-        st.max_late_ns,
-    ]
 }
 
 #[derive(Clone)]
@@ -236,16 +210,49 @@ impl MarsControl for ControlImpl {
     }
 }
 
-/// The ports side of the server: the streams port (0), the control port (1) and the
-/// notify port, in one set.
-pub struct ApiServer {
+/// What the loop serves: the streams port (0) and the control port (1), whose
+/// dispatchers differ (only the control port serves [`MarsControl`]), and the owners'
+/// dead-name notifications.
+struct Serving {
     space: Space,
-    pid: u32,
     shared: Arc<Shared>,
     streams: ictus_idl::Server,
     control: ictus_idl::Server,
-    counts: ictus_idl::ReceiveCounts,
-    ports: ServicePorts<2>,
+    control_port: Name,
+}
+
+impl Serve for Serving {
+    const NAME: &'static str = "mars";
+
+    fn request(&mut self, msg: &mut Received) -> Dispatched {
+        if msg.port == self.control_port {
+            self.control.handle(msg)
+        } else {
+            self.streams.handle(msg)
+        }
+    }
+
+    fn dead_name(&mut self, name: Name) {
+        let Ok(mut o) = self.shared.owners.lock() else { return };
+        let Some(ids) = o.streams.remove(&name) else { return };
+        // `forget` drops the watch's reference; the name's other references (one per
+        // open call) go with the dead name.
+        o.watches.forget(&self.space, name);
+        drop(o);
+        for _ in 0..=MAX_BATCH {
+            if self.space.deallocate(name).is_err() {
+                break;
+            }
+        }
+        self.shared.engine.post(Command::Close(ids));
+    }
+}
+
+/// The ports side of the server: the streams port, the control port and the notify
+/// port, served by one [`Loop`].
+pub struct ApiServer {
+    inner: Loop<Serving, 2>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -256,8 +263,8 @@ impl std::fmt::Debug for ApiServer {
 
 impl ApiServer {
     /// Ports allocated in `space`, requests going to `engine`.
-    pub fn new(space: Space, engine: EngineHandle) -> Result<ApiServer, RightsError> {
-        let ports = ServicePorts::allocate(&space)?;
+    pub fn new(space: Space, engine: EngineHandle) -> Result<ApiServer, ServeError> {
+        let ports = ServicePorts::<2>::allocate(&space)?;
         let shared = Arc::new(Shared {
             space: space.clone(),
             notify: ports.notify(),
@@ -271,30 +278,29 @@ impl ApiServer {
             .with(StreamsServer(StreamsImpl(Arc::clone(&shared))))
             .with(MarsControlServer(ControlImpl(Arc::clone(&shared))))
             .with_reply_timeout(Duration::from_secs(1));
-        Ok(ApiServer {
-            space,
-            pid: std::process::id(),
-            shared,
+        let serving = Serving {
+            space: space.clone(),
+            shared: Arc::clone(&shared),
             streams,
             control,
-            counts: ictus_idl::ReceiveCounts::default(),
-            ports,
-        })
+            control_port: ports.service(1),
+        };
+        Ok(ApiServer { inner: Loop::new(&space, ports, serving), shared })
     }
 
     /// The streams port's receive right.
     pub fn streams_port(&self) -> Name {
-        self.ports.service(0)
+        self.inner.ports().service(0)
     }
 
     /// The control port's receive right.
     pub fn control_port(&self) -> Name {
-        self.ports.service(1)
+        self.inner.ports().service(1)
     }
 
     /// The space.
     pub fn space(&self) -> &Space {
-        &self.space
+        self.inner.space()
     }
 
     /// Owners watched now (for tests).
@@ -307,88 +313,9 @@ impl ApiServer {
         OwnersHandle(Arc::clone(&self.shared))
     }
 
-    /// Serves until `stop` is readable; `control` hands out the control port.
-    pub fn run(
-        &mut self,
-        control: Option<&ictus_name_server::socket::Listener>,
-        stop: BorrowedFd<'_>,
-    ) -> Result<(), ApiError> {
-        let ports = self.space.pollable_fd(self.ports.set())?;
-        let mut rcv = Received::new();
-        loop {
-            let (stop_ready, ports_ready, listen_ready) = {
-                let mut fds = vec![PollFd::from_borrowed_fd(stop, PollFlags::IN), PollFd::new(&ports, PollFlags::IN)];
-                if let Some(l) = control {
-                    fds.push(PollFd::from_borrowed_fd(l.as_fd(), PollFlags::IN));
-                }
-                match poll(&mut fds, None) {
-                    Ok(_) => {}
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(_) => return Ok(()),
-                }
-                let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-                (ready(0), ready(1), ready(2))
-            };
-            if stop_ready || self.shared.engine.stopped() {
-                return Ok(());
-            }
-            if ports_ready {
-                self.handle_pending(&mut rcv).map_err(ApiError::Receive)?;
-            }
-            if let (true, Some(l)) = (listen_ready, control) {
-                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service(1)).ok());
-                if refused > 0 {
-                    eprintln!("ictus mars: refused the control port to {refused} connection(s) from another user");
-                }
-            }
-        }
-    }
-
-    fn handle_pending(&mut self, rcv: &mut Received) -> Result<usize, ictus_ipc::ReceiveError> {
-        let mut counts = self.counts;
-        let r = self.ports.handle_pending(
-            rcv,
-            64,
-            &mut counts,
-            |m| self.handle(m),
-            |n, e| {
-                if n.is_power_of_two() {
-                    eprintln!("ictus mars: dropped a malformed message ({n} so far): {e}");
-                }
-            },
-        );
-        self.counts = counts;
-        r
-    }
-
-    fn handle(&self, msg: &mut Received) {
-        if msg.port == self.ports.notify() {
-            if msg.sender.pid == self.pid && msg.id == NotifyId::DeadName.id() {
-                if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
-                    self.owner_died(name);
-                }
-            }
-            ictus_idl::release_rights(&self.space, msg);
-            return;
-        }
-        if msg.port == self.ports.service(1) {
-            self.control.handle(msg);
-        } else {
-            self.streams.handle(msg);
-        }
-    }
-
-    fn owner_died(&self, name: Name) {
-        let Ok(mut o) = self.shared.owners.lock() else { return };
-        let Some(ids) = o.streams.remove(&name) else { return };
-        o.watches.forget(&self.space, name);
-        drop(o);
-        // The dead name's references (one per open call) go with it.
-        for _ in 0..=MAX_BATCH {
-            if self.space.deallocate(name).is_err() {
-                break;
-            }
-        }
-        self.shared.engine.post(Command::Close(ids));
+    /// Serves until `stop` is readable or the engine stops; `control` hands out the
+    /// control port.
+    pub fn run(&mut self, control: Option<&Listener>, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
+        self.inner.run(control.map(|listener| Door { listener, port: 1 }), stop)
     }
 }

@@ -1,15 +1,15 @@
 //! `ictus mars …`: volumes, the server, its control port.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use ictus_ipc::Space;
+use ictus_mars_api::client::{default_control_socket_path, prepare_default_control_socket_path};
+use ictus_mars_api::{Control, Stats, SERVICE_NAME};
+use ictus_server::{serve_until_signalled, Listener, Registrar};
 
 use crate::api::ApiServer;
-use crate::protocol::{MarsControlClient, StreamsClient, CONTROL_SOCKET_FILE, SERVICE_NAME, STATS_WORDS};
 use crate::{EngineConfig, StartOptions, Volume};
 
 /// `ictus mars`.
@@ -121,6 +121,15 @@ struct ServeArgs {
     /// Most HTTP connections.
     #[arg(long, default_value_t = 16384)]
     max_connections: usize,
+    /// Run the engine thread at this SCHED_FIFO priority (1-99), below the upcalls that
+    /// pace the streams, so timesharing load does not delay their sends; 0 for
+    /// timesharing. If refused, serve anyway and say so.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=99))]
+    fifo: u8,
+    /// Least time of stream a paced stream keeps read ahead, in milliseconds (it reads
+    /// further ahead when the devices' measured latency asks for it).
+    #[arg(long, default_value_t = 500)]
+    min_readahead_ms: u64,
     /// Do not register with the name server (HTTP only, no streams API).
     #[arg(long)]
     no_ports: bool,
@@ -144,8 +153,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     num.parse::<u64>().ok().and_then(|n| n.checked_mul(mul)).ok_or_else(|| format!("bad size {s:?}"))
 }
 
-fn control_path(p: Option<PathBuf>) -> PathBuf {
-    p.unwrap_or_else(|| ictus_name_server::socket::default_socket_path().with_file_name(CONTROL_SOCKET_FILE))
+fn control(path: Option<PathBuf>) -> Result<Control, ictus_mars_api::ConnectError> {
+    let space = Space::task();
+    Control::connect_socket(&space, &path.unwrap_or_else(default_control_socket_path))
 }
 
 /// Runs `ictus mars …`.
@@ -154,46 +164,17 @@ pub fn main(args: MarsArgs) -> Result<(), Box<dyn std::error::Error>> {
         MarsCommand::Volume { command } => volume(command),
         MarsCommand::Serve(a) => serve(a),
         MarsCommand::Quantum { class, sectors, control_socket } => {
-            let space = Space::task();
-            let port =
-                ictus_name_server::socket::fetch_service_fd(&control_path(control_socket), Duration::from_secs(5))?;
-            let port = space.insert_send_fd(port)?;
-            let c = MarsControlClient::new(&space, port).with_timeout(Duration::from_secs(10));
-            c.set_quantum(&class, sectors).map_err(|e| format!("set_quantum: {e}"))?;
+            control(control_socket)?.set_quantum(&class, sectors)?;
             println!("{class}: {sectors} sectors per round");
             Ok(())
         }
         MarsCommand::Stats { control_socket } => {
-            let space = Space::task();
-            let port =
-                ictus_name_server::socket::fetch_service_fd(&control_path(control_socket), Duration::from_secs(5))?;
-            let port = space.insert_send_fd(port)?;
-            let c = MarsControlClient::new(&space, port).with_timeout(Duration::from_secs(10));
-            let (names, quanta, served) = c.classes().map_err(|e| format!("classes: {e}"))?;
-            for ((n, q), s) in names.iter().zip(&quanta).zip(&served) {
-                println!("class {n}: quantum {q} sectors, {s} sectors served");
+            let c = control(control_socket)?;
+            for class in c.classes()? {
+                println!("class {}: quantum {} sectors, {} sectors served", class.name, class.quantum, class.served);
             }
-            let s = StreamsClient::new(&space, port).with_timeout(Duration::from_secs(10));
-            let w = s.stats().map_err(|e| format!("stats: {e}"))?;
-            const NAMES: [&str; STATS_WORDS] = [
-                "connections",
-                "accepted",
-                "refused",
-                "timed_out",
-                "requests",
-                "buffers_free",
-                "buffers",
-                "bytes_zero_copy",
-                "bytes_copied",
-                "device_reads",
-                "o_direct",
-                "registered_buffers",
-                "zero_copy_send",
-                "rt_streams",
-                "reserved_bytes_per_s",
-                "reservable_bytes_per_s",
-            ];
-            for (n, v) in NAMES.iter().zip(w) {
+            let w = c.streams().stats()?.to_words();
+            for (n, v) in Stats::NAMES.iter().zip(w) {
                 println!("{n} {v}");
             }
             Ok(())
@@ -237,6 +218,11 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         buf_size: a.buffer_size as usize,
         max_connections: a.max_connections,
         rt_reserve: a.rt_reserve,
+        fifo: (a.fifo > 0).then_some(a.fifo),
+        readahead: ictus_mars::readahead::ReadAhead {
+            floor_ns: a.min_readahead_ms.saturating_mul(1_000_000),
+            ..ictus_mars::readahead::ReadAhead::default()
+        },
         ..EngineConfig::default()
     };
     raise_nofile();
@@ -254,39 +240,26 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         if running.direct { "O_DIRECT" } else { "page cache" },
         std::process::id()
     );
-    let (stop_r, stop_w) = UnixStream::pair()?;
-    let mut sigs = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        sigs.push(signal_hook::low_level::pipe::register(sig, stop_w.try_clone()?)?);
-    }
-    let result: Result<(), Box<dyn std::error::Error>> = match (&running.handle, a.no_ports) {
-        (Some(handle), false) => (|| {
-            let space = Space::task();
-            let mut api = ApiServer::new(space.clone(), handle.clone())?;
-            let ns = match &a.name_server {
-                Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-                None => ictus_name_server::Client::connect(&space)?,
-            };
-            ns.register(SERVICE_NAME, api.streams_port())?;
-            let path = match a.control_socket {
-                Some(p) => p,
-                None => ictus_name_server::socket::prepare_default_socket_path()?.with_file_name(CONTROL_SOCKET_FILE),
-            };
-            let listener = ictus_name_server::socket::Listener::bind(&path)?;
-            eprintln!("ictus mars: streams port registered as {SERVICE_NAME:?}; control port on {}", path.display());
-            let r = api.run(Some(&listener), stop_r.as_fd());
-            let _ = ns.unregister(SERVICE_NAME);
-            r.map_err(Into::into)
-        })(),
-        _ => {
+    let result: Result<(), Box<dyn std::error::Error>> = serve_until_signalled(|stop| {
+        let Some(handle) = running.handle.clone().filter(|_| !a.no_ports) else {
+            // HTTP only: wait for the signal.
             let mut b = [0u8; 1];
-            let _ = std::io::Read::read(&mut &stop_r, &mut b);
-            Ok(())
-        }
-    };
-    for id in sigs {
-        signal_hook::low_level::unregister(id);
-    }
+            let _ = rustix::io::read(stop, &mut b);
+            return Ok(());
+        };
+        let space = Space::task();
+        let mut api = ApiServer::new(space.clone(), handle)?;
+        let path = match a.control_socket {
+            Some(p) => p,
+            None => prepare_default_control_socket_path()?,
+        };
+        let listener = Listener::bind(&path, "mars server")?;
+        let names = Registrar::start("mars", a.name_server.as_deref(), &space, &[(SERVICE_NAME, api.streams_port())])?;
+        eprintln!("ictus mars: streams port registered as {SERVICE_NAME:?}; control port on {}", path.display());
+        let r = api.run(Some(&listener), stop);
+        names.stop();
+        r.map_err(Into::into)
+    });
     running.stop();
     eprintln!("ictus mars: stopped");
     result

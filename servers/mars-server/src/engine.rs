@@ -38,6 +38,7 @@ use ictus_mars::drr::{ClassId, Drr, Request, SECTOR};
 use ictus_mars::http::{self, Parsed, Plan};
 use ictus_mars::pace::Pacer;
 use ictus_mars::range::Segment;
+use ictus_mars::readahead::{LatencyWindow, ReadAhead};
 use ictus_rt::{runtime::RuntimeHandle, UpcallId, UpcallSpec};
 
 use crate::mmbuf::{BufPool, BufState, Owner};
@@ -54,7 +55,11 @@ pub struct EngineConfig {
     pub device_depth: usize,
     /// Chunks read ahead per download.
     pub window: usize,
-    /// Buffers kept for real-time streams: downloads do not take the last ones.
+    /// How far paced streams read ahead: from the devices' measured latency, with a
+    /// floor ([`ReadAhead`]).
+    pub readahead: ReadAhead,
+    /// Buffers kept for real-time streams beyond their read-ahead floors: downloads do
+    /// not take the last ones.
     pub rt_buffers: usize,
     /// Most connections; more are closed at once.
     pub max_connections: usize,
@@ -73,6 +78,10 @@ pub struct EngineConfig {
     /// The engine thread's I/O priority (class 1 real-time, 2 best-effort, 3 idle;
     /// level 0–7), which its reads carry to the kernel's scheduler (BFQ, mq-deadline).
     pub ioprio: Option<(u8, u8)>,
+    /// Run the engine thread at this `SCHED_FIFO` priority (below the upcall
+    /// dispatcher's), so that the sends the upcalls release are not delayed by
+    /// timesharing load; if refused, run anyway and say so once.
+    pub fifo: Option<u8>,
 }
 
 impl Default for EngineConfig {
@@ -82,7 +91,8 @@ impl Default for EngineConfig {
             buf_size: 256 << 10,
             device_depth: 4,
             window: 4,
-            rt_buffers: 32,
+            readahead: ReadAhead::default(),
+            rt_buffers: 16,
             max_connections: 16384,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
@@ -91,30 +101,13 @@ impl Default for EngineConfig {
             zero_copy: true,
             rt_reserve: 0.8,
             ioprio: None,
+            fifo: None,
         }
     }
 }
 
-/// One stream's state, as `stream_state` reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StreamState {
-    /// The stream's id (0 if unknown).
-    pub id: u64,
-    /// 0 unknown, 1 open, 2 done (all sent), 3 failed.
-    pub state: u32,
-    /// Bytes read from storage.
-    pub read: u64,
-    /// Bytes sent.
-    pub sent: u64,
-    /// Buffers held: reading, full, sending.
-    pub buffers: [u32; 3],
-    /// Paced slots sent, late, and the worst lateness (ns).
-    pub slots: u64,
-    /// Late slots.
-    pub late: u64,
-    /// Worst lateness, ns.
-    pub max_late_ns: u64,
-}
+/// One stream's state, as `stream_state` reports it (the wire form of the API crate).
+pub use ictus_mars_api::StreamState;
 
 /// Counters of the engine.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -153,6 +146,15 @@ pub struct EngineStats {
     pub reserved: f64,
     /// Bytes/s that may be reserved.
     pub reservable: f64,
+    /// The devices' worst read latency now (ns), what read-ahead is sized from.
+    pub latency_high_ns: u64,
+    /// The largest read-ahead window a paced stream has had (chunks).
+    pub max_window: u64,
+    /// The most reads the paced streams have needed in flight per device beyond
+    /// `device_depth`.
+    pub max_rt_need: u64,
+    /// The worst device read latency seen (ns).
+    pub max_latency_ns: u64,
 }
 
 /// A request to the engine from another thread.
@@ -238,6 +240,9 @@ impl EngineHandle {
     }
 }
 
+/// How long a device's read latency is remembered for sizing read-ahead.
+const LATENCY_HORIZON: Duration = Duration::from_secs(4);
+
 const OP_ACCEPT: u64 = 1;
 const OP_POLL: u64 = 2;
 const OP_SEND_BYTES: u64 = 3;
@@ -262,6 +267,8 @@ struct ReadReq {
     offset: u64,
     len: u32,
     at: u32,
+    /// When it went to the kernel (ns since the engine's epoch), for the latency.
+    submitted: u64,
 }
 
 #[derive(Debug)]
@@ -357,6 +364,20 @@ pub struct Engine {
     zero_copy: bool,
     drr: Vec<Drr<ReadReq>>,
     inflight: Vec<usize>,
+    /// Each device's read latency over the last seconds.
+    latency: Vec<LatencyWindow>,
+    /// The worst of them now, and of the reads still in flight (ns).
+    latency_high: u64,
+    /// Reads per device the paced streams need in flight at that latency, beyond
+    /// `device_depth`.
+    rt_need: usize,
+    /// The most pieces one chunk puts on one device.
+    pieces_per_dev: usize,
+    /// Slots of the paced (real-time) streams.
+    paced: Vec<u32>,
+    /// Free buffers downloads must leave: `rt_buffers` and what the paced streams lack
+    /// of their read-ahead floors.
+    rt_hold: usize,
     reads: Vec<Option<ReadReq>>,
     free_reads: Vec<u32>,
     conns: Vec<Option<Conn>>,
@@ -482,6 +503,15 @@ impl Engine {
         let handle = EngineHandle { queue: Arc::clone(&queue), wake: Arc::clone(&wake), stopped: Arc::clone(&stopped) };
         let direct = storage.direct();
         let n = devices.len();
+        let pieces_per_dev = {
+            let mut per = vec![0usize; n];
+            for p in storage.plan(0, cfg.buf_size as u64) {
+                if let Some(c) = per.get_mut(usize::from(p.component)) {
+                    *c += 1;
+                }
+            }
+            per.into_iter().max().unwrap_or(1).max(1)
+        };
         let engine = Engine {
             ring,
             pool,
@@ -491,6 +521,12 @@ impl Engine {
             zero_copy,
             drr,
             inflight: vec![0; n],
+            latency: vec![LatencyWindow::new(LATENCY_HORIZON.as_nanos() as u64); n],
+            latency_high: 0,
+            rt_need: 0,
+            pieces_per_dev,
+            paced: Vec::new(),
+            rt_hold: 0,
             reads: Vec::new(),
             free_reads: Vec::new(),
             conns: Vec::new(),
@@ -594,8 +630,37 @@ impl Engine {
         result
     }
 
+    /// The devices' latency now, what the paced streams need in flight at it, and the
+    /// buffers downloads must leave them.
+    fn refresh_rt(&mut self) {
+        let now = self.now_ns();
+        let mut oldest = vec![0u64; self.latency.len()];
+        for r in self.reads.iter().flatten() {
+            let age = now.saturating_sub(r.submitted);
+            let o = &mut oldest[usize::from(r.dev)];
+            *o = (*o).max(age);
+        }
+        self.latency_high = self.latency.iter().zip(&oldest).map(|(w, &o)| w.high(now, o)).max().unwrap_or(0);
+        let (chunk, ra, l) = (self.cfg.buf_size as u64, self.cfg.readahead, self.latency_high);
+        let mut need = 0;
+        let mut hold = self.cfg.rt_buffers;
+        for &slot in &self.paced {
+            let Some(c) = self.conns.get(slot as usize).and_then(Option::as_ref) else { continue };
+            let Some(rate) = c.rate else { continue };
+            if c.cursor.is_some() || !c.segs.is_empty() {
+                need += ra.in_flight(rate, chunk, l) * self.pieces_per_dev;
+            }
+            hold += ra.floor_window(rate, chunk).saturating_sub(c.items.len());
+        }
+        self.rt_need = need;
+        self.rt_hold = hold;
+        self.stats.latency_high_ns = self.latency_high;
+        self.stats.max_rt_need = self.stats.max_rt_need.max(need as u64);
+    }
+
     /// After a batch of completions: pump every touched connection, then the devices.
     fn settle(&mut self) {
+        self.refresh_rt();
         loop {
             let dirty = std::mem::take(&mut self.dirty);
             if dirty.is_empty() {
@@ -825,11 +890,30 @@ impl Engine {
         self.dirty.push(slot);
     }
 
-    /// Makes the connection a paced real-time stream; false if admission refuses.
+    /// Buffers the admitted paced streams hold on a quiet device (their read-ahead
+    /// floors), with `extra` more bytes/s.
+    fn floor_buffers(&self, extra: Option<f64>) -> usize {
+        let chunk = self.cfg.buf_size as u64;
+        let ra = self.cfg.readahead;
+        self.paced
+            .iter()
+            .filter_map(|&s| self.conns.get(s as usize).and_then(Option::as_ref).and_then(|c| c.rate))
+            .chain(extra)
+            .map(|r| ra.floor_window(r, chunk))
+            .sum()
+    }
+
+    /// Makes the connection a paced real-time stream; false if admission refuses: the
+    /// rate past what the volume was measured to give, or the read-ahead floors past
+    /// what the buffer pool holds (keeping `rt_buffers` and a download's window free).
     fn make_paced(&mut self, slot: u32, rate: f64) -> bool {
         let Some(rt) = self.rt.clone() else { return false };
         let gen = self.conns[slot as usize].as_ref().map_or(0, |c| c.gen);
         let id = stream_id(slot, gen);
+        let spare = self.cfg.rt_buffers + self.cfg.window;
+        if self.floor_buffers(Some(rate)) + spare > self.pool.count() {
+            return false;
+        }
         if self.admission.admit(id, rate).is_err() {
             return false;
         }
@@ -848,8 +932,7 @@ impl Engine {
                 return false;
             }
         };
-        let now = self.now_ns();
-        let window = self.cfg.window.max(2);
+        let window = self.cfg.readahead.window(rate, chunk as u64, self.latency_high);
         let rt_class = self.rt_class;
         let Some(c) = self.conn(slot) else { return false };
         c.class = rt_class;
@@ -857,7 +940,11 @@ impl Engine {
         c.send_credit = 0;
         c.rate = Some(rate);
         c.upcall = Some(upcall);
-        c.pacer = Some(Pacer::new(now, chunk as u64, rate));
+        // The pacer's clock starts when the first chunk is read (`read_done`): a player
+        // starts its clock at the first byte, and the first read may wait behind a busy
+        // device for longer than a period.
+        c.pacer = None;
+        self.paced.push(slot);
         let _ = rt.resume(upcall);
         true
     }
@@ -920,14 +1007,23 @@ impl Engine {
         if let Some(rt) = &self.rt {
             let _ = rt.destroy(upcall);
         }
+        self.paced.retain(|&s| s != slot);
         self.admission.release(stream_id(slot, gen));
     }
 
     /// Queues reads for the next chunks, up to the window and the read credit.
     fn fill(&mut self, slot: u32) {
+        let (chunk, ra, latency) = (self.cfg.buf_size as u64, self.cfg.readahead, self.latency_high);
+        if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+            if let Some(rate) = c.rate {
+                // A paced stream reads as far ahead as the devices' latency asks now.
+                c.window = ra.window(rate, chunk, latency);
+                self.stats.max_window = self.stats.max_window.max(c.window as u64);
+            }
+        }
         loop {
             let rt_class = self.rt_class;
-            let rt_floor = self.cfg.rt_buffers;
+            let rt_floor = self.rt_hold;
             let free = self.pool.free_count();
             let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
             if c.items.len() >= c.window.max(1) {
@@ -979,8 +1075,15 @@ impl Engine {
             });
             let class = c.class;
             for p in pieces {
-                let req =
-                    ReadReq { buf, owner, dev: p.component, offset: p.offset, len: p.len as u32, at: p.at as u32 };
+                let req = ReadReq {
+                    buf,
+                    owner,
+                    dev: p.component,
+                    offset: p.offset,
+                    len: p.len as u32,
+                    at: p.at as u32,
+                    submitted: 0,
+                };
                 let sectors = (p.len.div_ceil(SECTOR)) as u32;
                 let dev = usize::from(p.component);
                 if let Err((_, r)) = self.drr[dev].enqueue(class, Request { position: p.offset, sectors, payload: req })
@@ -993,16 +1096,22 @@ impl Engine {
         }
     }
 
+    /// Dispatches what DRR chose, up to each device's queue limit: `device_depth` (the
+    /// paper's adapter queue) plus what the paced streams need in flight at the
+    /// measured latency (Little's law), so that a device whose queue other processes
+    /// fill still gives them their rate.
     fn kick_devices(&mut self) {
+        let limit = self.cfg.device_depth + self.rt_need;
         for dev in 0..self.drr.len() {
-            while self.inflight[dev] < self.cfg.device_depth {
+            while self.inflight[dev] < limit {
                 let Some((_, r)) = self.drr[dev].dispatch() else { break };
                 self.submit_read(r.payload);
             }
         }
     }
 
-    fn submit_read(&mut self, r: ReadReq) {
+    fn submit_read(&mut self, mut r: ReadReq) {
+        r.submitted = self.now_ns();
         let idx = match self.free_reads.pop() {
             Some(i) => {
                 self.reads[i as usize] = Some(r);
@@ -1031,6 +1140,9 @@ impl Engine {
         let dev = usize::from(r.dev);
         self.inflight[dev] -= 1;
         self.stats.reads += 1;
+        let now = self.now_ns();
+        self.latency[dev].record(now, now.saturating_sub(r.submitted));
+        self.stats.max_latency_ns = self.stats.max_latency_ns.max(now.saturating_sub(r.submitted));
         if res > 0 && (res as u32) < r.len {
             // A short read (at a component's end, or a signal): read the rest.
             let rest = ReadReq { offset: r.offset + res as u64, len: r.len - res as u32, at: r.at + res as u32, ..r };
@@ -1050,6 +1162,11 @@ impl Engine {
                             if *pending == 0 {
                                 c.read += u64::from(*len);
                                 self.pool.set_state(r.buf, BufState::Full);
+                                if let (Some(rate), None) = (c.rate, &c.pacer) {
+                                    // The first chunk of a paced stream: its clock starts.
+                                    c.pacer = Some(Pacer::new(now, self.cfg.buf_size as u64, rate));
+                                    c.send_credit = 1;
+                                }
                             }
                             break;
                         }
@@ -1313,7 +1430,7 @@ impl Engine {
         for &id in ids {
             if let Some(slot) = self.lookup_stream(id) {
                 if let Some(c) = self.conn(slot) {
-                    if c.pacer.is_none() {
+                    if c.rate.is_none() {
                         f(c);
                     }
                 }
@@ -1476,6 +1593,14 @@ impl http::Catalog for Catalog<'_> {
 pub fn spawn(engine: Engine, handle: &EngineHandle) -> io::Result<std::thread::JoinHandle<io::Result<()>>> {
     let stopped = Arc::clone(&handle.stopped);
     std::thread::Builder::new().name("ictus-mars".into()).spawn(move || {
+        if let Some(priority) = engine.cfg.fifo {
+            use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
+            // A refusal is said once by `configure_current_thread`; serve anyway.
+            let _ = configure_current_thread(&ThreadRequest {
+                policy: Some(Policy::Fifo { priority }),
+                ..ThreadRequest::default()
+            });
+        }
         if let Some((class, level)) = engine.cfg.ioprio {
             if let Err(e) = set_thread_ioprio(class, level) {
                 eprintln!("ictus mars: warning: I/O priority class {class} level {level} refused ({e}); reads keep the default");

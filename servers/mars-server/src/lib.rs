@@ -6,7 +6,9 @@
 //!   network's (the paper's mmbufs);
 //! - [`engine`]: one io_uring thread doing every read and send, Deficit Round Robin per
 //!   device, HTTP connections, paced streams;
-//! - [`protocol`], [`api`]: the streams API and the control interface on ports;
+//! - [`api`]: the streams API and the control interface on ports, on the server
+//!   skeleton; their protocol and clients are `ictus-mars-api` (re-exported as
+//!   [`protocol`] and [`client`]);
 //! - [`measure`]: the volume's capability, for admission control;
 //! - [`fallback`]: HTTP without io_uring;
 //! - [`bench`]: `ictus bench mars` (001 Tables 1–3, HTTP beside nginx and a splice loop);
@@ -26,8 +28,9 @@ pub mod fallback;
 pub mod measure;
 #[allow(unsafe_code)]
 pub mod mmbuf;
-pub mod protocol;
 pub mod volume;
+
+pub use ictus_mars_api::{client, protocol};
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
