@@ -8,7 +8,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-use ictus_bench::{BenchError, Better, Headline, Report};
+use ictus_bench::{BenchError, Better, Headline, Notes, Report};
 use ictus_midi::device::cable::{CableIn, CableOut};
 use ictus_midi::device::{sleep_until, Device};
 use ictus_midi::output::{Close, Output, OutputOptions};
@@ -157,7 +157,7 @@ pub(super) struct Chords {
 /// The chord experiment: for each size, `trials` chords through the output library and
 /// as many as one write to a socket pair, alternating (A B A B), each due a few
 /// milliseconds after it is set up, nothing else loaded.
-pub(super) fn chords(trials: usize, notes: &mut Vec<String>) -> Result<Chords, BenchError> {
+pub(super) fn chords(trials: usize, notes: &mut Notes) -> Result<Chords, BenchError> {
     let io = |what: &str, e: &dyn std::fmt::Display| {
         BenchError::io(format!("midi chords: {what}"), std::io::Error::other(e.to_string()))
     };
@@ -251,7 +251,7 @@ pub(super) fn chords(trials: usize, notes: &mut Vec<String>) -> Result<Chords, B
 }
 
 /// The chord experiment's rows, headlines and notes.
-pub(super) fn report_chords(report: &mut Report, c: &Chords, notes: &mut Vec<String>) {
+pub(super) fn report_chords(report: &mut Report, c: &Chords, notes: &mut Notes) {
     let us = |ns: u64| ns as f64 / 1000.0;
     for (n, ours, one) in &c.samples {
         for (who, v) in [("output library → cable", ours), ("one write → socket pair (floor)", one)] {
@@ -269,11 +269,11 @@ pub(super) fn report_chords(report: &mut Report, c: &Chords, notes: &mut Vec<Str
         }
     }
     let Some((_, ours, one)) = c.samples.iter().find(|(n, ..)| *n == CHORD_HEADLINE) else {
-        notes.push("the chord experiment did not run: no midi_chord256 headlines".into());
+        notes.not_measured("the midi_chord256 headlines", "the chord experiment did not run");
         return;
     };
     if ours.is_empty() || one.is_empty() {
-        notes.push("the 256-event chords did not arrive: no midi_chord256 headlines".into());
+        notes.not_measured("the midi_chord256 headlines", "the 256-event chords did not arrive");
         return;
     }
     let (o, f) = (recorder(ours), recorder(one));

@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ictus_bench::{format_ns, BenchError};
+use ictus_bench::{format_ns, BenchError, Notes};
 use ictus_midi::device::cable::CableOut;
 use ictus_midi::device::{sleep_until, Device};
 use ictus_midi::output::{Close, Output, OutputOptions};
@@ -264,7 +264,7 @@ impl OutputLane {
 
     /// Closes the output (its last message due and sent by now), waits for the
     /// receiver's records, and puts the window together.
-    fn finish(self, load: &'static str, side: bool, steal: Vec<(usize, u64)>, notes: &mut Vec<String>) -> Window {
+    fn finish(self, load: &'static str, side: bool, steal: Vec<(usize, u64)>, notes: &mut Notes) -> Window {
         let faults = faults_between(self.faults0, output_faults(self.output.id()));
         let closed = self.output.close(Close::Drain);
         let records = self.receiver.finish();
@@ -321,12 +321,7 @@ fn faults_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, 
 
 /// Run one window: `secs` seconds of messages, output threads in `sched`, cyclictest
 /// beside them.
-pub(super) fn window(
-    load: &'static str,
-    sched: Sched,
-    secs: u64,
-    notes: &mut Vec<String>,
-) -> Result<Window, BenchError> {
+pub(super) fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Notes) -> Result<Window, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let mut lane = OutputLane::open(sched, n, t0)?;
@@ -351,12 +346,15 @@ pub(super) fn window(
         Some(Ok(c)) => match c.finish() {
             Ok(samples) => vec![samples],
             Err(e) => {
-                notes.push(format!("cyclictest ({load}, {}): {e}", sched.name()));
+                notes.not_measured(format!("cyclictest ({load}, {})", sched.name()), e);
                 Vec::new()
             }
         },
         Some(Err(e)) => {
-            notes.push(format!("cyclictest could not run ({e}); install Debian rt-tests (scripts/setup.sh)"));
+            notes.not_measured(
+                format!("cyclictest ({load}, {})", sched.name()),
+                format!("could not run ({e}); install Debian rt-tests (scripts/setup.sh)"),
+            );
             Vec::new()
         }
         None => Vec::new(),
@@ -371,7 +369,7 @@ pub(super) fn window(
 /// kernel sections — and only the class differs. Each has a timer thread on every CPU
 /// ([`timer_cpus`]); the timesharing output's messages are due [`SIDE_OFFSET`] after
 /// the fixed-priority output's.
-pub(super) fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Result<Vec<Window>, BenchError> {
+pub(super) fn side_by_side(load: &'static str, secs: u64, notes: &mut Notes) -> Result<Vec<Window>, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let mut fixed = OutputLane::open(Sched::Fixed, n, t0)?;
