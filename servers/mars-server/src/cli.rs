@@ -1,9 +1,9 @@
 //! `ictus mars …`: volumes, the server, its control port.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use ictus_args::{Bytes, Count, Percent, Priority, Rate, Seconds};
 use ictus_ipc::Space;
 use ictus_mars_api::client::{default_control_socket_path, prepare_default_control_socket_path};
 use ictus_mars_api::{Control, Stats, SERVICE_NAME};
@@ -34,8 +34,10 @@ enum MarsCommand {
     Quantum {
         /// Class name (rt, nrt, or a new one).
         class: String,
-        /// Sectors (512 bytes) per round.
-        sectors: u32,
+        /// Sectors (512 bytes) per round (1 to 4294967295; at least the largest read,
+        /// which the server checks).
+        #[arg(value_name = "SECTORS", value_parser = ictus_args::count(1, u64::from(u32::MAX)))]
+        sectors: Count,
         /// The control socket [default: mars-control.sock beside the name server's].
         #[arg(long)]
         control_socket: Option<PathBuf>,
@@ -52,12 +54,13 @@ enum MarsCommand {
 enum VolumeCommand {
     /// Make a volume over files or block devices (every label is overwritten).
     Create {
-        /// Bytes per stripe unit (a multiple of 4096; K and M suffixes).
-        #[arg(long, default_value = "64K", value_parser = parse_size)]
-        interleave: u64,
-        /// Create missing component files with this size (K, M, G suffixes).
-        #[arg(long, value_parser = parse_size)]
-        size: Option<u64>,
+        /// Bytes per stripe unit, a multiple of 4096 (4096 to 16777216).
+        #[arg(long, value_name = "BYTES", default_value = "65536", value_parser = ictus_args::bytes(4096, ictus_mars::label::MAX_INTERLEAVE))]
+        interleave: Bytes,
+        /// Create missing component files with this size, in bytes (65536 to
+        /// 1125899906842624, a PiB).
+        #[arg(long, value_name = "BYTES", value_parser = ictus_args::bytes(ictus_mars::label::LABEL_BYTES, 1 << 50))]
+        size: Option<Bytes>,
         /// The components, in stripe order.
         #[arg(required = true)]
         components: Vec<PathBuf>,
@@ -71,9 +74,9 @@ enum VolumeCommand {
         name: String,
         /// The file to copy in.
         file: PathBuf,
-        /// Target segment duration of the playlist, seconds.
-        #[arg(long, default_value_t = 4.0)]
-        hls_target: f64,
+        /// Target segment duration of the playlist, seconds (0.1 to 3600).
+        #[arg(long, value_name = "SECONDS", default_value = "4", value_parser = ictus_args::seconds(0.1, 3600.0))]
+        hls_target: Seconds,
     },
     /// Describe a volume: geometry, components, streams.
     Info {
@@ -86,12 +89,12 @@ enum VolumeCommand {
         /// The components.
         #[arg(required = true)]
         components: Vec<PathBuf>,
-        /// Reads in flight per component.
-        #[arg(long, default_value_t = 4)]
-        depth: usize,
-        /// Seconds.
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
+        /// Reads in flight per component (1 to 256).
+        #[arg(long, value_name = "N", default_value = "4", value_parser = ictus_args::count(1, 256))]
+        depth: Count,
+        /// How long to measure, seconds (0.1 to 600).
+        #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = ictus_args::seconds(0.1, 600.0))]
+        seconds: Seconds,
     },
 }
 
@@ -103,35 +106,39 @@ struct ServeArgs {
     /// HTTP address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
-    /// Bytes/s admission control works from [default: measured at start].
-    #[arg(long)]
-    capability: Option<f64>,
-    /// Fraction of the capability promised to real-time streams.
-    #[arg(long, default_value_t = 0.8)]
-    rt_reserve: f64,
-    /// Device reads in flight per component (the paper's adapter queue).
-    #[arg(long, default_value_t = 4)]
-    depth: usize,
-    /// Registered buffers.
-    #[arg(long, default_value_t = 256)]
-    buffers: usize,
-    /// Bytes per buffer (K, M suffixes).
-    #[arg(long, default_value = "256K", value_parser = parse_size)]
-    buffer_size: u64,
-    /// Most HTTP connections.
-    #[arg(long, default_value_t = 16384)]
-    max_connections: usize,
-    /// Run the engine thread at this SCHED_FIFO priority (1-99), below the upcalls that
-    /// pace the streams, so timesharing load does not delay their sends; 0 for
-    /// timesharing. If refused, serve anyway and say so.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=99))]
-    fifo: u8,
-    /// Least time of stream a paced stream keeps read ahead, in milliseconds (it reads
-    /// further ahead when the devices' measured latency asks for it).
-    #[arg(long, default_value_t = 500)]
-    min_readahead_ms: u64,
+    /// Bytes per second admission control works from (1 to 1000000000000)
+    /// [default: measured at start].
+    #[arg(long, value_name = "BYTES_PER_S", value_parser = ictus_args::rate(1.0, 1e12))]
+    capability: Option<Rate>,
+    /// Percentage of the capability promised to real-time streams (0 to 100).
+    #[arg(long, value_name = "PERCENT", default_value = "80", value_parser = ictus_args::percent(0.0, 100.0))]
+    rt_reserve: Percent,
+    /// Device reads in flight per component, the paper's adapter queue (1 to 256).
+    #[arg(long, value_name = "N", default_value = "4", value_parser = ictus_args::count(1, 256))]
+    depth: Count,
+    /// Registered buffers (4 to 65535).
+    #[arg(long, value_name = "N", default_value = "256", value_parser = ictus_args::count(4, u64::from(u16::MAX)))]
+    buffers: Count,
+    /// Bytes per buffer, a multiple of 4096 (4096 to 16777216).
+    #[arg(long, value_name = "BYTES", default_value = "262144", value_parser = ictus_args::bytes(4096, 16 << 20))]
+    buffer_size: Bytes,
+    /// Most HTTP connections (1 to 1000000).
+    #[arg(long, value_name = "N", default_value = "16384", value_parser = ictus_args::count(1, 1_000_000))]
+    max_connections: Count,
+    /// Run the engine thread at this SCHED_FIFO priority (1 to 99), below the upcalls
+    /// that pace the streams, so timesharing load does not delay their sends. If
+    /// refused, serve anyway and say so.
+    #[arg(long, value_name = "PRIORITY", default_value = "50", value_parser = ictus_args::priority(1, 99))]
+    fifo: Priority,
+    /// Run the engine thread timesharing (no SCHED_FIFO).
+    #[arg(long, conflicts_with = "fifo")]
+    timesharing: bool,
+    /// Least time of stream a paced stream keeps read ahead, seconds (0 to 60); it reads
+    /// further ahead when the devices' measured latency asks for it.
+    #[arg(long, value_name = "SECONDS", default_value = "0.5", value_parser = ictus_args::seconds(0.0, 60.0))]
+    min_readahead: Seconds,
     /// Do not register with the name server (HTTP only, no streams API).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["name_server", "control_socket"])]
     no_ports: bool,
     /// The name server's socket [default: as for `ictus name-server`].
     #[arg(long)]
@@ -139,18 +146,6 @@ struct ServeArgs {
     /// The control socket [default: mars-control.sock beside the name server's].
     #[arg(long)]
     control_socket: Option<PathBuf>,
-}
-
-/// Parses `64K`, `1M`, `2G` or plain bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mul)).ok_or_else(|| format!("bad size {s:?}"))
 }
 
 fn control(path: Option<PathBuf>) -> Result<Control, ictus_mars_api::ConnectError> {
@@ -164,6 +159,7 @@ pub fn main(args: MarsArgs) -> Result<(), Box<dyn std::error::Error>> {
         MarsCommand::Volume { command } => volume(command),
         MarsCommand::Serve(a) => serve(a),
         MarsCommand::Quantum { class, sectors, control_socket } => {
+            let sectors = u32::try_from(sectors.get()).unwrap_or(u32::MAX);
             control(control_socket)?.set_quantum(&class, sectors)?;
             println!("{class}: {sectors} sectors per round");
             Ok(())
@@ -185,12 +181,15 @@ pub fn main(args: MarsArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn volume(cmd: VolumeCommand) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         VolumeCommand::Create { interleave, size, components } => {
-            let v = Volume::create(&components, interleave, size)?;
+            if interleave.get() % ictus_mars::label::ALIGN != 0 {
+                return Err(format!("--interleave {}: not a multiple of 4096", interleave.get()).into());
+            }
+            let v = Volume::create(&components, interleave.get(), size.map(Bytes::get))?;
             print!("{}", v.describe());
         }
         VolumeCommand::Add { volume, name, file, hls_target } => {
             let mut v = Volume::open(&volume)?;
-            let pl = v.add_file(&name, &file, hls_target)?;
+            let pl = v.add_file(&name, &file, hls_target.get().as_secs_f64())?;
             println!("added {name}");
             if let Some(pl) = pl {
                 println!("added {pl} (HLS playlist with byte ranges)");
@@ -199,7 +198,8 @@ fn volume(cmd: VolumeCommand) -> Result<(), Box<dyn std::error::Error>> {
         VolumeCommand::Info { components } => print!("{}", Volume::open(&components)?.describe()),
         VolumeCommand::Bench { components, depth, seconds } => {
             let s = crate::LocalStorage::open(&components)?;
-            let rate = crate::measure::capability(&s, depth, Duration::from_secs_f64(seconds.clamp(0.1, 600.0)))?;
+            let depth = depth.as_usize();
+            let rate = crate::measure::capability(&s, depth, seconds.get())?;
             println!(
                 "{:.1} MB/s ({} reads, {} in flight per component)",
                 rate / 1e6,
@@ -212,15 +212,18 @@ fn volume(cmd: VolumeCommand) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if a.buffer_size.get() % 4096 != 0 {
+        return Err(format!("--buffer-size {}: not a multiple of 4096", a.buffer_size.get()).into());
+    }
     let engine = EngineConfig {
-        device_depth: a.depth.max(1),
-        buffers: a.buffers,
-        buf_size: a.buffer_size as usize,
-        max_connections: a.max_connections,
-        rt_reserve: a.rt_reserve,
-        fifo: (a.fifo > 0).then_some(a.fifo),
+        device_depth: a.depth.as_usize(),
+        buffers: a.buffers.as_usize(),
+        buf_size: a.buffer_size.as_usize(),
+        max_connections: a.max_connections.as_usize(),
+        rt_reserve: a.rt_reserve.get() / 100.0,
+        fifo: (!a.timesharing).then(|| a.fifo.get()),
         readahead: ictus_mars::readahead::ReadAhead {
-            floor_ns: a.min_readahead_ms.saturating_mul(1_000_000),
+            floor_ns: u64::try_from(a.min_readahead.get().as_nanos()).unwrap_or(u64::MAX),
             ..ictus_mars::readahead::ReadAhead::default()
         },
         ..EngineConfig::default()
@@ -229,7 +232,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let running = crate::start(&StartOptions {
         volume: a.volume,
         listen: Some(a.listen),
-        capability: a.capability,
+        capability: a.capability.map(Rate::get),
         engine,
         force_fallback: false,
     })?;
@@ -272,17 +275,5 @@ pub fn raise_nofile() {
             rustix::process::Resource::Nofile,
             rustix::process::Rlimit { current: Some(lim), maximum: Some(lim) },
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sizes() {
-        assert_eq!(super::parse_size("64K"), Ok(65536));
-        assert_eq!(super::parse_size("2M"), Ok(2 << 20));
-        assert_eq!(super::parse_size("123"), Ok(123));
-        assert!(super::parse_size("x").is_err());
-        assert!(super::parse_size("99999999999G").is_err());
     }
 }
