@@ -7,9 +7,11 @@ need_apt=()
 # Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
 # experiments (alarm, midi); openttd-openmsx gives real multi-track MIDI files (GPL-2,
 # read in place by crates/midi/tests/smf_damaged.rs, never copied into the repository),
-# whose every prefix the Standard MIDI File reader must refuse. ICTUS_APT_PACKAGES adds
-# more.
-for pkg in rt-tests openttd-openmsx ${ICTUS_APT_PACKAGES:-}; do
+# whose every prefix the Standard MIDI File reader must refuse. For MARS (ictus bench
+# mars and its tests): nginx-light and fio are the peers (nginx sendfile; background
+# readers), curl checks the HTTP server byte for byte, e2fsprogs (mkfs.ext4) and
+# util-linux (losetup) build the slow disk. ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests openttd-openmsx nginx-light fio curl e2fsprogs util-linux ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

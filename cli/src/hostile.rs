@@ -208,6 +208,12 @@ fn no_argument_takes_a_raw_number_and_the_known_numbers_are_found() {
         "ictus clock set-resolution <US>",
         "ictus bench ipc --pin",
         "ictus bench alarm --pin-clock-pair",
+        "ictus mars serve --buffer-size",
+        "ictus mars serve --rt-reserve",
+        "ictus mars serve --capability",
+        "ictus mars serve --min-readahead",
+        "ictus mars volume create --interleave",
+        "ictus mars quantum <SECTORS>",
     ] {
         assert!(names.iter().any(|n| n == known), "{known} not found among {names:?}");
     }
@@ -300,6 +306,10 @@ fn arguments_that_contradict_each_other_are_refused() {
         (&["clock", "--name-server", "x", "stats"][..], "--name-server"),
         (&["clock", "--name-server", "x", "set-resolution", "0"][..], "--name-server"),
         (&["testbed", "--only", "nope"][..], "nope"),
+        (&["mars", "serve", "--volume", "a", "--no-ports", "--name-server", "x"][..], "cannot be used"),
+        (&["mars", "serve", "--volume", "a", "--no-ports", "--control-socket", "x"][..], "cannot be used"),
+        (&["mars", "serve", "--volume", "a", "--fifo", "10", "--timesharing"][..], "cannot be used"),
+        (&["bench", "mars", "--only", "table9"][..], "table9"),
     ] {
         let why = refused(args).unwrap_or_else(|| panic!("{args:?} accepted"));
         assert!(why.contains(says), "{args:?}: {why}");
@@ -314,6 +324,9 @@ fn arguments_that_contradict_each_other_are_refused() {
         &["clock", "--control-socket", "x", "stats"][..],
         &["clock", "--name-server", "x", "now"][..],
         &["testbed", "--only", "ipc", "alarm"][..],
+        &["mars", "serve", "--volume", "a", "--no-ports"][..],
+        &["mars", "serve", "--volume", "a", "--timesharing"][..],
+        &["bench", "mars", "--quick", "--only", "table1,http"][..],
     ] {
         assert_eq!(refused(args), None, "{args:?}");
     }

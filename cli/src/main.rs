@@ -89,6 +89,8 @@ enum Command {
     /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
     /// send each message to the clients subscribed to its class; registered as "midi_inputport".
     MidiServer(ictus_midi_server::cli::ServerArgs),
+    /// MARS (001): striped volumes and the stream server (HTTP, the streams API on ports).
+    Mars(ictus_mars_server::cli::MarsArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench(BenchArgs),
 }
@@ -137,6 +139,7 @@ static REGISTRY: &[&Experiment] = &[
     &experiments::dhs::DHS,
     &experiments::shm::SHM,
     &experiments::midi::MIDI,
+    &ictus_mars_server::bench::MARS,
 ];
 
 /// `ictus bench [--list] [NAME [OPTIONS]]`: a subcommand per experiment of the
@@ -290,6 +293,7 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
+        Command::Mars(a) => ictus_mars_server::cli::main(a),
         Command::Bench(args) => return bench(args),
     };
     match result {
@@ -329,7 +333,7 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"],
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars"],
             "names are stable: CI and the testbed use them"
         );
     }
