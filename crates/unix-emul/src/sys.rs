@@ -1,0 +1,134 @@
+//! Raw system calls. Every `syscall` instruction of the library is in this image,
+//! which is linked at [`crate::wire::LIB_LO`]: the seccomp filter recognises these
+//! call sites by address and lets through the few calls only the library makes
+//! (`Class::Library` and the library's side of the argument checks).
+
+use core::arch::asm;
+
+/// `syscall(nr, a0..a5)`: the raw result (`-errno` on failure).
+///
+/// # Safety
+/// The call must be sound for its arguments (pointers valid for what the kernel does
+/// with them), as for any system call.
+#[inline(always)]
+pub unsafe fn syscall6(nr: u32, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: the x86_64 Linux system-call convention (syscall(2)): number in rax,
+    // arguments in rdi rsi rdx r10 r8 r9, rcx and r11 clobbered; the caller vouches
+    // for the arguments.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") nr as i64 => ret,
+            in("rdi") a0, in("rsi") a1, in("rdx") a2, in("r10") a3, in("r8") a4, in("r9") a5,
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack)
+        );
+    }
+    ret
+}
+
+/// Shorthands with fewer arguments.
+///
+/// # Safety
+/// As [`syscall6`].
+#[inline(always)]
+pub unsafe fn syscall3(nr: u32, a0: u64, a1: u64, a2: u64) -> i64 {
+    // SAFETY: as the caller's.
+    unsafe { syscall6(nr, a0, a1, a2, 0, 0, 0) }
+}
+
+pub const SYS_READ: u32 = 0;
+pub const SYS_WRITE: u32 = 1;
+pub const SYS_CLOSE: u32 = 3;
+pub const SYS_FSTAT: u32 = 5;
+pub const SYS_MMAP: u32 = 9;
+pub const SYS_MPROTECT: u32 = 10;
+pub const SYS_MUNMAP: u32 = 11;
+pub const SYS_RT_SIGACTION: u32 = 13;
+pub const SYS_RT_SIGPROCMASK: u32 = 14;
+pub const SYS_PREAD64: u32 = 17;
+pub const SYS_DUP2: u32 = 33;
+pub const SYS_GETPID: u32 = 39;
+pub const SYS_SENDMSG: u32 = 46;
+pub const SYS_RECVMSG: u32 = 47;
+pub const SYS_SOCKETPAIR: u32 = 53;
+pub const SYS_FCNTL: u32 = 72;
+pub const SYS_FCHDIR: u32 = 81;
+pub const SYS_GETPPID: u32 = 110;
+pub const SYS_PRCTL: u32 = 157;
+pub const SYS_GETTID: u32 = 186;
+pub const SYS_EXIT_GROUP: u32 = 231;
+pub const SYS_TGKILL: u32 = 234;
+pub const SYS_KCMP: u32 = 312;
+pub const SYS_SECCOMP: u32 = 317;
+pub const SYS_EXECVEAT: u32 = 322;
+pub const SYS_CLOSE_RANGE: u32 = 436;
+
+/// `getpid()`.
+pub fn getpid() -> i32 {
+    // SAFETY: no pointers.
+    unsafe { syscall3(SYS_GETPID, 0, 0, 0) as i32 }
+}
+
+/// `gettid()`.
+pub fn gettid() -> i32 {
+    // SAFETY: no pointers.
+    unsafe { syscall3(SYS_GETTID, 0, 0, 0) as i32 }
+}
+
+/// `close(fd)`.
+pub fn close(fd: i32) -> i64 {
+    // SAFETY: no pointers.
+    unsafe { syscall3(SYS_CLOSE, fd as u64, 0, 0) }
+}
+
+/// `write(fd, buf)`, the whole buffer or an error.
+pub fn write_all(fd: i32, mut buf: &[u8]) {
+    while !buf.is_empty() {
+        // SAFETY: buf is a valid slice.
+        let n = unsafe { syscall3(SYS_WRITE, fd as u64, buf.as_ptr() as u64, buf.len() as u64) };
+        if n == -4 {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        buf = &buf[n as usize..];
+    }
+}
+
+/// Say something on standard error and end the whole process with `code`: for
+/// failures the library cannot hand back to the program (the server is gone, the
+/// loader cannot map the program).
+pub fn fatal(what: &[&[u8]], code: i32) -> ! {
+    write_all(2, b"ictus unix: ");
+    for w in what {
+        write_all(2, w);
+    }
+    write_all(2, b"\n");
+    loop {
+        // SAFETY: no pointers.
+        unsafe { syscall3(SYS_EXIT_GROUP, code as u64, 0, 0) };
+    }
+}
+
+/// A decimal rendering of `v` into `buf`, for messages.
+pub fn decimal(v: i64, buf: &mut [u8; 24]) -> &[u8] {
+    let neg = v < 0;
+    let mut u = v.unsigned_abs();
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    if neg {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
