@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod load;
 mod midi;
+mod unix;
 
 /// ictus: a Mach-style microkernel personality in user space on Linux.
 ///
@@ -81,6 +82,8 @@ enum Command {
     Load(load::LoadArgs),
     /// MIDI: decode captures, play and conduct Standard MIDI Files, make the demo file.
     Midi(midi::MidiArgs),
+    /// Unix as an application (004): run a program under a user-level Unix server.
+    Unix(unix::UnixArgs),
     /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
     /// send each message to the clients subscribed to its class; registered as "midi_inputport".
     MidiServer(ictus_midi_server::cli::ServerArgs),
@@ -211,6 +214,7 @@ fn main() -> ExitCode {
         }
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
+        Command::Unix(a) => unix::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {

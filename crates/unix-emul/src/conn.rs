@@ -55,9 +55,10 @@ struct Msghdr {
     flags: i32,
 }
 
-/// Room for the control message of [`MAX_FDS`] descriptors: a 16-byte header and
-/// the descriptors padded to 8.
-const CMSG_ROOM: usize = 16 + 16;
+/// Room for the control messages of a reply: the server's credentials (the
+/// library's end has `SO_PASSCRED`, so the kernel adds them: 16 + 12, padded to 32)
+/// and [`MAX_FDS`] descriptors (16 + 12, padded to 32).
+const CMSG_ROOM: usize = 64;
 
 #[repr(C, align(8))]
 struct Cmsg([u8; CMSG_ROOM]);
@@ -129,16 +130,34 @@ fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_FDS], cloexec: bool) -> Res
         return Err(if n == 0 { -32 } else { n });
     }
     let mut got = 0;
-    if msg.controllen >= 16 {
-        let len = u64::from_le_bytes(cmsg.0[0..8].try_into().unwrap_or([0; 8])) as usize;
-        let level = i32::from_le_bytes(cmsg.0[8..12].try_into().unwrap_or([0; 4]));
-        let kind = i32::from_le_bytes(cmsg.0[12..16].try_into().unwrap_or([0; 4]));
-        if level == SOL_SOCKET && kind == SCM_RIGHTS && (16..=CMSG_ROOM).contains(&len) {
-            got = ((len - 16) / 4).min(MAX_FDS);
-            for (i, slot) in fds.iter_mut().enumerate().take(got) {
-                *slot = i32::from_le_bytes(cmsg.0[16 + 4 * i..20 + 4 * i].try_into().unwrap_or([0xff; 4]));
+    let mut at = 0usize;
+    let room = msg.controllen.min(CMSG_ROOM);
+    while at + 16 <= room {
+        let word = |i: usize| cmsg.0[i..i + 4].try_into().map(i32::from_le_bytes).unwrap_or(0);
+        let len = u64::from_le_bytes(cmsg.0[at..at + 8].try_into().unwrap_or([0; 8])) as usize;
+        if len < 16 || at + len > room {
+            break;
+        }
+        if word(at + 8) == SOL_SOCKET && word(at + 12) == SCM_RIGHTS {
+            let count = (len - 16) / 4;
+            for i in 0..count {
+                let fd = word(at + 16 + 4 * i);
+                if got < MAX_FDS {
+                    fds[got] = fd;
+                    got += 1;
+                } else {
+                    sys::close(fd);
+                }
             }
         }
+        at += (len + 7) & !7;
+    }
+    if msg.flags & 0x8 != 0 {
+        // MSG_CTRUNC: descriptors were lost; the reply cannot be trusted.
+        for f in fds.iter().take(got) {
+            sys::close(*f);
+        }
+        return Err(-5);
     }
     Ok((n as usize, got))
 }
@@ -152,6 +171,12 @@ fn new_connection() -> Result<i32, CallError> {
     if r < 0 {
         return Err(CallError::NoConnection);
     }
+    // Credentials on every request from the first one: with SO_PASSCRED on the
+    // sending end the kernel stamps each message, whatever the server's end had set
+    // when it was sent (setsockopt(2), socket(7)).
+    let one: i32 = 1;
+    // SAFETY: an int option.
+    unsafe { syscall6(54, pair[0] as u64, 1, 16, &one as *const i32 as u64, 4, 0) };
     let sent = send(SESSION_FD, &wire::HELLO, &[pair[1]]);
     sys::close(pair[1]);
     if sent < 0 {

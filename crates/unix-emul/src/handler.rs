@@ -213,18 +213,15 @@ unsafe fn arg_check(n: u32, check: ArgCheck, a: [u64; 6]) -> i64 {
                 let i = i as usize;
                 let mut b = a;
                 let m;
-                let mut pair = [0u64; 2];
                 if n == nr::PSELECT6 || n == nr::IO_PGETEVENTS {
                     // A pointer to { const sigset_t *ss; size_t ss_len }.
-                    pair = core::ptr::read_unaligned(a[i] as *const [u64; 2]);
+                    let mut pair = core::ptr::read_unaligned(a[i] as *const [u64; 2]);
                     if pair[0] != 0 {
                         m = stripped_mask(pair[0]);
                         pair[0] = &m as *const u64 as u64;
                     }
                     b[i] = pair.as_ptr() as u64;
-                    let r = native(n, b);
-                    let _ = pair;
-                    return r;
+                    return native(n, b);
                 }
                 m = stripped_mask(a[i]);
                 b[i] = &m as *const u64 as u64;

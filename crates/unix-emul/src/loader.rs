@@ -247,9 +247,14 @@ pub unsafe extern "C" fn start(sp: *mut u64) -> ! {
             }
             aux = aux.add(2);
         }
-        // Drop the loader's own argv[0]: argc moves up one word.
-        let new_sp = sp.add(1);
-        *new_sp = argc.saturating_sub(1) as u64;
+        // Drop the loader's own argv[0]: the argv, envp and auxv arrays move down one
+        // word over it, so the stack pointer stays where the kernel put it (16-byte
+        // aligned, as the ABI requires at entry).
+        let end = aux.add(2);
+        let words = end.offset_from(argv.add(1)) as usize;
+        core::ptr::copy(argv.add(1), argv, words);
+        *sp = argc.saturating_sub(1) as u64;
+        let new_sp = sp;
         let entry = interp.map_or(prog.entry, |m| m.entry);
         core::arch::asm!(
             "mov rsp, rdi",

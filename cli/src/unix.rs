@@ -1,0 +1,42 @@
+//! `ictus unix …`: Unix as an application (004). `run` starts a program under a
+//! private Unix server whose policy the user writes.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+/// `ictus unix`.
+#[derive(Args, Debug)]
+pub struct UnixArgs {
+    #[command(subcommand)]
+    command: UnixCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum UnixCommand {
+    /// Run a program with its system calls served by a private Unix server: the view
+    /// of files, the network and the refused calls come from the policy. Exit code,
+    /// ending signal and standard streams are the program's.
+    Run {
+        /// The policy file (see doc/unix.md) [default: the host's tree, network on].
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Say nothing about privileges the kernel did not grant.
+        #[arg(long)]
+        quiet: bool,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<OsString>,
+    },
+}
+
+/// Run `ictus unix …`; `run` ends the process as the program ended.
+pub fn main(a: UnixArgs) -> Result<(), Box<dyn std::error::Error>> {
+    match a.command {
+        UnixCommand::Run { policy, quiet, argv } => {
+            let ended = ictus_unix_server::run(&ictus_unix_server::RunOptions { policy, argv, quiet })?;
+            ictus_unix_server::exit_like(ended)
+        }
+    }
+}
