@@ -209,7 +209,7 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             } else {
                 (a[2] & 0xffff_ffff, a[3] & 0o7777, 0)
             };
-            open(s, pid, &arg1(0), flags, mode, resolve_flags).with_fd()
+            open(s, pid, &arg1(0), flags, mode, resolve_flags, h.op == nr::OPENAT2).with_fd()
         }
         nr::NEWFSTATAT | nr::STATX => {
             let flags = if h.op == nr::NEWFSTATAT { a[3] } else { a[2] };
@@ -400,11 +400,39 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         })()),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
         nr::SOCKET => refuse(s, h.op, errno::EACCES),
+        nr::SETUID | nr::SETREUID | nr::SETRESUID | nr::SETFSUID | nr::SETGID | nr::SETREGID | nr::SETRESGID
+        | nr::SETFSGID => identity(s, pid, h.op, a),
         n => match nr::class(n) {
             Class::Refused(e) => refuse(s, n, e),
             _ => refuse(s, n, errno::ENOSYS),
         },
     }
+}
+
+/// The identity calls change nothing here: the server acts with the session's one
+/// identity, so a program may not take another. A call that keeps every id as it is
+/// (`setresuid(-1, -1, -1)`, `setuid(getuid())` with all ids equal, as make and
+/// shells do) succeeds; any real change is refused with `EPERM` and counted.
+fn identity(s: &Session, pid: i32, op: u32, a: [u64; 6]) -> Reply {
+    let gid = matches!(op, nr::SETGID | nr::SETREGID | nr::SETRESGID | nr::SETFSGID);
+    let key = if gid { "Gid:" } else { "Uid:" };
+    let ids: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect()))
+        .unwrap_or_default();
+    let Some(&current) = ids.first() else { return Reply::err(errno::EPERM) };
+    let all_same = ids.iter().all(|&i| i == current);
+    let n = match op {
+        nr::SETUID | nr::SETGID | nr::SETFSUID | nr::SETFSGID => 1,
+        nr::SETREUID | nr::SETREGID => 2,
+        _ => 3,
+    };
+    let keeps = a.iter().take(n).all(|&x| x as u32 == u32::MAX || x as u32 == current);
+    if all_same && keeps {
+        // setfsuid/setfsgid answer the previous id.
+        return Reply::ok(if matches!(op, nr::SETFSUID | nr::SETFSGID) { current as i64 } else { 0 });
+    }
+    refuse(s, op, errno::EPERM)
 }
 
 trait WithFd {
@@ -431,7 +459,7 @@ const O_APPEND: u64 = 0o2000;
 const O_NOFOLLOW: u64 = 0o400000;
 const O_TMPFILE: u64 = 0o20200000;
 
-fn open(s: &Session, pid: i32, a: &Arg<'_>, flags: u64, mode: u64, resolve_flags: u64) -> Res<OwnedFd> {
+fn open(s: &Session, pid: i32, a: &Arg<'_>, flags: u64, mode: u64, resolve_flags: u64, openat2_request: bool) -> Res<OwnedFd> {
     if resolve_flags & !0x3f != 0 {
         return Err(errno::EINVAL);
     }
@@ -443,25 +471,48 @@ fn open(s: &Session, pid: i32, a: &Arg<'_>, flags: u64, mode: u64, resolve_flags
     let b = base(s, pid, a.dirfd)?;
     let r = s.view.resolve(&b, a.path, follow, &HostFs { pid, session: s })?;
     // RESOLVE_BENEATH / RESOLVE_IN_ROOT: nothing outside the starting directory.
-    if resolve_flags & 0x18 != 0 && (a.path.first() == Some(&b'/') || !r.view.starts_with(&b)) {
-        return Err(libc::EXDEV);
+    if resolve_flags & 0x18 != 0 {
+        let mut depth = 0i32;
+        let climbs = a.path.split(|&c| c == b'/').any(|c| {
+            match c {
+                b"" | b"." => {}
+                b".." => depth -= 1,
+                _ => depth += 1,
+            }
+            depth < 0
+        });
+        if climbs || a.path.first() == Some(&b'/') || !r.view.starts_with(&b) {
+            return Err(libc::EXDEV);
+        }
     }
     let writes = flags & O_ACCMODE != 0 || flags & (O_CREAT | O_TRUNC | O_APPEND) != 0 || flags & O_TMPFILE == O_TMPFILE;
     if writes {
         writable(&r)?;
     }
     let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
-    let fl = flags | (libc::O_NOCTTY | libc::O_CLOEXEC) as u64;
+    // The server never takes a controlling terminal for itself; the descriptor's
+    // close-on-exec is the receiver's to choose (MSG_CMSG_CLOEXEC).
+    let extra = if flags & libc::O_PATH as u64 != 0 { libc::O_CLOEXEC } else { libc::O_NOCTTY | libc::O_CLOEXEC } as u64;
+    let open_final = |dir: Option<BorrowedFd<'_>>, name: &CStr, fl: u64| -> Res<OwnedFd> {
+        if openat2_request {
+            // openat2 checks its flags strictly: let the kernel judge the program's.
+            sys::openat2(dir, name, fl, mode, 0)
+        } else {
+            let d = dir.map_or(libc::AT_FDCWD as libc::c_long, |d| d.as_raw_fd() as libc::c_long);
+            // SAFETY: a descriptor openat returned is new and ours.
+            raw(libc::SYS_openat, [d, cs(name), fl as _, mode as _, 0, 0]).map(|fd| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+        }
+    };
     if r.magic {
         // /proc/PID/fd/N and friends: open what the link designates.
         let p = cpath(&r.host)?;
-        return sys::openat2(None, &p, fl, mode, 0);
+        return open_final(None, &p, flags | extra);
     }
     let (dir, name) = parent(&r)?;
     // The final component is not a link (the walk followed it), unless the program
     // asked not to follow: O_NOFOLLOW keeps a link swapped in since from being
     // followed. O_PATH|O_NOFOLLOW opens a link itself, as asked.
-    sys::openat2(Some(dir.as_fd()), &name, fl | O_NOFOLLOW, mode, 0)
+    open_final(Some(dir.as_fd()), &name, flags | extra | O_NOFOLLOW)
 }
 
 /// The script interpreter line: `#!interp [arg]`.
