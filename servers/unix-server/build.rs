@@ -20,7 +20,18 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let emul = manifest.join("../../crates/unix-emul/src");
-    let common = ["--edition", "2021", "-C", "panic=abort", "-C", "opt-level=2", "-C", "debuginfo=1", "-C", "relocation-model=static"];
+    let common = [
+        "--edition",
+        "2021",
+        "-C",
+        "panic=abort",
+        "-C",
+        "opt-level=2",
+        "-C",
+        "debuginfo=1",
+        "-C",
+        "relocation-model=static",
+    ];
     run(Command::new(&rustc)
         .args(common)
         .args(["--crate-type", "rlib", "--crate-name", "ictus_unix_emul", "--cap-lints", "allow", "--out-dir"])

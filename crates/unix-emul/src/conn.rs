@@ -165,9 +165,7 @@ fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_FDS], cloexec: bool) -> Res
 fn new_connection() -> Result<i32, CallError> {
     let mut pair = [0i32; 2];
     // SAFETY: pair has room for two descriptors (socketpair(2)).
-    let r = unsafe {
-        syscall6(53, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair.as_mut_ptr() as u64, 0, 0)
-    };
+    let r = unsafe { syscall6(53, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair.as_mut_ptr() as u64, 0, 0) };
     if r < 0 {
         return Err(CallError::NoConnection);
     }
@@ -318,7 +316,8 @@ fn release(c: Conn) {
 
 /// Every signal but SIGSYS and the synchronous ones (SIGILL, SIGTRAP, SIGBUS, SIGFPE,
 /// SIGSEGV), which the kernel would force through anyway.
-const BLOCK_DURING_CALL: u64 = !((1 << (31 - 1)) | (1 << (4 - 1)) | (1 << (5 - 1)) | (1 << (7 - 1)) | (1 << (8 - 1)) | (1 << (11 - 1)));
+const BLOCK_DURING_CALL: u64 =
+    !((1 << (31 - 1)) | (1 << (4 - 1)) | (1 << (5 - 1)) | (1 << (7 - 1)) | (1 << (8 - 1)) | (1 << (11 - 1)));
 
 /// What a call returned: its result, the length of its data in the buffer, and the
 /// descriptors that came with it.

@@ -43,13 +43,7 @@ const REG_RAX: usize = 13;
 /// to the library, so the program's `rt_sigaction(SIGSYS)` lands here.
 static VIRTUAL_SIGSYS: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
-core::arch::global_asm!(
-    ".globl ictus_unix_restorer",
-    "ictus_unix_restorer:",
-    "mov eax, 15",
-    "syscall",
-    "ud2",
-);
+core::arch::global_asm!(".globl ictus_unix_restorer", "ictus_unix_restorer:", "mov eax, 15", "syscall", "ud2",);
 
 extern "C" {
     fn ictus_unix_restorer();
@@ -363,7 +357,8 @@ impl Req {
     /// Argument `i` is a directory descriptor for the path `p` (`which` 1 or 2):
     /// attach it unless the path is absolute or it is `AT_FDCWD`.
     fn dirfd(&mut self, i: usize, which: u8) {
-        let (at, len, has) = if which == 1 { (self.p1.0, self.p1.1, self.has1) } else { (self.p2.0, self.p2.1, self.has2) };
+        let (at, len, has) =
+            if which == 1 { (self.p1.0, self.p1.1, self.has1) } else { (self.p2.0, self.p2.1, self.has2) };
         let absolute = has && len > 0 && self.store[at] == b'/';
         if self.args[i] as i32 as i64 != AT_FDCWD && !absolute {
             self.fd_args |= 1 << i;
@@ -502,8 +497,14 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
     // SAFETY: every pointer read below is one the program passed for that purpose.
     unsafe {
         match n {
-            nr::GETXATTR | nr::LGETXATTR | nr::LISTXATTR | nr::LLISTXATTR | nr::SETXATTR | nr::LSETXATTR
-            | nr::REMOVEXATTR | nr::LREMOVEXATTR => Ok(-(errno::ENOTSUP as i64)),
+            nr::GETXATTR
+            | nr::LGETXATTR
+            | nr::LISTXATTR
+            | nr::LLISTXATTR
+            | nr::SETXATTR
+            | nr::LSETXATTR
+            | nr::REMOVEXATTR
+            | nr::LREMOVEXATTR => Ok(-(errno::ENOTSUP as i64)),
             nr::NEWFSTATAT if a[3] & AT_EMPTY_PATH != 0 && a[1] != 0 && *(a[1] as *const u8) == 0 => {
                 // fstat in disguise (glibc's fstat is this): the kernel's, on the
                 // program's own descriptor.

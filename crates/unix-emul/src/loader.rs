@@ -158,14 +158,8 @@ fn map_image(fd: i32) -> (Mapped, bool) {
                 let mem_end = p.vaddr.wrapping_add(p.memsz).wrapping_add(bias);
                 let file_pages_end = (file_end + PAGE - 1) & !(PAGE - 1);
                 if p.filesz > 0 {
-                    let r = mmap(
-                        start,
-                        file_pages_end - start,
-                        prot,
-                        MAP_PRIVATE | MAP_FIXED,
-                        fd,
-                        p.offset & !(PAGE - 1),
-                    );
+                    let r =
+                        mmap(start, file_pages_end - start, prot, MAP_PRIVATE | MAP_FIXED, fd, p.offset & !(PAGE - 1));
                     if r < 0 {
                         fail(b"mapping a segment failed");
                     }
@@ -178,7 +172,8 @@ fn map_image(fd: i32) -> (Mapped, bool) {
                 let anon_start = if p.filesz > 0 { file_pages_end } else { start };
                 let anon_end = (mem_end + PAGE - 1) & !(PAGE - 1);
                 if anon_end > anon_start {
-                    let r = mmap(anon_start, anon_end - anon_start, prot, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
+                    let r =
+                        mmap(anon_start, anon_end - anon_start, prot, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
                     if r < 0 {
                         fail(b"mapping .bss failed");
                     }

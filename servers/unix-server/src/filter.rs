@@ -62,7 +62,13 @@ enum Act {
 
 fn action(nr: u32, p: &FilterPolicy) -> Act {
     if p.refused.contains(&nr) {
-        return Act::Trap;
+        // Refused to the program; the library's own calls stay allowed (they are
+        // harmless: a refusal of a native call is policy for the program, and the
+        // library needs getpid and friends to reach the server at all).
+        return match sysno::class(nr) {
+            Class::Native | Class::NativeIf(_) | Class::Library => Act::Lib,
+            Class::Server | Class::Refused(_) => Act::Trap,
+        };
     }
     if nr == sysno::EXECVEAT {
         // The library execs the loader itself (by descriptor); Landlock confines
@@ -439,8 +445,10 @@ mod tests {
 
     #[test]
     fn policy_refusals_trap_and_the_network_opens() {
-        let f = build(&FilterPolicy { network: true, refused: vec![nr::GETPID] });
+        let f = build(&FilterPolicy { network: true, refused: vec![nr::GETPID, nr::OPENAT] });
         assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);
+        assert_eq!(run(&f, nr::GETPID, LIB, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&f, nr::OPENAT, LIB, [0; 6]), TRAP);
         assert_eq!(run(&f, nr::SOCKET, PROG, [2, 1, 0, 0, 0, 0]), RET_ALLOW);
     }
 }

@@ -130,7 +130,8 @@ pub fn loader_path() -> std::io::Result<PathBuf> {
 pub fn start_session(policy: Policy) -> Result<(Server, OwnedFd, PathBuf), RunError> {
     let loader_path = loader_path().map_err(RunError::Setup)?;
     let c = sys::cpath(&loader_path).map_err(|e| RunError::Setup(io(e)))?;
-    let loader = sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
+    let loader =
+        sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
     let session = Arc::new(Session {
         view: View::new(&policy),
         policy,
@@ -170,7 +171,13 @@ fn landlock(loader: &Path, network: bool) -> Landlock {
         scoped = LANDLOCK_SCOPE_SIGNAL | if network { 0 } else { LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET };
     }
     let attr = Attr { fs: LANDLOCK_ACCESS_FS_EXECUTE, net: 0, scoped };
-    let size = if abi >= 6 { 24 } else if abi >= 4 { 16 } else { 8 };
+    let size = if abi >= 6 {
+        24
+    } else if abi >= 4 {
+        16
+    } else {
+        8
+    };
     // SAFETY: attr is a landlock_ruleset_attr of at least `size` bytes.
     let fd = unsafe { libc::syscall(444, &attr as *const Attr, size as usize, 0u32) };
     if fd < 0 {
@@ -245,13 +252,53 @@ fn find_program(session: &Session, argv0: &[u8]) -> Result<(crate::ops::Reply, V
     Err(RunError::Program(name, io(last)))
 }
 
+/// What the server counted in a session.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Requests served.
+    pub served: u64,
+    /// Requests refused as malformed.
+    pub malformed: u64,
+    /// Connections made.
+    pub connections: u64,
+    /// Connections still open when the program ended (after a settling wait for the
+    /// session's other processes).
+    pub open: u64,
+    /// Refused calls, by name (or number).
+    pub refused: std::collections::BTreeMap<String, u64>,
+}
+
+/// The counters of a session now.
+pub fn snapshot(session: &Session) -> Snapshot {
+    use std::sync::atomic::Ordering::Relaxed;
+    let refused = session
+        .stats
+        .refused
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(n, c)| (ictus_unix_emul::sysno::name(*n).map_or_else(|| n.to_string(), str::to_string), *c))
+        .collect();
+    Snapshot {
+        served: session.stats.served.load(Relaxed),
+        malformed: session.stats.malformed.load(Relaxed),
+        connections: session.stats.connections.load(Relaxed),
+        open: session.stats.open.load(Relaxed),
+        refused,
+    }
+}
+
 /// Run a program under a private server; returns how it ended.
 pub fn run(opts: &RunOptions) -> Result<Ended, RunError> {
+    run_session(opts).map(|r| r.0)
+}
+
+/// Run a program under a private server; returns how it ended and what the server
+/// counted.
+pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
     let policy = load_policy(opts.policy.as_deref())?;
-    let filter_bytes = filter::build(&FilterPolicy {
-        network: policy.network,
-        refused: policy.refused.iter().map(|r| r.0).collect(),
-    });
+    let filter_bytes =
+        filter::build(&FilterPolicy { network: policy.network, refused: policy.refused.iter().map(|r| r.0).collect() });
     let network = policy.network;
     let (server, client_end, loader_path) = start_session(policy)?;
     let argv0 = opts.argv.first().ok_or(RunError::NoProgram)?;
@@ -263,13 +310,8 @@ pub fn run(opts: &RunOptions) -> Result<Ended, RunError> {
     let mut args: Vec<OsString> = Vec::new();
     let data = &reply.data;
     let count = data.first().copied().unwrap_or(0) as usize;
-    let mut prefix: Vec<OsString> = data
-        .get(1..)
-        .unwrap_or(&[])
-        .split(|&b| b == 0)
-        .take(count)
-        .map(|s| OsString::from_vec(s.to_vec()))
-        .collect();
+    let mut prefix: Vec<OsString> =
+        data.get(1..).unwrap_or(&[]).split(|&b| b == 0).take(count).map(|s| OsString::from_vec(s.to_vec())).collect();
     if count > 0 {
         args.append(&mut prefix);
         args.push(OsString::from_vec(used));
@@ -351,12 +393,22 @@ pub fn run(opts: &RunOptions) -> Result<Ended, RunError> {
     let status = spawned.and_then(|mut c| c.wait());
     restore_signals(old);
     let status = status.map_err(RunError::Setup)?;
+    // Processes the program left behind (or that were killed) hang their
+    // connections up as they go; give them a moment before counting.
+    for _ in 0..200 {
+        if server.connections() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let snap = snapshot(server.session());
     drop(server);
-    Ok(match (status.code(), status.signal()) {
+    let ended = match (status.code(), status.signal()) {
         (Some(c), _) => Ended::Code(c),
         (None, Some(s)) => Ended::Signal(s),
         _ => Ended::Code(127),
-    })
+    };
+    Ok((ended, snap))
 }
 
 fn handler_argv0() -> Vec<u8> {

@@ -21,4 +21,4 @@ pub mod server;
 mod sys;
 pub mod view;
 
-pub use launch::{exit_like, run, Ended, RunError, RunOptions};
+pub use launch::{exit_like, run, run_session, Ended, RunError, RunOptions, Snapshot};

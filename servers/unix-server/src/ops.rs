@@ -99,14 +99,30 @@ impl Lookup for HostFs<'_> {
             Ok(m) if m & libc::S_IFMT == libc::S_IFLNK => {
                 if let Some(rest) = b.strip_prefix(b"/proc/") {
                     // /proc/PID/exe names the loader: show the program instead.
-                    if let Some(pid) = rest.strip_suffix(b"/exe").and_then(|p| std::str::from_utf8(p).ok()?.parse::<i32>().ok()) {
-                        if let Some(exe) = self.session.exes.lock().unwrap_or_else(|e| e.into_inner()).get(&pid) {
-                            return Node::Symlink(exe.as_os_str().as_bytes().to_vec());
+                    if let Some(pid) =
+                        rest.strip_suffix(b"/exe").and_then(|p| std::str::from_utf8(p).ok()?.parse::<i32>().ok())
+                    {
+                        // A fork child runs its parent's program until it execs.
+                        let exes = self.session.exes.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut p = pid;
+                        for _ in 0..64 {
+                            if let Some(exe) = exes.get(&p) {
+                                return Node::Symlink(exe.as_os_str().as_bytes().to_vec());
+                            }
+                            match parent_pid(p) {
+                                Some(pp) if pp > 1 => p = pp,
+                                _ => break,
+                            }
                         }
                     }
                 }
                 match sys::readlink(host) {
-                    Ok(t) if b.starts_with(b"/proc/") && (t.first() != Some(&b'/') && t.contains(&b':') || t.ends_with(b" (deleted)")) => Node::Magic,
+                    Ok(t)
+                        if b.starts_with(b"/proc/")
+                            && (t.first() != Some(&b'/') && t.contains(&b':') || t.ends_with(b" (deleted)")) =>
+                    {
+                        Node::Magic
+                    }
                     Ok(t) => Node::Symlink(t),
                     Err(_) => Node::Missing,
                 }
@@ -114,6 +130,15 @@ impl Lookup for HostFs<'_> {
             Ok(_) => Node::Other,
         }
     }
+}
+
+/// The parent of `pid`, from `/proc/PID/status`.
+fn parent_pid(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The view directory relative paths start from: the attached directory
@@ -161,7 +186,7 @@ fn writable(r: &Resolved) -> Res<()> {
 fn raw(nr: libc::c_long, a: [libc::c_long; 6]) -> Res<i64> {
     // SAFETY: every call below passes descriptors it owns, C strings it made and
     // buffers it allocated, each of the size the call expects.
-    unsafe { sys::raw(nr, a).map(|v| v as i64) }
+    unsafe { sys::raw(nr, a) }
 }
 
 fn fdl(fd: &impl AsFd) -> libc::c_long {
@@ -192,7 +217,7 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
     const AT_EMPTY_PATH: u64 = 0x1000;
     let nofollow = libc::AT_SYMLINK_NOFOLLOW as libc::c_long;
     let empty_with_fd = |dir: usize, flags: u64| {
-        flags & AT_EMPTY_PATH != 0 && req.path1.is_none_or(|p| p.is_empty()) && fd_of[dir].is_some()
+        flags & AT_EMPTY_PATH != 0 && req.path1.map_or(true, |p| p.is_empty()) && fd_of[dir].is_some()
     };
 
     if let Some(e) = s.policy.refusal(h.op) {
@@ -258,9 +283,10 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
                     h.node(&r.host)
                 };
                 match link {
-                    Node::Symlink(t) if r.host.starts_with("/proc/") && t.first() == Some(&b'/') => {
-                        Ok(s.view.view_of(Path::new(OsStr::from_bytes(&t))).map_or(t, |v| v.into_os_string().into_vec()))
-                    }
+                    Node::Symlink(t) if r.host.starts_with("/proc/") && t.first() == Some(&b'/') => Ok(s
+                        .view
+                        .view_of(Path::new(OsStr::from_bytes(&t)))
+                        .map_or(t, |v| v.into_os_string().into_vec())),
                     Node::Symlink(t) => Ok(t),
                     _ => {
                         let (dir, name) = parent(&r)?;
@@ -287,7 +313,13 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         nr::CHDIR => match (|| {
             let r = resolve(s, pid, &arg1(0), true)?;
             let (dir, name) = parent(&r)?;
-            sys::openat2(Some(dir.as_fd()), &name, (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64, 0, 0)
+            sys::openat2(
+                Some(dir.as_fd()),
+                &name,
+                (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+                0,
+                0,
+            )
         })() {
             Ok(fd) => Reply { result: 0, data: vec![], fds: vec![fd] },
             Err(e) => Reply::err(e),
@@ -346,7 +378,10 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         nr::FCHOWNAT => res((|| {
             if empty_with_fd(0, a[4]) {
                 let e = CString::default();
-                return raw(libc::SYS_fchownat, [fdl(fd_of[0].expect("checked")), cs(&e), a[2] as _, a[3] as _, AT_EMPTY_PATH as _, 0]);
+                return raw(
+                    libc::SYS_fchownat,
+                    [fdl(fd_of[0].expect("checked")), cs(&e), a[2] as _, a[3] as _, AT_EMPTY_PATH as _, 0],
+                );
             }
             let r = resolve(s, pid, &arg1(0), a[4] & AT_SYMLINK_NOFOLLOW == 0)?;
             writable(&r)?;
@@ -361,7 +396,10 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             }
             if empty_with_fd(0, a[3]) {
                 let e = CString::default();
-                return raw(libc::SYS_utimensat, [fdl(fd_of[0].expect("checked")), cs(&e), times, AT_EMPTY_PATH as _, 0, 0]);
+                return raw(
+                    libc::SYS_utimensat,
+                    [fdl(fd_of[0].expect("checked")), cs(&e), times, AT_EMPTY_PATH as _, 0, 0],
+                );
             }
             let r = resolve(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
             writable(&r)?;
@@ -372,7 +410,13 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             let r = resolve(s, pid, &arg1(0), true)?;
             writable(&r)?;
             let (dir, name) = parent(&r)?;
-            let fd = sys::openat2(Some(dir.as_fd()), &name, (libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY) as u64, 0, 0)?;
+            let fd = sys::openat2(
+                Some(dir.as_fd()),
+                &name,
+                (libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY) as u64,
+                0,
+                0,
+            )?;
             raw(libc::SYS_ftruncate, [fdl(&fd), a[1] as _, 0, 0, 0, 0])
         })()),
         nr::STATFS => {
@@ -380,7 +424,13 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             let r = (|| {
                 let r = resolve(s, pid, &arg1(0), true)?;
                 let (dir, name) = parent(&r)?;
-                let fd = sys::openat2(Some(dir.as_fd()), &name, (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64, 0, 0)?;
+                let fd = sys::openat2(
+                    Some(dir.as_fd()),
+                    &name,
+                    (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+                    0,
+                    0,
+                )?;
                 raw(libc::SYS_fstatfs, [fdl(&fd), buf.as_mut_ptr() as _, 0, 0, 0, 0])
             })();
             match r {
@@ -400,7 +450,13 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         })()),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
         nr::SOCKET => refuse(s, h.op, errno::EACCES),
-        nr::SETUID | nr::SETREUID | nr::SETRESUID | nr::SETFSUID | nr::SETGID | nr::SETREGID | nr::SETRESGID
+        nr::SETUID
+        | nr::SETREUID
+        | nr::SETRESUID
+        | nr::SETFSUID
+        | nr::SETGID
+        | nr::SETREGID
+        | nr::SETRESGID
         | nr::SETFSGID => identity(s, pid, h.op, a),
         n => match nr::class(n) {
             Class::Refused(e) => refuse(s, n, e),
@@ -418,7 +474,11 @@ fn identity(s: &Session, pid: i32, op: u32, a: [u64; 6]) -> Reply {
     let key = if gid { "Gid:" } else { "Uid:" };
     let ids: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|t| t.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect()))
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        })
         .unwrap_or_default();
     let Some(&current) = ids.first() else { return Reply::err(errno::EPERM) };
     let all_same = ids.iter().all(|&i| i == current);
@@ -459,7 +519,15 @@ const O_APPEND: u64 = 0o2000;
 const O_NOFOLLOW: u64 = 0o400000;
 const O_TMPFILE: u64 = 0o20200000;
 
-fn open(s: &Session, pid: i32, a: &Arg<'_>, flags: u64, mode: u64, resolve_flags: u64, openat2_request: bool) -> Res<OwnedFd> {
+fn open(
+    s: &Session,
+    pid: i32,
+    a: &Arg<'_>,
+    flags: u64,
+    mode: u64,
+    resolve_flags: u64,
+    openat2_request: bool,
+) -> Res<OwnedFd> {
     if resolve_flags & !0x3f != 0 {
         return Err(errno::EINVAL);
     }
@@ -485,14 +553,16 @@ fn open(s: &Session, pid: i32, a: &Arg<'_>, flags: u64, mode: u64, resolve_flags
             return Err(libc::EXDEV);
         }
     }
-    let writes = flags & O_ACCMODE != 0 || flags & (O_CREAT | O_TRUNC | O_APPEND) != 0 || flags & O_TMPFILE == O_TMPFILE;
+    let writes =
+        flags & O_ACCMODE != 0 || flags & (O_CREAT | O_TRUNC | O_APPEND) != 0 || flags & O_TMPFILE == O_TMPFILE;
     if writes {
         writable(&r)?;
     }
     let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
     // The server never takes a controlling terminal for itself; the descriptor's
     // close-on-exec is the receiver's to choose (MSG_CMSG_CLOEXEC).
-    let extra = if flags & libc::O_PATH as u64 != 0 { libc::O_CLOEXEC } else { libc::O_NOCTTY | libc::O_CLOEXEC } as u64;
+    let extra =
+        if flags & libc::O_PATH as u64 != 0 { libc::O_CLOEXEC } else { libc::O_NOCTTY | libc::O_CLOEXEC } as u64;
     let open_final = |dir: Option<BorrowedFd<'_>>, name: &CStr, fl: u64| -> Res<OwnedFd> {
         if openat2_request {
             // openat2 checks its flags strictly: let the kernel judge the program's.
@@ -500,7 +570,8 @@ fn open(s: &Session, pid: i32, a: &Arg<'_>, flags: u64, mode: u64, resolve_flags
         } else {
             let d = dir.map_or(libc::AT_FDCWD as libc::c_long, |d| d.as_raw_fd() as libc::c_long);
             // SAFETY: a descriptor openat returned is new and ours.
-            raw(libc::SYS_openat, [d, cs(name), fl as _, mode as _, 0, 0]).map(|fd| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+            raw(libc::SYS_openat, [d, cs(name), fl as _, mode as _, 0, 0])
+                .map(|fd| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
         }
     };
     if r.magic {
@@ -545,8 +616,17 @@ fn shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
 fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, Resolved)> {
     let r = resolve(s, pid, a, follow)?;
     let (dir, name) = parent(&r)?;
-    raw(libc::SYS_faccessat2, [fdl(&dir), cs(&name), libc::X_OK as _, (libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW) as _, 0, 0])?;
-    let fd = sys::openat2(Some(dir.as_fd()), &name, (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK) as u64, 0, 0)?;
+    raw(
+        libc::SYS_faccessat2,
+        [fdl(&dir), cs(&name), libc::X_OK as _, (libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW) as _, 0, 0],
+    )?;
+    let fd = sys::openat2(
+        Some(dir.as_fd()),
+        &name,
+        (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
+        0,
+        0,
+    )?;
     // SAFETY: st is plain data the kernel fills.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     raw(libc::SYS_fstat, [fdl(&fd), &mut st as *mut libc::stat as _, 0, 0, 0, 0])?;
@@ -557,7 +637,8 @@ fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, 
 }
 
 fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], at: u64) -> Res<usize> {
-    raw(libc::SYS_pread64, [fd.as_raw_fd() as _, buf.as_mut_ptr() as _, buf.len() as _, at as _, 0, 0]).map(|n| n as usize)
+    raw(libc::SYS_pread64, [fd.as_raw_fd() as _, buf.as_mut_ptr() as _, buf.len() as _, at as _, 0, 0])
+        .map(|n| n as usize)
 }
 
 /// Exec: resolve the program in the view, follow `#!` lines (up to four deep, as
@@ -620,7 +701,13 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
             while path.last() == Some(&0) {
                 path.pop();
             }
-            let (f, _) = open_exec(s, pid, &Arg { path: &path, dirfd: None }, true).map_err(|e| if e == errno::EACCES { e } else { errno::ENOENT })?;
+            let (f, _) = open_exec(s, pid, &Arg { path: &path, dirfd: None }, true).map_err(|e| {
+                if e == errno::EACCES {
+                    e
+                } else {
+                    errno::ENOENT
+                }
+            })?;
             interp_fd = Some(f);
         }
     }
@@ -677,6 +764,12 @@ fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[
     raw(call, [fdl(fd), sun.as_ptr() as _, (2 + via.len() + 1) as _, 0, 0, 0])
 }
 
+/// Resolve and open a program for exec from the working directory of `pid`, as
+/// `execve(path)` would (for the first process of a session).
+pub fn exec_path(s: &Session, pid: i32, path: &[u8]) -> Res<Reply> {
+    exec(s, pid, &Arg { path, dirfd: None }, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,14 +777,11 @@ mod tests {
     #[test]
     fn shebang_lines() {
         assert_eq!(shebang(b"#!/bin/sh\necho"), Some((b"/bin/sh".to_vec(), None)));
-        assert_eq!(shebang(b"#! /usr/bin/env  python3 -u \n"), Some((b"/usr/bin/env".to_vec(), Some(b"python3 -u".to_vec()))));
+        assert_eq!(
+            shebang(b"#! /usr/bin/env  python3 -u \n"),
+            Some((b"/usr/bin/env".to_vec(), Some(b"python3 -u".to_vec())))
+        );
         assert_eq!(shebang(b"#!\n"), None);
         assert_eq!(shebang(b"\x7fELF"), None);
     }
-}
-
-/// Resolve and open a program for exec from the working directory of `pid`, as
-/// `execve(path)` would (for the first process of a session).
-pub fn exec_path(s: &Session, pid: i32, path: &[u8]) -> Res<Reply> {
-    exec(s, pid, &Arg { path, dirfd: None }, 0)
 }

@@ -119,9 +119,8 @@ impl Policy {
             let content = raw.split('#').next().unwrap_or("");
             let words: Vec<&str> = content.split_whitespace().collect();
             let Some((&verb, rest)) = words.split_first() else { continue };
-            let view_path = |s: &str| {
-                normalize(Path::new(s)).ok_or_else(|| err(format!("{s:?} is not an absolute path")))
-            };
+            let view_path =
+                |s: &str| normalize(Path::new(s)).ok_or_else(|| err(format!("{s:?} is not an absolute path")));
             let host_path = |s: &str| {
                 if Path::new(s).is_absolute() {
                     Ok(PathBuf::from(s))

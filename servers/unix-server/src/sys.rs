@@ -94,9 +94,7 @@ pub fn umask_of(pid: i32) -> u32 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
         .unwrap_or(0o022)
 }
@@ -107,7 +105,9 @@ pub fn socket_kind(fd: BorrowedFd<'_>) -> Option<(i32, i32)> {
         let mut v: libc::c_int = 0;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: v and len are valid for an int option (getsockopt(2)).
-        let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+        let r = unsafe {
+            libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len)
+        };
         (r == 0).then_some(v)
     };
     Some((get(libc::SO_TYPE)?, get(libc::SO_DOMAIN)?))
@@ -229,10 +229,8 @@ pub fn epoll() -> Res<OwnedFd> {
 
 /// Add or re-arm `fd` in `ep`, one-shot, for input and hang-up, with `token`.
 pub fn epoll_arm(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64, add: bool) -> Res<()> {
-    let mut ev = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32,
-        u64: token,
-    };
+    let mut ev =
+        libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32, u64: token };
     let op = if add { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
     // SAFETY: ev is a valid event (epoll_ctl(2)).
     let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };

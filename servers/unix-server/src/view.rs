@@ -90,7 +90,7 @@ impl View {
         for m in &self.mounts {
             if let Ok(rest) = host.strip_prefix(&m.host) {
                 let depth = m.host.components().count();
-                if best.as_ref().is_none_or(|b| depth > b.0) {
+                if best.as_ref().map_or(true, |b| depth > b.0) {
                     let v = if rest.as_os_str().is_empty() { m.view.clone() } else { m.view.join(rest) };
                     // The view path must map back to this host path (not be covered by
                     // another mount), and not be hidden.

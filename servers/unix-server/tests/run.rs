@@ -1,0 +1,354 @@
+//! `ictus unix run` on real programs, compared with native runs: raw system calls in a
+//! dynamic and a static program, threads, signals, fork, vfork and exec chains, the
+//! calls peers get wrong, busybox-static, a static Go program, coreutils, a bash
+//! script, make -j2 with gcc, python with threads and a subprocess; the policy; a
+//! killed process; a hostile program; and the whole thing as an unprivileged user.
+//!
+//! Programs write their output to files; every test has a `timeout` inside the
+//! session, so a hang fails instead of wedging the suite.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ictus_unix_server::{run_session, Ended, RunOptions, Snapshot};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "ictus-unix-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn c_program(dir: &Path, name: &str, static_: bool) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let out = dir.join(if static_ { format!("{name}-static") } else { name.to_string() });
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-O2", "-o"]).arg(&out).arg(&src).arg("-lpthread");
+    if static_ {
+        cmd.arg("-static");
+    }
+    let st = cmd.status().expect("gcc (installed by scripts/setup.sh)");
+    assert!(st.success(), "compiling {name}");
+    out
+}
+
+fn under(policy: Option<&str>, dir: &Path, argv: &[&str]) -> (Ended, Snapshot) {
+    let policy = policy.map(|p| {
+        let f = dir.join("policy");
+        std::fs::write(&f, p).unwrap();
+        f
+    });
+    let mut full = vec!["timeout", "120"];
+    full.extend_from_slice(argv);
+    let opts = RunOptions { policy, argv: full.iter().map(Into::into).collect(), quiet: true };
+    run_session(&opts).expect("starting the session")
+}
+
+fn sh_under(policy: Option<&str>, dir: &Path, script: &str) -> (Ended, Snapshot) {
+    under(policy, dir, &["sh", "-c", script])
+}
+
+fn native(script: &str) -> i32 {
+    Command::new("timeout").args(["120", "sh", "-c", script]).status().unwrap().code().unwrap_or(-1)
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| format!("<{}: {e}>", p.display()))
+}
+
+#[test]
+fn raw_syscalls_in_dynamic_and_static_programs_match_native() {
+    let d = scratch();
+    for static_ in [false, true] {
+        let p = c_program(&d, "raw", static_);
+        let (n, i) = (d.join("native.txt"), d.join("ictus.txt"));
+        assert_eq!(native(&format!("{} > {}", p.display(), n.display())), 0);
+        let (ended, snap) = sh_under(None, &d, &format!("{} > {}", p.display(), i.display()));
+        assert_eq!(ended, Ended::Code(0));
+        assert_eq!(read(&n), read(&i), "static: {static_}");
+        assert!(read(&i).contains("open>=0 1 read 3 missing -2"), "{}", read(&i));
+        assert!(snap.served > 0);
+    }
+}
+
+#[test]
+fn threads_signals_fork_vfork_exec_and_the_new_calls_match_native() {
+    let d = scratch();
+    for static_ in [false, true] {
+        let p = c_program(&d, "threads", static_);
+        let (n, i) = (d.join("native.txt"), d.join("ictus.txt"));
+        assert_eq!(native(&format!("cd {} && {} > {} 2>&1", d.display(), p.display(), n.display())), 0);
+        let (ended, _) = sh_under(None, &d, &format!("cd {} && {} > {} 2>&1", d.display(), p.display(), i.display()));
+        assert_eq!(ended, Ended::Code(0));
+        assert_eq!(read(&n), read(&i), "static: {static_}");
+        assert!(read(&i).contains("threads opened 1600"), "{}", read(&i));
+    }
+}
+
+#[test]
+fn busybox_static_runs() {
+    let d = scratch();
+    let out = d.join("out.txt");
+    let (ended, _) = under(None, &d, &["busybox", "sh", "-c", &format!("echo busy; busybox ls / | busybox grep -c . > /dev/null && echo listed; busybox cat /etc/hostname > /dev/null && echo read; exit 5 > /dev/null; echo no > {}", out.display())]);
+    assert_eq!(ended, Ended::Code(5));
+    let out2 = d.join("o2.txt");
+    let (ended, _) = under(
+        None,
+        &d,
+        &[
+            "busybox",
+            "sh",
+            "-c",
+            &format!("busybox ls / > {0}; busybox sort {0} | busybox head -1 >> {0}", out2.display()),
+        ],
+    );
+    assert_eq!(ended, Ended::Code(0));
+    let native_ls = Command::new("busybox").args(["ls", "/"]).output().unwrap().stdout;
+    assert!(read(&out2).starts_with(&String::from_utf8_lossy(&native_ls).to_string()), "{}", read(&out2));
+}
+
+#[test]
+fn a_static_go_program_with_goroutines_and_a_child() {
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("skipped: no Go toolchain");
+        return;
+    }
+    let d = scratch();
+    std::fs::write(d.join("go.mod"), "module gostatic\n\ngo 1.20\n").unwrap();
+    std::fs::write(
+        d.join("main.go"),
+        r#"package main
+import ("fmt"; "os"; "os/exec"; "sync")
+func main() {
+	var wg sync.WaitGroup; var mu sync.Mutex; n := 0
+	for i := 0; i < 8; i++ { wg.Add(1); go func() { defer wg.Done(); for j := 0; j < 50; j++ { if b, err := os.ReadFile("/etc/hostname"); err == nil && len(b) > 0 { mu.Lock(); n++; mu.Unlock() } } }() }
+	wg.Wait()
+	out, err := exec.Command("/bin/echo", "child").Output()
+	exe, _ := os.Executable()
+	fmt.Printf("reads %d child %q %v %s\n", n, string(out), err, exe)
+}
+"#,
+    )
+    .unwrap();
+    let bin = d.join("gostatic");
+    let st = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .current_dir(&d)
+        .env("CGO_ENABLED", "0")
+        .env("GOFLAGS", "-mod=mod")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = d.join("out.txt");
+    let (ended, _) = sh_under(None, &d, &format!("{} > {}", bin.display(), out.display()));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), format!("reads 400 child \"child\\n\" <nil> {}\n", bin.display()));
+}
+
+#[test]
+fn exit_codes_and_ending_signals_are_the_programs() {
+    let d = scratch();
+    assert_eq!(sh_under(None, &d, "exit 42").0, Ended::Code(42));
+    assert_eq!(under(None, &d, &["/nonexistent-program"]).0, Ended::Code(127));
+    // Without `timeout` between: the session ends with the program's own signal.
+    let opts = RunOptions { policy: None, argv: vec!["sh".into(), "-c".into(), "kill -TERM $$".into()], quiet: true };
+    assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(15));
+    // A handler that makes system calls, and SIGCHLD.
+    let out = d.join("out.txt");
+    let (ended, _) = sh_under(
+        None,
+        &d,
+        &format!("trap 'cat /etc/hostname > /dev/null && echo handled' USR1; kill -USR1 $$; sleep 0.1 & wait; echo chld $? > /dev/null; echo end >> {0}; true > /dev/null", out.display()),
+    );
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "end\n");
+}
+
+#[test]
+fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
+    let d = scratch();
+    let secret = d.join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("key"), "k").unwrap();
+    let ro = d.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    let sock = c_program(&d, "sock", false);
+    let out = d.join("out.txt");
+    let policy = format!("hide {}\nro {}\nnetwork off\nrefuse getpid EACCES\n", secret.display(), ro.display());
+    let script = format!(
+        "{{ cat {s}/key || echo hidden; ls {d} | grep -c secret; touch {ro}/x || echo readonly; [ -w {ro} ] || echo not-w; {sock}; }} > {out} 2>/dev/null",
+        s = secret.display(),
+        d = d.display(),
+        ro = ro.display(),
+        sock = sock.display(),
+        out = out.display()
+    );
+    let (ended, snap) = sh_under(Some(&policy), &d, &script);
+    assert_eq!(ended, Ended::Code(0));
+    let text = read(&out);
+    assert_eq!(
+        text, "hidden\n1\nreadonly\nnot-w\ninet Permission denied\nunix ok\ngetpid Permission denied\n",
+        "{text}"
+    );
+    assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 1, "{snap:?}");
+    assert!(snap.refused.get("getpid").copied().unwrap_or(0) >= 1, "{snap:?}");
+    assert!(!ro.join("x").exists());
+}
+
+#[test]
+fn coreutils_and_a_bash_script_match_native() {
+    let d = scratch();
+    let src = d.join("src");
+    std::fs::create_dir_all(src.join("a/b/c")).unwrap();
+    for i in 0..20 {
+        std::fs::write(src.join(format!("a/b/f{i}")), format!("{i}\n").repeat(i + 1)).unwrap();
+    }
+    std::os::unix::fs::symlink("b/f3", src.join("a/link")).unwrap();
+    let script = |tag: &str| {
+        format!(
+            r#"cd {d} && cp -a src copy-{tag} && ls -lR --time-style=+%F copy-{tag} | sed 's/copy-{tag}/COPY/' > ls-{tag}.txt && find copy-{tag} | sed 's/copy-{tag}/COPY/' | sort > find-{tag}.txt &&
+            bash -c 'x=$(cat src/a/b/f2 | wc -l); (cd src/a && pwd | sed "s|.*/src|SRC|"); [ -w src ] && echo w; echo "$x" 2>&1 >/dev/null | tr 0-9 a-j; for f in src/a/b/f1*; do head -1 $f; done | sort -n | paste -sd,; exit 3' > bash-{tag}.txt; echo "status $?" >> bash-{tag}.txt"#,
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("n")), 0);
+    let (ended, _) = sh_under(None, &d, &script("i"));
+    assert_eq!(ended, Ended::Code(0));
+    for f in ["ls", "find", "bash"] {
+        assert_eq!(read(&d.join(format!("{f}-n.txt"))), read(&d.join(format!("{f}-i.txt"))), "{f}");
+    }
+    assert!(read(&d.join("bash-i.txt")).contains("status 3"));
+}
+
+#[test]
+fn make_j2_compiles_and_links_a_small_project() {
+    let d = scratch();
+    for i in 1..=6 {
+        std::fs::write(
+            d.join(format!("f{i}.c")),
+            format!("#include \"common.h\"\nint f{i}(void){{ return COMMON + {i}; }}\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(d.join("common.h"), "#define COMMON 10\n").unwrap();
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 1..=6 {
+        main += &format!("int f{i}(void);\n");
+    }
+    main += "int main(void){ printf(\"%d\\n\", f1()+f2()+f3()+f4()+f5()+f6()); return 0; }\n";
+    std::fs::write(d.join("main.c"), main).unwrap();
+    std::fs::write(d.join("Makefile"), "OBJS=main.o f1.o f2.o f3.o f4.o f5.o f6.o\nprog: $(OBJS)\n\tgcc -o $@ $(OBJS)\n%.o: %.c common.h\n\tgcc -O2 -c $<\n").unwrap();
+    let (ended, _) = sh_under(None, &d, &format!("cd {} && make -s -j2 && ./prog > out.txt", d.display()));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&d.join("out.txt")), "81\n");
+}
+
+#[test]
+fn python_with_threads_and_a_subprocess() {
+    let d = scratch();
+    std::fs::write(
+        d.join("t.py"),
+        "import threading, subprocess, os\nres = []\ndef w():\n    with open('/etc/hostname') as f: res.append(len(f.read()) > 0)\nts = [threading.Thread(target=w) for _ in range(8)]\n[t.start() for t in ts]; [t.join() for t in ts]\nout = subprocess.run(['sh', '-c', 'echo sub; exit 3'], capture_output=True, text=True)\nprint(all(res), len(res), out.stdout.strip(), out.returncode, os.getcwd() == os.path.realpath('.'))\n",
+    )
+    .unwrap();
+    let (ended, _) = sh_under(None, &d, &format!("cd {0} && python3 t.py > out.txt", d.display()));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&d.join("out.txt")), "True 8 sub 3 True\n");
+}
+
+#[test]
+fn a_process_killed_with_sigkill_leaves_nothing_in_the_server() {
+    let d = scratch();
+    let (ended, snap) = sh_under(
+        None,
+        &d,
+        "sleep 30 & p=$!; sleep 0.3; cat /etc/hostname > /dev/null; kill -9 $p; wait $p; echo $? > /dev/null",
+    );
+    assert_eq!(ended, Ended::Code(0));
+    assert!(snap.connections >= 2, "{snap:?}");
+    assert_eq!(snap.open, 0, "{snap:?}");
+}
+
+#[test]
+fn a_hostile_program_gets_past_no_policy_and_harms_no_other() {
+    let d = scratch();
+    let secret = d.join("secret");
+    std::fs::write(&secret, "k").unwrap();
+    let hostile = c_program(&d, "hostile", false);
+    let out = d.join("out.txt");
+    let good = d.join("good.txt");
+    let policy = format!("hide {}\nnetwork off\n", secret.display());
+    let script = format!(
+        "{h} {s} {me} > {out} 2>&1; cat /etc/hostname > {good}",
+        h = hostile.display(),
+        s = secret.display(),
+        me = std::process::id(),
+        out = out.display(),
+        good = good.display()
+    );
+    let (ended, snap) = sh_under(Some(&policy), &d, &script);
+    assert_eq!(ended, Ended::Code(0));
+    let text = read(&out);
+    for line in [
+        "open hidden from library range: ENOENT",
+        "exec from library range: EACCES",
+        "inet socket from library range: EACCES",
+        "signal the server from library range: EPERM",
+        "ptrace the server: EPERM",
+        "mount: EPERM",
+        "scribbler ended",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert_eq!(read(&good), std::fs::read_to_string("/etc/hostname").unwrap());
+    assert!(snap.malformed > 0, "{snap:?}");
+}
+
+/// The whole path without privileges: the test binary runs itself as uid 65534.
+#[test]
+fn runs_unprivileged() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return unprivileged_child();
+    }
+    let d = scratch();
+    let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: chown of our own scratch directory, a C string.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "runs_unprivileged", "--nocapture"])
+        .env("ICTUS_UNIX_TEST_DIR", &d)
+        .env_remove("XDG_RUNTIME_DIR");
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setgroups/setgid/setuid between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let st = cmd.status().unwrap();
+    assert!(st.success());
+    assert_eq!(read(&d.join("out.txt")), "65534 ok\n");
+}
+
+fn unprivileged_child() {
+    let Some(d) = std::env::var_os("ICTUS_UNIX_TEST_DIR").map(PathBuf::from) else { return };
+    let (ended, _) = sh_under(
+        None,
+        &d,
+        &format!("echo \"$(id -u) $(cat /etc/hostname > /dev/null && echo ok)\" > {}", d.join("out.txt").display()),
+    );
+    assert_eq!(ended, Ended::Code(0));
+}
