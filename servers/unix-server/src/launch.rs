@@ -67,6 +67,8 @@ pub struct RunOptions {
     pub argv: Vec<OsString>,
     /// Say nothing about missing privileges.
     pub quiet: bool,
+    /// Send the program's standard output to this file instead of ours.
+    pub stdout: Option<PathBuf>,
 }
 
 fn io(e: i32) -> std::io::Error {
@@ -332,6 +334,9 @@ pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
     let ruleset = ll.ruleset.as_ref().map(|f| f.as_raw_fd());
 
     let mut cmd = Command::new(&loader_path);
+    if let Some(out) = &opts.stdout {
+        cmd.stdout(std::fs::File::create(out).map_err(RunError::Setup)?);
+    }
     cmd.arg0(OsString::from_vec(handler_argv0()));
     cmd.args(&args[..]);
     let (c_end, p_fd, i_fd, f_fd) = (

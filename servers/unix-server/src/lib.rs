@@ -12,6 +12,7 @@
 //! `doc/unix.md` explains the design, the trust boundary and what is left out.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod filter;
 pub mod launch;
 pub mod ops;

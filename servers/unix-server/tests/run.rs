@@ -47,7 +47,7 @@ fn under(policy: Option<&str>, dir: &Path, argv: &[&str]) -> (Ended, Snapshot) {
     });
     let mut full = vec!["timeout", "120"];
     full.extend_from_slice(argv);
-    let opts = RunOptions { policy, argv: full.iter().map(Into::into).collect(), quiet: true };
+    let opts = RunOptions { policy, argv: full.iter().map(Into::into).collect(), quiet: true, stdout: None };
     run_session(&opts).expect("starting the session")
 }
 
@@ -160,7 +160,12 @@ fn exit_codes_and_ending_signals_are_the_programs() {
     assert_eq!(sh_under(None, &d, "exit 42").0, Ended::Code(42));
     assert_eq!(under(None, &d, &["/nonexistent-program"]).0, Ended::Code(127));
     // Without `timeout` between: the session ends with the program's own signal.
-    let opts = RunOptions { policy: None, argv: vec!["sh".into(), "-c".into(), "kill -TERM $$".into()], quiet: true };
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), "kill -TERM $$".into()],
+        quiet: true,
+        stdout: None,
+    };
     assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(15));
     // A handler that makes system calls, and SIGCHLD.
     let out = d.join("out.txt");
