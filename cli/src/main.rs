@@ -142,12 +142,15 @@ enum Experiment {
     /// library onto the virtual cable, timesharing / fixed priority / deadline, under loads,
     /// beside cyclictest in the same window.
     Midi(BenchArgs),
+    /// Unix as an application (004 §5): the operation table, the compile test and the
+    /// modified Andrew benchmark, native, under ictus and under proot, interleaved.
+    Unix(BenchArgs),
 }
 
 impl Experiment {
     /// Every experiment, as `ictus bench NAME` spells it.
     const NAMES: &'static [&'static str] =
-        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"];
+        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "unix"];
 }
 
 #[derive(clap::Args, Debug)]
@@ -237,6 +240,7 @@ fn main() -> ExitCode {
             }
             Experiment::Shm(a) => ictus_bench::shm::main(a.quick, a.json).map_err(Into::into),
             Experiment::Midi(a) => ictus_bench::midi::main(a.quick, a.json).map_err(Into::into),
+            Experiment::Unix(a) => ictus_unix_server::bench::main(a.quick, a.json).map_err(Into::into),
         },
     };
     match result {

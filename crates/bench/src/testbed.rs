@@ -83,6 +83,7 @@ pub const KNOWN: &[Known] = &[
     Known { name: "dhs", figures: &[14], quick_s: 25.0, full_s: 540.0 },
     Known { name: "shm", figures: &[], quick_s: 12.0, full_s: 150.0 },
     Known { name: "midi", figures: &[4, 5], quick_s: 35.0, full_s: 575.0 },
+    Known { name: "unix", figures: &[15, 16, 17, 18, 19], quick_s: 30.0, full_s: 300.0 },
 ];
 
 /// Expected duration of an experiment missing from [`KNOWN`], in seconds.
