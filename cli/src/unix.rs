@@ -25,6 +25,10 @@ enum UnixCommand {
         /// Say nothing about privileges the kernel did not grant.
         #[arg(long)]
         quiet: bool,
+        /// Print the server's counts (requests served, refused by call, connections)
+        /// on standard error when the program ends.
+        #[arg(long)]
+        stats: bool,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         argv: Vec<OsString>,
@@ -34,8 +38,15 @@ enum UnixCommand {
 /// Run `ictus unix …`; `run` ends the process as the program ended.
 pub fn main(a: UnixArgs) -> Result<(), Box<dyn std::error::Error>> {
     match a.command {
-        UnixCommand::Run { policy, quiet, argv } => {
-            let ended = ictus_unix_server::run(&ictus_unix_server::RunOptions { policy, argv, quiet })?;
+        UnixCommand::Run { policy, quiet, stats, argv } => {
+            let (ended, snap) =
+                ictus_unix_server::run_session(&ictus_unix_server::RunOptions { policy, argv, quiet, stdout: None })?;
+            if stats {
+                eprintln!(
+                    "ictus unix: served {} requests on {} connections ({} still open), {} malformed, refused {:?}",
+                    snap.served, snap.connections, snap.open, snap.malformed, snap.refused
+                );
+            }
             ictus_unix_server::exit_like(ended)
         }
     }

@@ -150,6 +150,13 @@ pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
     unsafe {
         match nr::class(n) {
             Class::NativeIf(check) => arg_check(n, check, a),
+            Class::Library if n == nr::FCHDIR => {
+                let r = native(n, a);
+                if r == 0 {
+                    crate::cache::cwd_changed();
+                }
+                r
+            }
             Class::Library => {
                 // rt_sigsuspend(mask, size)
                 if a[1] != 8 {
@@ -365,6 +372,29 @@ impl Req {
         }
     }
 
+    /// Before asking about the first path: `Some((key, None))` if it is known to be
+    /// missing, `Some((key, Some(generation)))` if it may be cached after the answer,
+    /// `None` if it cannot be cached (a directory descriptor attached, `/proc`, no
+    /// generation page).
+    fn missing_before(&self, follow: bool) -> Option<(u64, Option<u64>)> {
+        if !self.has1 || self.fd_args != 0 {
+            return None;
+        }
+        let key = crate::cache::key(&self.store[self.p1.0..self.p1.0 + self.p1.1], follow)?;
+        let generation = crate::cache::generation()?;
+        if crate::cache::known_missing(key, generation) {
+            return Some((key, None));
+        }
+        Some((key, Some(generation)))
+    }
+
+    /// After the answer: remember an `ENOENT` under the generation read before asking.
+    fn missing_after(&self, cached: Option<(u64, Option<u64>)>, result: i64) {
+        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::ENOENT as i64)) {
+            crate::cache::remember_missing(key, generation);
+        }
+    }
+
     /// Send it; the reply lands in `buf`.
     fn send(&self, buf: &mut [u8; BUF], cloexec: bool) -> Result<conn::Answer, i64> {
         let p1 = if self.has1 { Some(&self.store[self.p1.0..self.p1.0 + self.p1.1]) } else { None };
@@ -513,7 +543,14 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
             nr::OPENAT => {
                 r.path1(a[1])?;
                 r.dirfd(0, 1);
+                // O_CREAT (0o100) and O_TMPFILE (0o20000000) make names: never cached.
+                let lookup = a[2] & (0o100 | 0o20000000) == 0;
+                let cached = if lookup { r.missing_before(a[2] & 0o400000 == 0) } else { None };
+                if let Some((_, None)) = cached {
+                    return Ok(-(errno::ENOENT as i64));
+                }
                 let ans = r.send(buf, a[2] & O_CLOEXEC != 0)?;
+                r.missing_after(cached, ans.result);
                 Ok(fd_result(&ans))
             }
             nr::OPENAT2 => {
@@ -550,7 +587,18 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                     }
                     _ => (a[0], a[1] as usize),
                 };
+                let follow = match n {
+                    nr::NEWFSTATAT => Some(a[3] & 0x100 == 0),
+                    nr::STATX => Some(a[2] & 0x100 == 0),
+                    nr::READLINKAT => Some(false),
+                    _ => None,
+                };
+                let cached = follow.and_then(|f| r.missing_before(f));
+                if let Some((_, None)) = cached {
+                    return Ok(-(errno::ENOENT as i64));
+                }
                 let ans = r.send(buf, false)?;
+                r.missing_after(cached, ans.result);
                 close_all(&ans);
                 if ans.result >= 0 {
                     let copied = copy_out(buf, &ans, out, cap);
@@ -568,10 +616,24 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                     return Ok(if ans.result < 0 { ans.result } else { -(errno::EIO as i64) });
                 }
                 let res = native(sys::SYS_FCHDIR, [ans.fds[0] as u64, 0, 0, 0, 0, 0]);
+                if res == 0 {
+                    crate::cache::cwd_changed();
+                }
                 close_all(&ans);
                 Ok(res)
             }
-            nr::MKDIRAT | nr::MKNODAT | nr::UNLINKAT | nr::FCHMODAT2 | nr::FCHOWNAT | nr::FACCESSAT2 => {
+            nr::FACCESSAT2 => {
+                r.path1(a[1])?;
+                r.dirfd(0, 1);
+                let cached = r.missing_before(a[3] & 0x100 == 0);
+                if let Some((_, None)) = cached {
+                    return Ok(-(errno::ENOENT as i64));
+                }
+                let res = plain(r, buf)?;
+                r.missing_after(cached, res);
+                Ok(res)
+            }
+            nr::MKDIRAT | nr::MKNODAT | nr::UNLINKAT | nr::FCHMODAT2 | nr::FCHOWNAT => {
                 r.path1(a[1])?;
                 r.dirfd(0, 1);
                 plain(r, buf)

@@ -206,6 +206,7 @@ pub unsafe extern "C" fn start(sp: *mut u64) -> ! {
     if handler::install() < 0 {
         sys::fatal(&[b"installing the SIGSYS handler failed"], 127);
     }
+    crate::cache::map_generation();
     if !is_open(PROG_FD) {
         sys::fatal(&[b"no program to load: start programs with `ictus unix run`"], 127);
     }

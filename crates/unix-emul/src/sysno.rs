@@ -288,7 +288,9 @@ pub const fn class(nr: u32) -> Class {
         EPOLL_PWAIT | EPOLL_PWAIT2 => NativeIf(SigmaskArg(4)),
         PSELECT6 | IO_PGETEVENTS => NativeIf(SigmaskArg(5)),
         PRLIMIT64 => NativeIf(PidZero),
-        RT_SIGSUSPEND => Library,
+        // fchdir: the library's cache of failed lookups keys relative paths by the
+        // working directory.
+        RT_SIGSUSPEND | FCHDIR => Library,
         // Every call that names a path, and exec.
         OPEN | STAT | LSTAT | ACCESS | EXECVE | TRUNCATE | GETCWD | CHDIR | RENAME | MKDIR | RMDIR | CREAT | LINK
         | UNLINK | SYMLINK | READLINK | CHMOD | CHOWN | LCHOWN | UTIME | MKNOD | STATFS | SETXATTR | LSETXATTR

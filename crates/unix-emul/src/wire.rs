@@ -18,6 +18,8 @@ pub const HELLO: [u8; 8] = *b"IUXHELLO";
 
 /// The session socket every process of a session inherits: hellos go there.
 pub const SESSION_FD: i32 = 1023;
+/// The namespace generation page (read-only to every process).
+pub const GEN_FD: i32 = 1022;
 /// The program the loader maps (set up by whoever execs the loader).
 pub const PROG_FD: i32 = 1021;
 /// Its interpreter (`PT_INTERP`), or closed.

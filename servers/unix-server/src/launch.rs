@@ -140,6 +140,7 @@ pub fn start_session(policy: Policy) -> Result<(Server, OwnedFd, PathBuf), RunEr
         loader,
         stats: Stats::default(),
         exes: Default::default(),
+        generation: sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?,
     });
     let (server_end, client_end) = sys::seqpacket_pair().map_err(|e| RunError::Setup(io(e)))?;
     let server = Server::start(session, server_end).map_err(|e| RunError::Setup(io(e)))?;
@@ -339,6 +340,7 @@ pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
     }
     cmd.arg0(OsString::from_vec(handler_argv0()));
     cmd.args(&args[..]);
+    let gen_fd = server.session().generation.fd().as_raw_fd();
     let (c_end, p_fd, i_fd, f_fd) = (
         client_end.as_raw_fd(),
         prog.as_raw_fd(),
@@ -348,7 +350,8 @@ pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
     // SAFETY: only async-signal-safe system calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            let moves = [(c_end, wire::SESSION_FD), (p_fd, wire::PROG_FD), (f_fd, wire::FILTER_FD)];
+            let moves =
+                [(c_end, wire::SESSION_FD), (p_fd, wire::PROG_FD), (f_fd, wire::FILTER_FD), (gen_fd, wire::GEN_FD)];
             for (from, to) in moves {
                 if libc::dup2(from, to) < 0 {
                     return Err(std::io::Error::last_os_error());

@@ -35,6 +35,8 @@ pub struct Session {
     pub stats: Stats,
     /// What each process last exec'd (host path), for `/proc/PID/exe`.
     pub exes: Mutex<HashMap<i32, PathBuf>>,
+    /// The namespace generation the libraries' failed-lookup caches follow.
+    pub generation: sys::GenerationPage,
 }
 
 /// The server's counters.
@@ -175,6 +177,114 @@ fn parent(r: &Resolved) -> Res<(OwnedFd, CString)> {
     }
 }
 
+/// Where a path argument lands on the host: a directory (an owned descriptor, a
+/// descriptor of the request, or the server's working directory for absolute paths)
+/// and a name relative to it, with the `AT_SYMLINK_NOFOLLOW` to pass.
+struct Place {
+    dir: Option<OwnedFd>,
+    raw_dir: libc::c_long,
+    name: CString,
+    nofollow: libc::c_long,
+    readonly: bool,
+    /// The walk's result (`None` on the identity fast path).
+    walked: Option<Resolved>,
+}
+
+impl Place {
+    fn fd(&self) -> libc::c_long {
+        self.dir.as_ref().map_or(self.raw_dir, |d| d.as_raw_fd() as libc::c_long)
+    }
+    fn borrowed(&self) -> Option<BorrowedFd<'_>> {
+        match &self.dir {
+            Some(d) => Some(d.as_fd()),
+            // SAFETY: raw_dir is AT_FDCWD or a descriptor of the request, alive for the
+            // request's length, which outlives this Place.
+            None if self.raw_dir >= 0 => Some(unsafe { BorrowedFd::borrow_raw(self.raw_dir as i32) }),
+            None => None,
+        }
+    }
+    fn writable(&self) -> Res<()> {
+        if self.readonly {
+            Err(errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Whether the view is the host's own tree, unchanged: then the kernel's own walk is
+/// the view's, and paths go to it as they are (but `/proc/self` and `/dev/fd`, which
+/// would name the server).
+fn identity_view(s: &Session) -> bool {
+    let p = &s.policy;
+    p.mounts.len() == 1
+        && p.mounts[0].host == Path::new("/")
+        && !p.mounts[0].readonly
+        && p.hidden.is_empty()
+        && p.readonly.is_empty()
+}
+
+/// `/proc/self…`, `/proc/thread-self…`, `/dev/fd/…`, `/dev/std{in,out,err}` name the
+/// caller, not the server.
+fn rewrite_self(pid: i32, path: &[u8]) -> Vec<u8> {
+    let own = |rest: &[u8]| [format!("/proc/{pid}").as_bytes(), rest].concat();
+    if let Some(rest) = path.strip_prefix(b"/proc/self") {
+        if rest.is_empty() || rest[0] == b'/' {
+            return own(rest);
+        }
+    }
+    if let Some(rest) = path.strip_prefix(b"/proc/thread-self") {
+        if rest.is_empty() || rest[0] == b'/' {
+            return [format!("/proc/{pid}/task/{pid}").as_bytes(), rest].concat();
+        }
+    }
+    if let Some(rest) = path.strip_prefix(b"/dev/fd/") {
+        return own(&[b"/fd/", rest].concat());
+    }
+    match path {
+        b"/dev/stdin" => own(b"/fd/0"),
+        b"/dev/stdout" => own(b"/fd/1"),
+        b"/dev/stderr" => own(b"/fd/2"),
+        _ => path.to_vec(),
+    }
+}
+
+fn locate(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<Place> {
+    let nofollow = libc::AT_SYMLINK_NOFOLLOW as libc::c_long;
+    if identity_view(s) {
+        if a.path.is_empty() {
+            return Err(errno::ENOENT);
+        }
+        let mut path = rewrite_self(pid, a.path);
+        // /proc/PID/exe is the loader to the kernel: the program, as exec'd, instead.
+        if follow && path.starts_with(b"/proc/") && path.ends_with(b"/exe") {
+            if let Node::Symlink(t) = (HostFs { pid, session: s }).node(Path::new(OsStr::from_bytes(&path))) {
+                path = t;
+            }
+        }
+        let name = CString::new(path.clone()).map_err(|_| libc::EINVAL)?;
+        let (dir, raw_dir) = if path[0] == b'/' {
+            (None, libc::AT_FDCWD as libc::c_long)
+        } else if let Some(fd) = a.dirfd {
+            (None, fd.as_raw_fd() as libc::c_long)
+        } else {
+            let cwd = CString::new(format!("/proc/{pid}/cwd")).map_err(|_| libc::EINVAL)?;
+            (Some(sys::openat2(None, &cwd, (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64, 0, 0)?), -1)
+        };
+        return Ok(Place {
+            dir,
+            raw_dir,
+            name,
+            nofollow: if follow { 0 } else { nofollow },
+            readonly: false,
+            walked: None,
+        });
+    }
+    let r = resolve(s, pid, a, follow)?;
+    let (dir, name) = parent(&r)?;
+    Ok(Place { dir: Some(dir), raw_dir: -1, name, nofollow, readonly: r.readonly, walked: Some(r) })
+}
+
 fn writable(r: &Resolved) -> Res<()> {
     if r.readonly {
         Err(errno::EROFS)
@@ -211,18 +321,35 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             k += 1;
         }
     }
-    let arg1 = |dir: usize| Arg { path: req.path1.unwrap_or(b""), dirfd: fd_of[dir] };
-    let arg2 = |dir: usize| Arg { path: req.path2.unwrap_or(b""), dirfd: fd_of[dir] };
-    const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
-    const AT_EMPTY_PATH: u64 = 0x1000;
-    let nofollow = libc::AT_SYMLINK_NOFOLLOW as libc::c_long;
-    let empty_with_fd = |dir: usize, flags: u64| {
-        flags & AT_EMPTY_PATH != 0 && req.path1.map_or(true, |p| p.is_empty()) && fd_of[dir].is_some()
-    };
-
     if let Some(e) = s.policy.refusal(h.op) {
         return refuse(s, h.op, e);
     }
+    let reply = serve_op(s, pid, req, &fd_of);
+    // A name may have appeared: the libraries' cached failed lookups are stale. (Bumped
+    // after the change, so a lookup that raced with it is cached under the old
+    // generation and dropped.)
+    let creates = match h.op {
+        nr::OPENAT => a[2] & O_CREAT != 0,
+        nr::OPENAT2 => true,
+        nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => true,
+        _ => false,
+    };
+    if creates && reply.result >= 0 {
+        s.generation.bump();
+    }
+    reply
+}
+
+fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
+    let h = &req.header;
+    let a = h.args;
+    const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+    const AT_EMPTY_PATH: u64 = 0x1000;
+    let arg1 = |dir: usize| Arg { path: req.path1.unwrap_or(b""), dirfd: fd_of[dir] };
+    let arg2 = |dir: usize| Arg { path: req.path2.unwrap_or(b""), dirfd: fd_of[dir] };
+    let empty_with_fd = |dir: usize, flags: u64| {
+        flags & AT_EMPTY_PATH != 0 && req.path1.map_or(true, |p| p.is_empty()) && fd_of[dir].is_some()
+    };
     match h.op {
         nr::OPENAT | nr::OPENAT2 => {
             let (flags, mode, resolve_flags) = if h.op == nr::OPENAT2 {
@@ -249,13 +376,13 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
                         raw(libc::SYS_statx, [fdl(fd), cs(&e), AT_EMPTY_PATH as _, a[3] as _, buf.as_mut_ptr() as _, 0])
                     };
                 }
-                let r = resolve(s, pid, &arg1(0), flags & AT_SYMLINK_NOFOLLOW == 0)?;
-                let (dir, name) = parent(&r)?;
+                let p = locate(s, pid, &arg1(0), flags & AT_SYMLINK_NOFOLLOW == 0)?;
+                let (dir, name) = (p.fd(), &p.name);
                 if h.op == nr::NEWFSTATAT {
-                    raw(libc::SYS_newfstatat, [fdl(&dir), cs(&name), buf.as_mut_ptr() as _, nofollow, 0, 0])
+                    raw(libc::SYS_newfstatat, [dir, cs(name), buf.as_mut_ptr() as _, p.nofollow, 0, 0])
                 } else {
-                    let fl = (flags & !(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) as libc::c_long | nofollow;
-                    raw(libc::SYS_statx, [fdl(&dir), cs(&name), fl, a[3] as _, buf.as_mut_ptr() as _, 0])
+                    let fl = (flags & !(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) as libc::c_long | p.nofollow;
+                    raw(libc::SYS_statx, [dir, cs(name), fl, a[3] as _, buf.as_mut_ptr() as _, 0])
                 }
             })();
             match r {
@@ -264,20 +391,30 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             }
         }
         nr::FACCESSAT2 => res((|| {
-            let r = resolve(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
-            if a[2] & 2 != 0 && r.readonly {
+            let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
+            if a[2] & 2 != 0 && p.readonly {
                 return Err(errno::EROFS);
             }
-            let (dir, name) = parent(&r)?;
-            let fl = (a[3] & 0x200) as libc::c_long | nofollow; // AT_EACCESS
-            raw(libc::SYS_faccessat2, [fdl(&dir), cs(&name), a[2] as _, fl, 0, 0])
+            let fl = (a[3] & 0x200) as libc::c_long | p.nofollow; // AT_EACCESS
+            raw(libc::SYS_faccessat2, [p.fd(), cs(&p.name), a[2] as _, fl, 0, 0])
         })()),
         nr::READLINKAT => {
             let r = (|| {
                 if empty_with_fd(0, AT_EMPTY_PATH) {
                     return sys::readlinkat(fd_of[0].map(|f| f.as_fd()), c"");
                 }
-                let r = resolve(s, pid, &arg1(0), false)?;
+                let p = locate(s, pid, &arg1(0), false)?;
+                let Some(r) = &p.walked else {
+                    // The kernel's walk; /proc/PID/exe shows the program, not the loader.
+                    let name = p.name.as_bytes();
+                    if name.starts_with(b"/proc/") && name.ends_with(b"/exe") {
+                        if let Node::Symlink(t) = (HostFs { pid, session: s }).node(Path::new(OsStr::from_bytes(name)))
+                        {
+                            return Ok(t);
+                        }
+                    }
+                    return sys::readlinkat(p.borrowed(), &p.name);
+                };
                 let link = {
                     let h = HostFs { pid, session: s };
                     h.node(&r.host)
@@ -288,10 +425,7 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
                         .view_of(Path::new(OsStr::from_bytes(&t)))
                         .map_or(t, |v| v.into_os_string().into_vec())),
                     Node::Symlink(t) => Ok(t),
-                    _ => {
-                        let (dir, name) = parent(&r)?;
-                        sys::readlinkat(Some(dir.as_fd()), &name)
-                    }
+                    _ => sys::readlinkat(p.borrowed(), &p.name),
                 }
             })();
             match r {
@@ -311,11 +445,11 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             Err(e) => Reply::err(e),
         },
         nr::CHDIR => match (|| {
-            let r = resolve(s, pid, &arg1(0), true)?;
-            let (dir, name) = parent(&r)?;
+            let p = locate(s, pid, &arg1(0), true)?;
+            let name = &p.name;
             sys::openat2(
-                Some(dir.as_fd()),
-                &name,
+                p.borrowed(),
+                name,
                 (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
                 0,
                 0,
@@ -325,22 +459,22 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
             Err(e) => Reply::err(e),
         },
         nr::MKDIRAT | nr::MKNODAT => res((|| {
-            let r = resolve(s, pid, &arg1(0), false)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
+            let p = locate(s, pid, &arg1(0), false)?;
+            p.writable()?;
+            let (dir, name) = (p.fd(), &p.name);
             let mode = (a[2] as u32 & !sys::umask_of(pid)) as libc::c_long;
             if h.op == nr::MKDIRAT {
-                raw(libc::SYS_mkdirat, [fdl(&dir), cs(&name), mode & 0o7777, 0, 0, 0])
+                raw(libc::SYS_mkdirat, [dir, cs(name), mode & 0o7777, 0, 0, 0])
             } else {
                 let mode = (a[2] as u32 & libc::S_IFMT) as libc::c_long | (mode & 0o7777);
-                raw(libc::SYS_mknodat, [fdl(&dir), cs(&name), mode, a[3] as _, 0, 0])
+                raw(libc::SYS_mknodat, [dir, cs(name), mode, a[3] as _, 0, 0])
             }
         })()),
         nr::UNLINKAT => res((|| {
-            let r = resolve(s, pid, &arg1(0), false)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
-            raw(libc::SYS_unlinkat, [fdl(&dir), cs(&name), (a[2] & 0x200) as _, 0, 0, 0])
+            let p = locate(s, pid, &arg1(0), false)?;
+            p.writable()?;
+            let (dir, name) = (p.fd(), &p.name);
+            raw(libc::SYS_unlinkat, [dir, cs(name), (a[2] & 0x200) as _, 0, 0, 0])
         })()),
         nr::RENAMEAT2 | nr::LINKAT => res((|| {
             let follow1 = h.op == nr::LINKAT && a[4] & 0x400 != 0; // AT_SYMLINK_FOLLOW
@@ -360,20 +494,20 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         })()),
         nr::SYMLINKAT => res((|| {
             let target = CString::new(req.path1.unwrap_or(b"")).map_err(|_| libc::EINVAL)?;
-            let r = resolve(s, pid, &arg2(1), false)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
-            raw(libc::SYS_symlinkat, [cs(&target), fdl(&dir), cs(&name), 0, 0, 0])
+            let p = locate(s, pid, &arg2(1), false)?;
+            p.writable()?;
+            let (dir, name) = (p.fd(), &p.name);
+            raw(libc::SYS_symlinkat, [cs(&target), dir, cs(name), 0, 0, 0])
         })()),
         nr::FCHMODAT2 => res((|| {
             if empty_with_fd(0, a[3]) {
                 let e = CString::default();
                 return raw(452, [fdl(fd_of[0].expect("checked")), cs(&e), a[2] as _, AT_EMPTY_PATH as _, 0, 0]);
             }
-            let r = resolve(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
-            raw(452, [fdl(&dir), cs(&name), (a[2] & 0o7777) as _, nofollow, 0, 0])
+            let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
+            p.writable()?;
+            let (dir, name) = (p.fd(), &p.name);
+            raw(452, [dir, cs(name), (a[2] & 0o7777) as _, p.nofollow, 0, 0])
         })()),
         nr::FCHOWNAT => res((|| {
             if empty_with_fd(0, a[4]) {
@@ -383,10 +517,10 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
                     [fdl(fd_of[0].expect("checked")), cs(&e), a[2] as _, a[3] as _, AT_EMPTY_PATH as _, 0],
                 );
             }
-            let r = resolve(s, pid, &arg1(0), a[4] & AT_SYMLINK_NOFOLLOW == 0)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
-            raw(libc::SYS_fchownat, [fdl(&dir), cs(&name), a[2] as u32 as _, a[3] as u32 as _, nofollow, 0])
+            let p = locate(s, pid, &arg1(0), a[4] & AT_SYMLINK_NOFOLLOW == 0)?;
+            p.writable()?;
+            let (dir, name) = (p.fd(), &p.name);
+            raw(libc::SYS_fchownat, [dir, cs(name), a[2] as u32 as _, a[3] as u32 as _, p.nofollow, 0])
         })()),
         nr::UTIMENSAT => res((|| {
             let times = if req.extra.len() == 32 { req.extra.as_ptr() as libc::c_long } else { 0 };
@@ -401,18 +535,18 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
                     [fdl(fd_of[0].expect("checked")), cs(&e), times, AT_EMPTY_PATH as _, 0, 0],
                 );
             }
-            let r = resolve(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
-            raw(libc::SYS_utimensat, [fdl(&dir), cs(&name), times, nofollow, 0, 0])
+            let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
+            p.writable()?;
+            let (dir, name) = (p.fd(), &p.name);
+            raw(libc::SYS_utimensat, [dir, cs(name), times, p.nofollow, 0, 0])
         })()),
         nr::TRUNCATE => res((|| {
-            let r = resolve(s, pid, &arg1(0), true)?;
-            writable(&r)?;
-            let (dir, name) = parent(&r)?;
+            let p = locate(s, pid, &arg1(0), true)?;
+            p.writable()?;
+            let name = &p.name;
             let fd = sys::openat2(
-                Some(dir.as_fd()),
-                &name,
+                p.borrowed(),
+                name,
                 (libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY) as u64,
                 0,
                 0,
@@ -422,11 +556,11 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         nr::STATFS => {
             let mut buf = vec![0u8; 120];
             let r = (|| {
-                let r = resolve(s, pid, &arg1(0), true)?;
-                let (dir, name) = parent(&r)?;
+                let p = locate(s, pid, &arg1(0), true)?;
+                let name = &p.name;
                 let fd = sys::openat2(
-                    Some(dir.as_fd()),
-                    &name,
+                    p.borrowed(),
+                    name,
                     (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
                     0,
                     0,
@@ -536,6 +670,19 @@ fn open(
     }
     let creat = flags & O_CREAT != 0;
     let follow = flags & O_NOFOLLOW == 0 && !(creat && flags & O_EXCL != 0) && resolve_flags & 0x04 == 0;
+    let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
+    if identity_view(s) {
+        // The kernel walks, with the program's own flags and resolve flags.
+        let p = locate(s, pid, a, follow)?;
+        let fl = flags
+            | if flags & libc::O_PATH as u64 != 0 { libc::O_CLOEXEC } else { libc::O_NOCTTY | libc::O_CLOEXEC } as u64;
+        if openat2_request {
+            return sys::openat2(p.borrowed(), &p.name, fl, mode, resolve_flags);
+        }
+        // SAFETY: a descriptor openat returned is new and ours.
+        return raw(libc::SYS_openat, [p.fd(), cs(&p.name), fl as _, mode as _, 0, 0])
+            .map(|fd| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
+    }
     let b = base(s, pid, a.dirfd)?;
     let r = s.view.resolve(&b, a.path, follow, &HostFs { pid, session: s })?;
     // RESOLVE_BENEATH / RESOLVE_IN_ROOT: nothing outside the starting directory.
@@ -558,7 +705,6 @@ fn open(
     if writes {
         writable(&r)?;
     }
-    let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
     // The server never takes a controlling terminal for itself; the descriptor's
     // close-on-exec is the receiver's to choose (MSG_CMSG_CLOEXEC).
     let extra =
@@ -614,16 +760,16 @@ fn shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
 }
 
 fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, Resolved)> {
-    let r = resolve(s, pid, a, follow)?;
-    let (dir, name) = parent(&r)?;
+    let p = locate(s, pid, a, follow)?;
+    let nofollow = if p.walked.is_some() || !follow { libc::O_NOFOLLOW } else { 0 };
     raw(
         libc::SYS_faccessat2,
-        [fdl(&dir), cs(&name), libc::X_OK as _, (libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW) as _, 0, 0],
+        [p.fd(), cs(&p.name), libc::X_OK as _, libc::AT_EACCESS as libc::c_long | p.nofollow, 0, 0],
     )?;
     let fd = sys::openat2(
-        Some(dir.as_fd()),
-        &name,
-        (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
+        p.borrowed(),
+        &p.name,
+        (libc::O_RDONLY | libc::O_CLOEXEC | nofollow | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
         0,
         0,
     )?;
@@ -633,6 +779,14 @@ fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, 
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(errno::EACCES);
     }
+    let r = match p.walked {
+        Some(r) => r,
+        None => {
+            let host = sys::readlink(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())))?;
+            let host = PathBuf::from(OsStr::from_bytes(&host));
+            Resolved { view: host.clone(), host, readonly: false, magic: false }
+        }
+    };
     Ok((fd, r))
 }
 

@@ -78,6 +78,24 @@ impl Server {
         for _ in 0..MIN_WORKERS {
             spawn_worker(&shared);
         }
+        // Names created outside the session are not seen by the server: the
+        // libraries' failed-lookup caches are dropped every second so that they
+        // appear within a second.
+        let s = Arc::clone(&shared);
+        let t = std::thread::Builder::new()
+            .name("unix-generation".into())
+            .spawn(move || {
+                let mut ticks = 0;
+                while !s.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    ticks += 1;
+                    if ticks % 10 == 0 {
+                        s.session.generation.bump();
+                    }
+                }
+            })
+            .expect("spawning the generation thread");
+        shared.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t);
         Ok(Server { shared })
     }
 

@@ -2,7 +2,7 @@
 //! owned descriptors and byte strings, and answers `Err(errno)`.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// A result with an errno.
@@ -269,4 +269,77 @@ pub fn memfd_with(name: &CStr, bytes: &[u8]) -> Res<OwnedFd> {
         )
     };
     Ok(fd)
+}
+
+/// The namespace generation page: one 64-bit counter the server bumps whenever a
+/// name may have appeared in the view, which every process of the session maps
+/// read-only (the memfd is sealed `F_SEAL_FUTURE_WRITE`: no process can get a
+/// writable mapping or `write` it) so the library can drop its cache of failed
+/// lookups.
+#[derive(Debug)]
+pub struct GenerationPage {
+    fd: OwnedFd,
+    page: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+}
+
+// SAFETY: the page is only accessed through the atomic.
+unsafe impl Send for GenerationPage {}
+// SAFETY: as above.
+unsafe impl Sync for GenerationPage {}
+
+impl GenerationPage {
+    /// Make the page, writable here, sealed against writers elsewhere.
+    pub fn new() -> Res<GenerationPage> {
+        // SAFETY: a C string name (memfd_create(2)).
+        let r = unsafe {
+            libc::memfd_create(c"ictus-unix-generation".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        // SAFETY: a new descriptor.
+        let fd = check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })?;
+        // SAFETY: sizing our own memfd.
+        check(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) } as libc::c_long)?;
+        // SAFETY: a shared mapping of the 4096 bytes just sized (mmap(2)).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        // SAFETY: sealing our own memfd after the server's writable mapping exists.
+        check(unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL,
+            )
+        } as libc::c_long)?;
+        let page = std::ptr::NonNull::new(p.cast()).ok_or(libc::EIO)?;
+        Ok(GenerationPage { fd, page })
+    }
+
+    /// Something may have appeared: every cached failure is stale.
+    pub fn bump(&self) {
+        // SAFETY: the mapping lives as long as self; the counter is an AtomicU64 at
+        // the start of a page (aligned).
+        unsafe { self.page.as_ref() }.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The descriptor to hand to the session's first process.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for GenerationPage {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in new().
+        unsafe { libc::munmap(self.page.as_ptr().cast(), 4096) };
+    }
 }
