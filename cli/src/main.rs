@@ -84,6 +84,9 @@ enum Command {
     Midi(midi::MidiArgs),
     /// Unix as an application (004): run a program under a user-level Unix server.
     Unix(unix::UnixArgs),
+    /// A long-lived Unix server for several programs at once (`ictus unix run --server`),
+    /// with a control socket for its counts and policy (`ictus unix stats|policy`).
+    UnixServer(unix::UnixServerArgs),
     /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
     /// send each message to the clients subscribed to its class; registered as "midi_inputport".
     MidiServer(ictus_midi_server::cli::ServerArgs),
@@ -218,6 +221,7 @@ fn main() -> ExitCode {
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
         Command::Unix(a) => unix::main(a),
+        Command::UnixServer(a) => unix::server_main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Bench { list: true, .. } => {
             for e in Experiment::NAMES {

@@ -6,7 +6,7 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::{CString, OsString};
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -127,9 +127,9 @@ pub fn loader_path() -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Set up a session for `policy`: the loader, the view, the server on a fresh
-/// session socket. Returns the server and the client end of the session socket.
-pub fn start_session(policy: Policy) -> Result<(Server, OwnedFd, PathBuf), RunError> {
+/// Start a server for `policy`: the loader, the view, the generation page, the
+/// thread pool. Programs join it with [`prepare`].
+pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
     let loader_path = loader_path().map_err(RunError::Setup)?;
     let c = sys::cpath(&loader_path).map_err(|e| RunError::Setup(io(e)))?;
     let loader =
@@ -142,9 +142,85 @@ pub fn start_session(policy: Policy) -> Result<(Server, OwnedFd, PathBuf), RunEr
         exes: Default::default(),
         generation: sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?,
     });
-    let (server_end, client_end) = sys::seqpacket_pair().map_err(|e| RunError::Setup(io(e)))?;
-    let server = Server::start(session, server_end).map_err(|e| RunError::Setup(io(e)))?;
-    Ok((server, client_end, loader_path))
+    let server = Server::start(session).map_err(|e| RunError::Setup(io(e)))?;
+    Ok((server, loader_path))
+}
+
+/// Everything the first process of a program needs: its descriptors (moved to the
+/// library's numbers before exec), its argv for the loader, where to start.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The session socket's client end.
+    pub session: OwnedFd,
+    /// The program.
+    pub prog: OwnedFd,
+    /// Its interpreter.
+    pub interp: Option<OwnedFd>,
+    /// The seccomp filter, on a sealed memfd.
+    pub filter: OwnedFd,
+    /// The generation page.
+    pub generation: OwnedFd,
+    /// The loader file.
+    pub loader: PathBuf,
+    /// The argv after the loader's own `argv[0]`.
+    pub args: Vec<OsString>,
+    /// A host directory to start in, when the caller's is outside the view.
+    pub chdir_to: Option<PathBuf>,
+    /// Sockets other than `AF_UNIX` allowed (for Landlock's scoping).
+    pub network: bool,
+}
+
+/// Prepare a program for the process `pid` (whose working directory and `$PATH`
+/// decide where the program is found), as `argv`.
+pub fn prepare(
+    server: &Server,
+    loader: &Path,
+    pid: i32,
+    cwd: &Path,
+    path_env: Option<&OsStr>,
+    argv: &[OsString],
+) -> Result<Prepared, RunError> {
+    let session = server.session();
+    let policy = &session.policy;
+    let filter_bytes =
+        filter::build(&FilterPolicy { network: policy.network, refused: policy.refused.iter().map(|r| r.0).collect() });
+    let argv0 = argv.first().ok_or(RunError::NoProgram)?;
+    let (reply, used) = find_program(session, pid, path_env, argv0.as_bytes())?;
+    let mut fds = reply.fds.into_iter();
+    let _loader_fd = fds.next();
+    let prog = fds.next().ok_or_else(|| RunError::Setup(io(libc::EIO)))?;
+    let interp = fds.next();
+    let mut args: Vec<OsString> = Vec::new();
+    let data = &reply.data;
+    let count = data.first().copied().unwrap_or(0) as usize;
+    let mut prefix: Vec<OsString> =
+        data.get(1..).unwrap_or(&[]).split(|&b| b == 0).take(count).map(|s| OsString::from_vec(s.to_vec())).collect();
+    if count > 0 {
+        args.append(&mut prefix);
+        args.push(OsString::from_vec(used));
+        args.extend(argv.iter().skip(1).cloned());
+    } else {
+        args.extend(argv.iter().cloned());
+    }
+    let filter = sys::memfd_with(c"ictus-unix-filter", &filter_bytes).map_err(|e| RunError::Setup(io(e)))?;
+    let chdir_to = if session.view.view_of(cwd).is_some() {
+        None
+    } else {
+        Some(session.view.host_of(Path::new("/")).map(|h| h.0).unwrap_or_else(|| PathBuf::from("/")))
+    };
+    let generation = session.generation.fd().try_clone_to_owned().map_err(RunError::Setup)?;
+    let session_socket = server.add_session_socket().map_err(|e| RunError::Setup(io(e)))?;
+    Ok(Prepared {
+        session: session_socket,
+        prog,
+        interp,
+        filter,
+        generation,
+        loader: loader.to_path_buf(),
+        args,
+        chdir_to,
+        network: policy.network,
+    })
 }
 
 /// Landlock as far as this kernel has it.
@@ -224,13 +300,17 @@ fn report_landlock(l: &Landlock, quiet: bool) {
 /// Find the program: a path with a slash as given, else the first executable in
 /// `$PATH`, in the view. Returns the exec reply (loader, program, interpreter, argv
 /// prefix) and the path used.
-fn find_program(session: &Session, argv0: &[u8]) -> Result<(crate::ops::Reply, Vec<u8>), RunError> {
-    let me = std::process::id() as i32;
+fn find_program(
+    session: &Session,
+    me: i32,
+    path_env: Option<&OsStr>,
+    argv0: &[u8],
+) -> Result<(crate::ops::Reply, Vec<u8>), RunError> {
     let name = String::from_utf8_lossy(argv0).into_owned();
     let candidates: Vec<Vec<u8>> = if argv0.contains(&b'/') {
         vec![argv0.to_vec()]
     } else {
-        let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        let path = path_env.map(OsStr::to_os_string).unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
         path.as_bytes()
             .split(|&b| b == b':')
             .map(|d| {
@@ -300,52 +380,51 @@ pub fn run(opts: &RunOptions) -> Result<Ended, RunError> {
 /// counted.
 pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
     let policy = load_policy(opts.policy.as_deref())?;
-    let filter_bytes =
-        filter::build(&FilterPolicy { network: policy.network, refused: policy.refused.iter().map(|r| r.0).collect() });
-    let network = policy.network;
-    let (server, client_end, loader_path) = start_session(policy)?;
-    let argv0 = opts.argv.first().ok_or(RunError::NoProgram)?;
-    let (reply, used) = find_program(server.session(), argv0.as_bytes())?;
-    let mut fds = reply.fds.into_iter();
-    let _loader_fd = fds.next();
-    let prog = fds.next().ok_or_else(|| RunError::Setup(io(libc::EIO)))?;
-    let interp = fds.next();
-    let mut args: Vec<OsString> = Vec::new();
-    let data = &reply.data;
-    let count = data.first().copied().unwrap_or(0) as usize;
-    let mut prefix: Vec<OsString> =
-        data.get(1..).unwrap_or(&[]).split(|&b| b == 0).take(count).map(|s| OsString::from_vec(s.to_vec())).collect();
-    if count > 0 {
-        args.append(&mut prefix);
-        args.push(OsString::from_vec(used));
-        args.extend(opts.argv.iter().skip(1).cloned());
-    } else {
-        args.extend(opts.argv.iter().cloned());
-    }
-    let filter_fd = sys::memfd_with(c"ictus-unix-filter", &filter_bytes).map_err(|e| RunError::Setup(io(e)))?;
+    let (server, loader) = start_server(policy)?;
+    let me = std::process::id() as i32;
     let cwd = std::env::current_dir().map_err(RunError::Setup)?;
-    let chdir_to: Option<CString> = if server.session().view.view_of(&cwd).is_some() {
-        None
-    } else {
-        let root = server.session().view.host_of(Path::new("/")).map(|h| h.0).unwrap_or_else(|| PathBuf::from("/"));
-        Some(sys::cpath(&root).map_err(|e| RunError::Setup(io(e)))?)
-    };
-    let ll = landlock(&loader_path, network);
+    let prepared = prepare(&server, &loader, me, &cwd, std::env::var_os("PATH").as_deref(), &opts.argv)?;
+    let ended = spawn_and_wait(prepared, opts, |child| {
+        let mut exes = server.session().exes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(host) = exes.remove(&me) {
+            exes.insert(child, host);
+        }
+    })?;
+    // Processes the program left behind (or that were killed) hang their
+    // connections up as they go; give them a moment before counting.
+    for _ in 0..200 {
+        if server.connections() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let snap = snapshot(server.session());
+    drop(server);
+    Ok((ended, snap))
+}
+
+/// Start the first process of a prepared program (Landlock, the descriptors, the
+/// loader) and wait for it. `started` gets its pid.
+pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32)) -> Result<Ended, RunError> {
+    let ll = landlock(&p.loader, p.network);
     report_landlock(&ll, opts.quiet);
     let ruleset = ll.ruleset.as_ref().map(|f| f.as_raw_fd());
-
-    let mut cmd = Command::new(&loader_path);
+    let chdir_to = match &p.chdir_to {
+        Some(d) => Some(sys::cpath(d).map_err(|e| RunError::Setup(io(e)))?),
+        None => None,
+    };
+    let mut cmd = Command::new(&p.loader);
     if let Some(out) = &opts.stdout {
         cmd.stdout(std::fs::File::create(out).map_err(RunError::Setup)?);
     }
     cmd.arg0(OsString::from_vec(handler_argv0()));
-    cmd.args(&args[..]);
-    let gen_fd = server.session().generation.fd().as_raw_fd();
-    let (c_end, p_fd, i_fd, f_fd) = (
-        client_end.as_raw_fd(),
-        prog.as_raw_fd(),
-        interp.as_ref().map_or(-1, |f| f.as_raw_fd()),
-        filter_fd.as_raw_fd(),
+    cmd.args(&p.args[..]);
+    let (c_end, p_fd, i_fd, f_fd, gen_fd) = (
+        p.session.as_raw_fd(),
+        p.prog.as_raw_fd(),
+        p.interp.as_ref().map_or(-1, |f| f.as_raw_fd()),
+        p.filter.as_raw_fd(),
+        p.generation.as_raw_fd(),
     );
     // SAFETY: only async-signal-safe system calls between fork and exec.
     unsafe {
@@ -388,35 +467,18 @@ pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
     // (as system(3) does).
     let old = ignore_interactive_signals();
     let spawned = cmd.spawn();
-    drop(client_end);
-    drop(prog);
-    drop(interp);
-    drop(filter_fd);
+    drop(p);
     if let Ok(c) = &spawned {
-        let mut exes = server.session().exes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(host) = exes.remove(&(std::process::id() as i32)) {
-            exes.insert(c.id() as i32, host);
-        }
+        started(c.id() as i32);
     }
     let status = spawned.and_then(|mut c| c.wait());
     restore_signals(old);
     let status = status.map_err(RunError::Setup)?;
-    // Processes the program left behind (or that were killed) hang their
-    // connections up as they go; give them a moment before counting.
-    for _ in 0..200 {
-        if server.connections() == 0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let snap = snapshot(server.session());
-    drop(server);
-    let ended = match (status.code(), status.signal()) {
+    Ok(match (status.code(), status.signal()) {
         (Some(c), _) => Ended::Code(c),
         (None, Some(s)) => Ended::Signal(s),
         _ => Ended::Code(127),
-    };
-    Ok((ended, snap))
+    })
 }
 
 fn handler_argv0() -> Vec<u8> {

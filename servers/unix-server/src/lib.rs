@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod daemon;
 pub mod filter;
 pub mod launch;
 pub mod ops;

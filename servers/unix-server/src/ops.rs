@@ -558,13 +558,8 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
             let r = (|| {
                 let p = locate(s, pid, &arg1(0), true)?;
                 let name = &p.name;
-                let fd = sys::openat2(
-                    p.borrowed(),
-                    name,
-                    (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-                    0,
-                    0,
-                )?;
+                let fd =
+                    sys::openat2(p.borrowed(), name, (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64, 0, 0)?;
                 raw(libc::SYS_fstatfs, [fdl(&fd), buf.as_mut_ptr() as _, 0, 0, 0, 0])
             })();
             match r {

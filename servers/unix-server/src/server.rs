@@ -28,7 +28,6 @@ use crate::sys;
 pub const MAX_WORKERS: usize = 64;
 /// Workers started at once.
 pub const MIN_WORKERS: usize = 2;
-const SESSION_TOKEN: u64 = 0;
 
 struct Conn {
     fd: OwnedFd,
@@ -39,7 +38,8 @@ struct Conn {
 struct Shared {
     session: Arc<Session>,
     ep: OwnedFd,
-    listener: OwnedFd,
+    /// Session sockets (server ends), one per program started, by token.
+    listeners: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     next: AtomicU64,
     idle: AtomicUsize,
@@ -60,14 +60,13 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Serve `session` on the server end of a session socket.
-    pub fn start(session: Arc<Session>, listener: OwnedFd) -> Result<Server, i32> {
+    /// Serve `session`; programs join it through [`Server::add_session_socket`].
+    pub fn start(session: Arc<Session>) -> Result<Server, i32> {
         let ep = sys::epoll()?;
-        sys::epoll_arm(ep.as_fd(), listener.as_fd(), SESSION_TOKEN, true)?;
         let shared = Arc::new(Shared {
             session,
             ep,
-            listener,
+            listeners: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             idle: AtomicUsize::new(0),
@@ -97,6 +96,25 @@ impl Server {
             .expect("spawning the generation thread");
         shared.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t);
         Ok(Server { shared })
+    }
+
+    /// A new session socket: the server keeps one end, the caller gives the other to
+    /// the first process of a program (every process of it inherits it).
+    pub fn add_session_socket(&self) -> Result<OwnedFd, i32> {
+        let (server_end, client_end) = sys::seqpacket_pair()?;
+        let token = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let fd = Arc::new(server_end);
+        self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(token, Arc::clone(&fd));
+        if let Err(e) = sys::epoll_arm(self.shared.ep.as_fd(), fd.as_fd(), token, true) {
+            self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
+            return Err(e);
+        }
+        Ok(client_end)
+    }
+
+    /// Programs whose processes are not all gone.
+    pub fn programs(&self) -> usize {
+        self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// The session served.
@@ -151,19 +169,19 @@ fn worker(s: &Arc<Shared>) {
         {
             spawn_worker(s);
         }
-        if ev.0 == SESSION_TOKEN {
-            accept_hellos(s);
-        } else {
-            serve_conn(s, ev.0, &mut buf);
+        let listener = s.listeners.lock().unwrap_or_else(|p| p.into_inner()).get(&ev.0).cloned();
+        match listener {
+            Some(l) => accept_hellos(s, ev.0, &l),
+            None => serve_conn(s, ev.0, &mut buf),
         }
         s.idle.fetch_add(1, Ordering::AcqRel);
     }
 }
 
-fn accept_hellos(s: &Arc<Shared>) {
+fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
     let mut buf = [0u8; 64];
     loop {
-        match sys::recv(s.listener.as_fd(), &mut buf, true) {
+        match sys::recv(listener.as_fd(), &mut buf, true) {
             Ok(Some(m)) => {
                 let ok = m.len == wire::HELLO.len() && buf[..m.len] == wire::HELLO && m.fds.len() == 1 && !m.truncated;
                 let kind_ok = ok && sys::socket_kind(m.fds[0].as_fd()) == Some((libc::SOCK_SEQPACKET, libc::AF_UNIX));
@@ -175,23 +193,26 @@ fn accept_hellos(s: &Arc<Shared>) {
                 if sys::pass_credentials(fd.as_fd()).is_err() {
                     continue;
                 }
-                let token = s.next.fetch_add(1, Ordering::Relaxed);
+                let ct = s.next.fetch_add(1, Ordering::Relaxed);
                 let pid = m.cred.map_or(0, |c| c.0);
                 let conn = Arc::new(Conn { fd, pid });
-                s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(token, Arc::clone(&conn));
+                s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
                 s.session.stats.connections.fetch_add(1, Ordering::Relaxed);
                 s.session.stats.open.fetch_add(1, Ordering::Relaxed);
-                if sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), token, true).is_err() {
-                    drop_conn(s, token);
+                if sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), ct, true).is_err() {
+                    drop_conn(s, ct);
                 }
             }
-            Ok(None) => return, // every process of the session is gone
             Err(libc::EAGAIN) => break,
             Err(libc::EINTR) => continue,
-            Err(_) => return,
+            Ok(None) | Err(_) => {
+                // Every process of this program is gone (or the socket broke).
+                s.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
+                return;
+            }
         }
     }
-    let _ = sys::epoll_arm(s.ep.as_fd(), s.listener.as_fd(), SESSION_TOKEN, false);
+    let _ = sys::epoll_arm(s.ep.as_fd(), listener.as_fd(), token, false);
 }
 
 fn drop_conn(s: &Arc<Shared>, token: u64) {

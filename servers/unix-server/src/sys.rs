@@ -343,3 +343,103 @@ impl Drop for GenerationPage {
         unsafe { libc::munmap(self.page.as_ptr().cast(), 4096) };
     }
 }
+
+fn sockaddr_un(path: &Path) -> Res<(libc::sockaddr_un, libc::socklen_t)> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: sockaddr_un is plain data.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let b = path.as_os_str().as_bytes();
+    if b.len() >= a.sun_path.len() || b.contains(&0) {
+        return Err(libc::ENAMETOOLONG);
+    }
+    for (d, s) in a.sun_path.iter_mut().zip(b) {
+        *d = *s as libc::c_char;
+    }
+    Ok((a, (std::mem::size_of::<libc::sa_family_t>() + b.len() + 1) as libc::socklen_t))
+}
+
+fn seqpacket() -> Res<OwnedFd> {
+    // SAFETY: no pointers.
+    let r = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A listening `SOCK_SEQPACKET` socket bound at `path`.
+pub fn seqpacket_listen(path: &Path) -> Res<OwnedFd> {
+    let fd = seqpacket()?;
+    let (a, len) = sockaddr_un(path)?;
+    // SAFETY: a is a valid sockaddr_un of len bytes (bind(2), listen(2)).
+    check(unsafe { libc::bind(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) } as libc::c_long)?;
+    // SAFETY: no pointers.
+    check(unsafe { libc::listen(fd.as_raw_fd(), 64) } as libc::c_long)?;
+    Ok(fd)
+}
+
+/// A `SOCK_SEQPACKET` connection to `path`.
+pub fn seqpacket_connect(path: &Path) -> Res<OwnedFd> {
+    let fd = seqpacket()?;
+    let (a, len) = sockaddr_un(path)?;
+    // SAFETY: a is a valid sockaddr_un of len bytes (connect(2)).
+    check(unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) } as libc::c_long)?;
+    Ok(fd)
+}
+
+/// `accept4(fd, SOCK_CLOEXEC)`.
+pub fn accept(fd: BorrowedFd<'_>) -> Res<OwnedFd> {
+    // SAFETY: null address pointers are allowed (accept(2)).
+    let r = unsafe { libc::accept4(fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `SO_PEERCRED`: the peer's pid, uid, gid.
+pub fn peer_cred(fd: BorrowedFd<'_>) -> Res<(i32, u32, u32)> {
+    // SAFETY: ucred is plain data.
+    let mut c: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: c and len are valid for SO_PEERCRED (socket(7)).
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    check(r as libc::c_long)?;
+    Ok((c.pid, c.uid, c.gid))
+}
+
+/// This process's effective uid.
+pub fn euid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM set a flag and interrupt blocking calls (no `SA_RESTART`).
+pub fn stop_on_int_and_term() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction is plain data; the handler only stores to an atomic
+        // (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Whether SIGINT or SIGTERM came.
+pub fn stopping() -> bool {
+    STOP.load(std::sync::atomic::Ordering::SeqCst)
+}

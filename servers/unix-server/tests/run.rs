@@ -15,7 +15,23 @@ use ictus_unix_server::{run_session, Ended, RunOptions, Snapshot};
 
 static N: AtomicUsize = AtomicUsize::new(0);
 
-fn scratch() -> PathBuf {
+/// A scratch directory, removed with everything in it when the test ends.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> Scratch {
     let d = std::env::temp_dir().join(format!(
         "ictus-unix-test-{}-{}",
         std::process::id(),
@@ -23,7 +39,7 @@ fn scratch() -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 fn c_program(dir: &Path, name: &str, static_: bool) -> PathBuf {
@@ -142,7 +158,7 @@ func main() {
         .args(["build", "-o"])
         .arg(&bin)
         .arg(".")
-        .current_dir(&d)
+        .current_dir(&*d)
         .env("CGO_ENABLED", "0")
         .env("GOFLAGS", "-mod=mod")
         .status()
@@ -201,7 +217,7 @@ fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
     assert_eq!(ended, Ended::Code(0));
     let text = read(&out);
     assert_eq!(
-        text, "hidden\n1\nreadonly\nnot-w\ninet Permission denied\nunix ok\ngetpid Permission denied\n",
+        text, "hidden\n1\nreadonly\nnot-w\ninet Permission denied\nunix ok\ngetpid refused with EACCES\n",
         "{text}"
     );
     assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 1, "{snap:?}");
@@ -331,7 +347,7 @@ fn runs_unprivileged() {
     assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "runs_unprivileged", "--nocapture"])
-        .env("ICTUS_UNIX_TEST_DIR", &d)
+        .env("ICTUS_UNIX_TEST_DIR", &*d)
         .env_remove("XDG_RUNTIME_DIR");
     use std::os::unix::process::CommandExt;
     // SAFETY: only setgroups/setgid/setuid between fork and exec.
@@ -356,4 +372,58 @@ fn unprivileged_child() {
         &format!("echo \"$(id -u) $(cat /etc/hostname > /dev/null && echo ok)\" > {}", d.join("out.txt").display()),
     );
     assert_eq!(ended, Ended::Code(0));
+}
+
+/// One long-lived server, several programs at once, its control interface.
+#[test]
+fn a_long_lived_server_serves_several_programs_and_answers_its_control_socket() {
+    let d = scratch();
+    let sock = d.join("unix-server.sock");
+    let policy = d.join("policy");
+    std::fs::write(&policy, "refuse getpid EACCES\n").unwrap();
+    let s2 = sock.clone();
+    std::thread::spawn(move || ictus_unix_server::daemon::serve(Some(&policy), Some(&s2)));
+    for _ in 0..500 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let progs: Vec<_> = (0..3)
+        .map(|i| {
+            let (sock, out) = (sock.clone(), d.join(format!("out{i}.txt")));
+            std::thread::spawn(move || {
+                let script = format!("cat /etc/hostname > {0}; sleep 0.3; echo {i} >> {0}", out.display());
+                let opts = RunOptions {
+                    policy: None,
+                    argv: vec!["sh".into(), "-c".into(), script.into()],
+                    quiet: true,
+                    stdout: None,
+                };
+                ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap()
+            })
+        })
+        .collect();
+    for p in progs {
+        assert_eq!(p.join().unwrap(), Ended::Code(0));
+    }
+    let host = std::fs::read_to_string("/etc/hostname").unwrap();
+    for i in 0..3 {
+        assert_eq!(read(&d.join(format!("out{i}.txt"))), format!("{host}{i}\n"));
+    }
+    let sock_out = d.join("sock.txt");
+    let sockprog = c_program(&d, "sock", false);
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), format!("{} > {}", sockprog.display(), sock_out.display()).into()],
+        quiet: true,
+        stdout: None,
+    };
+    assert_eq!(ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap(), Ended::Code(0));
+    assert!(read(&sock_out).contains("getpid refused with EACCES"), "{}", read(&sock_out));
+    let stats = ictus_unix_server::daemon::query(Some(&sock), "STATS").unwrap();
+    assert!(stats.contains("\"getpid\": "), "{stats}");
+    assert!(stats.contains("requests served"), "{stats}");
+    let policy_text = ictus_unix_server::daemon::query(Some(&sock), "POLICY").unwrap();
+    assert!(policy_text.contains("refused"), "{policy_text}");
 }
