@@ -90,14 +90,15 @@ pub fn main(a: UnixArgs) -> Result<(), Box<dyn std::error::Error>> {
             ictus_unix_server::exit_like(ended)
         }
         UnixCommand::Run { policy, quiet, stats, argv, .. } => {
-            let (ended, snap) =
-                ictus_unix_server::run_session(&ictus_unix_server::RunOptions { policy, argv, quiet, stdout: None })?;
-            if stats {
-                eprintln!(
-                    "ictus unix: served {} requests on {} connections ({} still open), {} malformed, refused {:?}",
-                    snap.served, snap.connections, snap.open, snap.malformed, snap.refused
-                );
+            let opts = ictus_unix_server::RunOptions { policy, argv, quiet, stdout: None };
+            if !stats {
+                ictus_unix_server::exit_like(ictus_unix_server::run(&opts)?);
             }
+            let (ended, snap) = ictus_unix_server::run_session(&opts)?;
+            eprintln!(
+                "ictus unix: served {} requests on {} connections ({} still open), {} malformed, refused {:?}",
+                snap.served, snap.connections, snap.open, snap.malformed, snap.refused
+            );
             ictus_unix_server::exit_like(ended)
         }
     }

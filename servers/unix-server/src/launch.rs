@@ -371,14 +371,19 @@ pub fn snapshot(session: &Session) -> Snapshot {
     }
 }
 
-/// Run a program under a private server; returns how it ended.
+/// Run a program under a private server; returns how it ended, once every process
+/// it started has exited (as proot does: they need their server).
 pub fn run(opts: &RunOptions) -> Result<Ended, RunError> {
-    run_session(opts).map(|r| r.0)
+    run_inner(opts, false).map(|r| r.0)
 }
 
 /// Run a program under a private server; returns how it ended and what the server
-/// counted.
+/// counted, once the processes it left have hung up (up to 10 s).
 pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
+    run_inner(opts, true)
+}
+
+fn run_inner(opts: &RunOptions, settle: bool) -> Result<(Ended, Snapshot), RunError> {
     let policy = load_policy(opts.policy.as_deref())?;
     let (server, loader) = start_server(policy)?;
     let me = std::process::id() as i32;
@@ -390,9 +395,15 @@ pub fn run_session(opts: &RunOptions) -> Result<(Ended, Snapshot), RunError> {
             exes.insert(child, host);
         }
     })?;
-    // Processes the program left behind (or that were killed) hang their
-    // connections up as they go; give them a moment before counting.
-    for _ in 0..200 {
+    // Processes the program left running still need their server: like proot, wait
+    // until the last one is gone (every process of the session holds the session
+    // socket, so its hang-up says so), then return the first process's status.
+    while server.programs() > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Their connections hang up as they go; give the pool a moment to see it before
+    // counting.
+    for _ in 0..if settle { 1000 } else { 0 } {
         if server.connections() == 0 {
             break;
         }
