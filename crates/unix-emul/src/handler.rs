@@ -308,27 +308,27 @@ impl Req {
         }
     }
 
-    /// Copy a NUL-terminated path from the program.
+    /// Copy a NUL-terminated path from the program: `EFAULT` for memory it cannot
+    /// read (as the kernel), `ENAMETOOLONG` past `PATH_MAX`.
     unsafe fn path(&mut self, ptr: u64) -> Result<(usize, usize), i64> {
         if ptr == 0 {
             return Err(-(errno::EFAULT as i64));
         }
         let start = self.used;
-        let mut i = 0;
-        loop {
-            if i > wire::PATH_MAX {
-                return Err(-(errno::ENAMETOOLONG as i64));
-            }
-            // SAFETY: reading the program's string byte by byte up to its NUL.
-            let b = unsafe { *((ptr + i as u64) as *const u8) };
-            if b == 0 {
-                break;
-            }
-            self.store[start + i] = b;
-            i += 1;
+        let room = &mut self.store[start..start + wire::PATH_MAX + 1];
+        let got = sys::read_own(room, ptr);
+        if got <= 0 {
+            return Err(-(errno::EFAULT as i64));
         }
-        self.used += i;
-        Ok((start, i))
+        let got = got as usize;
+        match room[..got].iter().position(|&b| b == 0) {
+            Some(len) => {
+                self.used += len;
+                Ok((start, len))
+            }
+            None if got == room.len() => Err(-(errno::ENAMETOOLONG as i64)),
+            None => Err(-(errno::EFAULT as i64)),
+        }
     }
 
     unsafe fn path1(&mut self, ptr: u64) -> Result<(), i64> {
@@ -354,8 +354,9 @@ impl Req {
             return Err(-(errno::EFAULT as i64));
         }
         let start = self.used;
-        // SAFETY: the program passed a buffer of this many bytes.
-        unsafe { core::ptr::copy_nonoverlapping(ptr as *const u8, self.store[start..].as_mut_ptr(), len) };
+        if sys::read_own(&mut self.store[start..start + len], ptr) != len as i64 {
+            return Err(-(errno::EFAULT as i64));
+        }
         self.used += len;
         self.extra = (start, len);
         Ok(())
@@ -437,14 +438,13 @@ fn close_all(ans: &conn::Answer) {
 }
 
 /// Copy the reply's data to the program's buffer `ptr` of `cap` bytes; returns the
-/// number of bytes copied.
-unsafe fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> usize {
+/// number of bytes copied, or `-EFAULT` if the program's buffer is not writable.
+fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> i64 {
     let n = ans.data_len.min(cap);
-    if n > 0 {
-        // SAFETY: the program passed a buffer of `cap` bytes.
-        unsafe { core::ptr::copy_nonoverlapping(buf[ans.data_at..].as_ptr(), ptr as *mut u8, n) };
+    if n > 0 && sys::write_own(ptr, &buf[ans.data_at..ans.data_at + n]) != n as i64 {
+        return -(errno::EFAULT as i64);
     }
-    n
+    n as i64
 }
 
 unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
@@ -602,8 +602,8 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 close_all(&ans);
                 if ans.result >= 0 {
                     let copied = copy_out(buf, &ans, out, cap);
-                    if n == nr::READLINKAT || n == nr::GETCWD {
-                        return Ok(copied as i64);
+                    if copied < 0 || n == nr::READLINKAT || n == nr::GETCWD {
+                        return Ok(copied);
                     }
                 }
                 Ok(ans.result)

@@ -132,3 +132,25 @@ pub fn decimal(v: i64, buf: &mut [u8; 24]) -> &[u8] {
     }
     &buf[i..]
 }
+
+const SYS_PROCESS_VM_READV: u32 = 310;
+const SYS_PROCESS_VM_WRITEV: u32 = 311;
+
+/// Copy from this process's own memory at `src` into `dst`, as the kernel would
+/// from a system call's pointer: the bytes up to the first unreadable page, or
+/// `-EFAULT` (process_vm_readv(2) on ourselves; never a fault in the library).
+pub fn read_own(dst: &mut [u8], src: u64) -> i64 {
+    let local = [dst.as_mut_ptr() as u64, dst.len() as u64];
+    let remote = [src, dst.len() as u64];
+    // SAFETY: both iovecs describe memory: ours writable, the program's only read by
+    // the kernel, which checks it.
+    unsafe { syscall6(SYS_PROCESS_VM_READV, getpid() as u64, local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0) }
+}
+
+/// Copy `src` into this process's memory at `dst`: the byte count or `-EFAULT`.
+pub fn write_own(dst: u64, src: &[u8]) -> i64 {
+    let local = [src.as_ptr() as u64, src.len() as u64];
+    let remote = [dst, src.len() as u64];
+    // SAFETY: as read_own; the kernel checks the program's pointer for writing.
+    unsafe { syscall6(SYS_PROCESS_VM_WRITEV, getpid() as u64, local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0) }
+}

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <string.h>
 #include <stdlib.h>
+#include <errno.h>
 static volatile int got;
 static void h(int s){ struct stat st; got = stat("/etc/hostname", &st) == 0 ? 1 : -1; }
 static void *t(void *a){ int ok=0; for(int i=0;i<200;i++){ int fd=open("/etc/hostname",O_RDONLY); if(fd>=0){ok++;close(fd);} } return (void*)(long)ok; }
@@ -31,5 +32,9 @@ int main(){
   int d = open("/etc", O_PATH|O_DIRECTORY);
   printf("openat2 beneath rel %ld\n", syscall(437, d, "hostname", &how, sizeof how) >= 0);
   printf("openat2 beneath dotdot %ld\n", syscall(437, d, "../etc/hostname", &how, sizeof how));
+  errno = 0; int bad = open((char *)1, O_RDONLY);
+  printf("open of a bad pointer %d %s\n", bad, strerror(errno));
+  errno = 0; int badst = stat("/etc", (struct stat *)1);
+  printf("stat into a bad pointer %d %s\n", badst, strerror(errno));
   return 0;
 }
