@@ -96,6 +96,11 @@ impl Lookup for HostFs<'_> {
         if b == b"/proc/thread-self" {
             return Node::Symlink(format!("{0}/task/{0}", self.pid).into_bytes());
         }
+        if foreign_proc_entry(self.pid, b) {
+            // Another process's ptrace-guarded entries (fd/, cwd, mem…): the server
+            // could read them; the program may not.
+            return Node::Missing;
+        }
         match sys::lstat_mode(host) {
             Err(_) => Node::Missing,
             Ok(m) if m & libc::S_IFMT == libc::S_IFLNK => {
@@ -667,16 +672,23 @@ fn open(
     let follow = flags & O_NOFOLLOW == 0 && !(creat && flags & O_EXCL != 0) && resolve_flags & 0x04 == 0;
     let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
     if identity_view(s) {
-        // The kernel walks, with the program's own flags and resolve flags.
+        // The kernel walks, with the program's own flags and resolve flags — but not
+        // through /proc magic links, unless the path names the caller's own
+        // /proc/PID (its /dev/fd): the server's own links would hand out what the
+        // server holds.
         let p = locate(s, pid, a, follow)?;
         let fl = flags
             | if flags & libc::O_PATH as u64 != 0 { libc::O_CLOEXEC } else { libc::O_NOCTTY | libc::O_CLOEXEC } as u64;
-        if openat2_request {
-            return sys::openat2(p.borrowed(), &p.name, fl, mode, resolve_flags);
-        }
-        // SAFETY: a descriptor openat returned is new and ours.
-        return raw(libc::SYS_openat, [p.fd(), cs(&p.name), fl as _, mode as _, 0, 0])
-            .map(|fd| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
+        // openat ignores flag bits openat2 refuses: dropped here, so both answer alike.
+        let fl = if openat2_request { fl } else { sanitize_open_flags(fl) };
+        let fd = match sys::openat2(p.borrowed(), &p.name, fl, mode, resolve_flags | sys::NO_MAGICLINKS) {
+            Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) && resolve_flags & sys::NO_MAGICLINKS == 0 => {
+                sys::openat2(p.borrowed(), &p.name, fl, mode, resolve_flags)?
+            }
+            r => r?,
+        };
+        proc_check(pid, &fd, flags)?;
+        return Ok(fd);
     }
     let b = base(s, pid, a.dirfd)?;
     let r = s.view.resolve(&b, a.path, follow, &HostFs { pid, session: s })?;
@@ -716,7 +728,11 @@ fn open(
         }
     };
     if r.magic {
-        // /proc/PID/fd/N and friends: open what the link designates.
+        // /proc/PID/fd/N and friends: open what the link designates — the caller's
+        // own only.
+        if !own_proc(pid, r.host.as_os_str().as_bytes()) {
+            return Err(errno::EACCES);
+        }
         let p = cpath(&r.host)?;
         return open_final(None, &p, flags | extra);
     }
@@ -724,7 +740,91 @@ fn open(
     // The final component is not a link (the walk followed it), unless the program
     // asked not to follow: O_NOFOLLOW keeps a link swapped in since from being
     // followed. O_PATH|O_NOFOLLOW opens a link itself, as asked.
-    open_final(Some(dir.as_fd()), &name, flags | extra | O_NOFOLLOW)
+    let fd = open_final(Some(dir.as_fd()), &name, flags | extra | O_NOFOLLOW)?;
+    proc_check(pid, &fd, flags)?;
+    Ok(fd)
+}
+
+/// Whether `path` is an entry of another process's `/proc/PID` other than those `ps`
+/// reads.
+fn foreign_proc_entry(pid: i32, path: &[u8]) -> bool {
+    let Some(rest) = path.strip_prefix(b"/proc/") else { return false };
+    let mut parts = rest.split(|&b| b == b'/');
+    let Some(n) = parts.next().and_then(|n| std::str::from_utf8(n).ok()).and_then(|n| n.parse::<i32>().ok()) else {
+        return false;
+    };
+    if n == pid {
+        return false;
+    }
+    let mut file = parts.next().unwrap_or(b"");
+    if file == b"task" {
+        if parts.next().is_none() {
+            return false;
+        }
+        file = parts.next().unwrap_or(b"");
+    }
+    let safe = [&b""[..], b"stat", b"status", b"statm", b"cmdline", b"comm", b"cgroup", b"limits", b"schedstat"];
+    !safe.contains(&file)
+}
+
+/// Whether `path` is under the caller's own `/proc/PID`.
+fn own_proc(pid: i32, path: &[u8]) -> bool {
+    let prefix = format!("/proc/{pid}/");
+    path.starts_with(prefix.as_bytes())
+}
+
+/// The flags openat2 accepts, from what openat would take (it ignores the rest).
+fn sanitize_open_flags(fl: u64) -> u64 {
+    if fl & libc::O_PATH as u64 != 0 {
+        return fl & (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    }
+    let valid = libc::O_ACCMODE
+        | libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_NOCTTY
+        | libc::O_TRUNC
+        | libc::O_APPEND
+        | libc::O_NONBLOCK
+        | libc::O_DSYNC
+        | libc::O_ASYNC
+        | libc::O_DIRECT
+        | libc::O_LARGEFILE
+        | libc::O_DIRECTORY
+        | libc::O_NOFOLLOW
+        | libc::O_NOATIME
+        | libc::O_CLOEXEC
+        | libc::O_SYNC
+        | libc::O_TMPFILE;
+    fl & valid as u64
+}
+
+/// Another process's `/proc/PID` files: the server (same user, no Landlock) could
+/// open what ptrace access guards — its own or another program's `mem`, `environ`,
+/// `fd/*` — which the program itself could not. Only read-only opens of the files
+/// `ps` reads are let through.
+fn proc_check(pid: i32, fd: &OwnedFd, flags: u64) -> Res<()> {
+    let Ok(path) = sys::readlink(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd()))) else { return Ok(()) };
+    let Some(rest) = path.strip_prefix(b"/proc/") else { return Ok(()) };
+    let mut parts = rest.split(|&b| b == b'/');
+    let Some(n) = parts.next().and_then(|n| std::str::from_utf8(n).ok()).and_then(|n| n.parse::<i32>().ok()) else {
+        return Ok(());
+    };
+    if n == pid {
+        return Ok(());
+    }
+    let mut file = parts.next().unwrap_or(b"");
+    if file == b"task" {
+        let _thread = parts.next();
+        file = parts.next().unwrap_or(b"");
+    }
+    let safe =
+        [&b""[..], b"stat", b"status", b"statm", b"cmdline", b"comm", b"cgroup", b"limits", b"schedstat", b"task"];
+    let read_only = flags & O_ACCMODE == 0;
+    if read_only && safe.contains(&file) && parts.next().is_none() {
+        Ok(())
+    } else {
+        Err(errno::EACCES)
+    }
 }
 
 /// The script interpreter line: `#!interp [arg]`.
@@ -761,13 +861,12 @@ fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, 
         libc::SYS_faccessat2,
         [p.fd(), cs(&p.name), libc::X_OK as _, libc::AT_EACCESS as libc::c_long | p.nofollow, 0, 0],
     )?;
-    let fd = sys::openat2(
-        p.borrowed(),
-        &p.name,
-        (libc::O_RDONLY | libc::O_CLOEXEC | nofollow | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
-        0,
-        0,
-    )?;
+    let fl = (libc::O_RDONLY | libc::O_CLOEXEC | nofollow | libc::O_NOCTTY | libc::O_NONBLOCK) as u64;
+    let fd = match sys::openat2(p.borrowed(), &p.name, fl, 0, sys::NO_MAGICLINKS) {
+        Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0)?,
+        r => r?,
+    };
+    proc_check(pid, &fd, 0)?;
     // SAFETY: st is plain data the kernel fills.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     raw(libc::SYS_fstat, [fdl(&fd), &mut st as *mut libc::stat as _, 0, 0, 0, 0])?;

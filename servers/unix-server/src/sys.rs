@@ -46,6 +46,8 @@ pub fn openat2(dir: Option<BorrowedFd<'_>>, path: &CStr, flags: u64, mode: u64, 
 
 /// `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`.
 pub const NO_LINKS: u64 = 0x04 | 0x02;
+/// `RESOLVE_NO_MAGICLINKS`.
+pub const NO_MAGICLINKS: u64 = 0x02;
 
 /// Open a host directory with no symbolic link anywhere on its path, as `O_PATH`.
 pub fn open_dir_nolinks(host: &Path) -> Res<OwnedFd> {

@@ -309,33 +309,46 @@ fn a_hostile_program_gets_past_no_policy_and_harms_no_other() {
     let secret = d.join("secret");
     std::fs::write(&secret, "k").unwrap();
     let hostile = c_program(&d, "hostile", false);
-    let out = d.join("out.txt");
-    let good = d.join("good.txt");
-    let policy = format!("hide {}\nnetwork off\n", secret.display());
-    let script = format!(
-        "{h} {s} {me} > {out} 2>&1; cat /etc/hostname > {good}",
-        h = hostile.display(),
-        s = secret.display(),
-        me = std::process::id(),
-        out = out.display(),
-        good = good.display()
-    );
-    let (ended, snap) = sh_under(Some(&policy), &d, &script);
-    assert_eq!(ended, Ended::Code(0));
-    let text = read(&out);
-    for line in [
-        "open hidden from library range: ENOENT",
-        "exec from library range: EACCES",
-        "inet socket from library range: EACCES",
-        "signal the server from library range: EPERM",
-        "ptrace the server: EPERM",
-        "mount: EPERM",
-        "scribbler ended",
-    ] {
-        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    // Once with a view the server walks (a hidden file), once with the identity view
+    // the kernel walks.
+    for hide in [true, false] {
+        let out = d.join("out.txt");
+        let good = d.join("good.txt");
+        let policy =
+            if hide { format!("hide {}\nnetwork off\n", secret.display()) } else { "network off\n".to_string() };
+        let script = format!(
+            "{h} {s} {me} > {out} 2>&1; cat /etc/hostname > {good}",
+            h = hostile.display(),
+            s = secret.display(),
+            me = std::process::id(),
+            out = out.display(),
+            good = good.display()
+        );
+        let (ended, snap) = sh_under(Some(&policy), &d, &script);
+        assert_eq!(ended, Ended::Code(0));
+        let text = read(&out);
+        let mut expected = vec![
+            "exec from library range: EACCES",
+            "inet socket from library range: EACCES",
+            "signal the server from library range: EPERM",
+            "ptrace the server: EPERM",
+            "mount: EPERM",
+            "server memory: EACCES",
+            if hide { "server descriptor: ENOENT" } else { "server descriptor: ELOOP" },
+            "server memory by a link: EACCES",
+            "server status: ok",
+            "own memory: ok",
+            "scribbler ended",
+        ];
+        if hide {
+            expected.push("open hidden from library range: ENOENT");
+        }
+        for line in expected {
+            assert!(text.contains(line), "hide {hide}: missing {line:?} in:\n{text}");
+        }
+        assert_eq!(read(&good), std::fs::read_to_string("/etc/hostname").unwrap());
+        assert!(snap.malformed > 0, "{snap:?}");
     }
-    assert_eq!(read(&good), std::fs::read_to_string("/etc/hostname").unwrap());
-    assert!(snap.malformed > 0, "{snap:?}");
 }
 
 /// The whole path without privileges: the test binary runs itself as uid 65534.

@@ -42,6 +42,21 @@ int main(int argc, char **argv) {
     printf("signal the server from library range: %s\n", e(gadget(62, server, 0, 0, 0, 0, 0)));
     printf("ptrace the server: %s\n", e(gadget(101, 16 /* PTRACE_ATTACH */, server, 0, 0, 0, 0)));
     printf("mount: %s\n", e(gadget(165, (long)"none", (long)"/tmp", (long)"tmpfs", 0, 0, 0)));
+    /* Through the server, which is not confined: another process's memory and
+     * descriptors, directly and through a link of its own making. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/mem", server);
+    printf("server memory: %s\n", e(open(path, O_RDWR) < 0 ? -errno : 0));
+    snprintf(path, sizeof path, "/proc/%d/fd/0", server);
+    printf("server descriptor: %s\n", e(open(path, O_RDONLY) < 0 ? -errno : 0));
+    snprintf(path, sizeof path, "/proc/%d/mem", server);
+    unlink("/tmp/ictus-hostile-link");
+    symlink(path, "/tmp/ictus-hostile-link");
+    printf("server memory by a link: %s\n", e(open("/tmp/ictus-hostile-link", O_RDWR) < 0 ? -errno : 0));
+    unlink("/tmp/ictus-hostile-link");
+    snprintf(path, sizeof path, "/proc/%d/status", server);
+    printf("server status: %s\n", e(open(path, O_RDONLY) < 0 ? -errno : 0));
+    printf("own memory: %s\n", e(open("/proc/self/mem", O_RDWR) < 0 ? -errno : 0));
     fflush(stdout);
     /* Garbage on its own connection (the library made connection 960 above). */
     pid_t c = fork();
