@@ -989,7 +989,13 @@ fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[
     }
     let path = &addr[2..];
     if path.is_empty() || path[0] == 0 {
-        // Unnamed or abstract: no path to resolve.
+        // Unnamed or abstract: no path to resolve. The server makes the call, so
+        // Landlock's scoping of abstract sockets does not apply to it: with the
+        // network off, abstract names (another program's, outside the session) are
+        // refused here.
+        if !s.policy.network && path.first() == Some(&0) {
+            return Err(errno::EACCES);
+        }
         return raw(call, [fdl(fd), addr.as_ptr() as _, addr.len() as _, 0, 0, 0]);
     }
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
