@@ -261,6 +261,10 @@ fn locate(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<Place> {
             return Err(errno::ENOENT);
         }
         let mut path = rewrite_self(pid, a.path);
+        if foreign_proc_entry(pid, &path) {
+            // Another process's ptrace-guarded /proc entries, named directly.
+            return Err(errno::ENOENT);
+        }
         // /proc/PID/exe is the loader to the kernel: the program, as exec'd, instead.
         if follow && path.starts_with(b"/proc/") && path.ends_with(b"/exe") {
             if let Node::Symlink(t) = (HostFs { pid, session: s }).node(Path::new(OsStr::from_bytes(&path))) {
