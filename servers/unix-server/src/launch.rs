@@ -124,6 +124,16 @@ pub fn loader_path() -> std::io::Result<PathBuf> {
     std::fs::write(&tmp, LOADER)?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555))?;
     std::fs::rename(&tmp, &path)?;
+    // Loaders of other builds: a running server keeps its own open (exec and Landlock
+    // go by that descriptor), so the names can go.
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with("unix-loader-") && e.path() != path {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
     Ok(path)
 }
 
