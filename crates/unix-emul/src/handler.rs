@@ -89,8 +89,48 @@ unsafe extern "C" fn sigsys(sig: i32, info: *mut u8, uc: *mut u8) {
             *greg(uc, REG_R8),
             *greg(uc, REG_R9),
         ];
-        *greg(uc, REG_RAX) = dispatch(n, a) as u64;
+        let r = if n == nr::RT_SIGPROCMASK { sigprocmask_in_frame(uc, a) } else { dispatch(n, a) };
+        *greg(uc, REG_RAX) = r as u64;
     }
+}
+
+/// Offset of `uc_sigmask` in the kernel's `struct ucontext` (x86_64).
+const UC_SIGMASK: usize = 296;
+const UNBLOCKABLE: u64 = SIGSYS_BIT | (1 << (9 - 1)) | (1 << (19 - 1));
+
+/// `rt_sigprocmask(how, set, oldset, 8)` trapped: the mask the program has is the one
+/// saved in the signal frame, which `rt_sigreturn` will install when this handler
+/// returns — so the change is made there (a change made with the system call here
+/// would be undone by the return), minus SIGSYS, which must never be blocked.
+unsafe fn sigprocmask_in_frame(uc: *mut u8, a: [u64; 6]) -> i64 {
+    if a[3] != 8 {
+        return -(errno::EINVAL as i64);
+    }
+    // SAFETY: uc is the kernel's ucontext; uc_sigmask is its 8-byte mask.
+    let slot = unsafe { uc.add(UC_SIGMASK) as *mut u64 };
+    // SAFETY: as above.
+    let old = unsafe { core::ptr::read_unaligned(slot) };
+    let mut new = old;
+    if a[1] != 0 {
+        let mut set = [0u8; 8];
+        if sys::read_own(&mut set, a[1]) != 8 {
+            return -(errno::EFAULT as i64);
+        }
+        let set = u64::from_le_bytes(set);
+        new = match a[0] {
+            0 => old | set,
+            1 => old & !set,
+            2 => set,
+            _ => return -(errno::EINVAL as i64),
+        } & !UNBLOCKABLE;
+    }
+    // The old mask after reading the new one: the two may be the same buffer.
+    if a[2] != 0 && sys::write_own(a[2], &old.to_le_bytes()) != 8 {
+        return -(errno::EFAULT as i64);
+    }
+    // SAFETY: as above.
+    unsafe { core::ptr::write_unaligned(slot, new) };
+    0
 }
 
 /// A SIGSYS that is not ours (a filter the program installed itself): to the

@@ -447,9 +447,16 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
         p.filter.as_raw_fd(),
         p.generation.as_raw_fd(),
     );
+    // While the program runs, a terminal's SIGINT and SIGQUIT are for it, not us
+    // (as system(3) does); the program gets them as they were before (ignored only if
+    // they were ignored here).
+    let (int_was_ignored, quit_was_ignored) = ignore_interactive_signals();
     // SAFETY: only async-signal-safe system calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            for (sig, ignored) in [(libc::SIGINT, int_was_ignored), (libc::SIGQUIT, quit_was_ignored)] {
+                libc::signal(sig, if ignored { libc::SIG_IGN } else { libc::SIG_DFL });
+            }
             let moves =
                 [(c_end, wire::SESSION_FD), (p_fd, wire::PROG_FD), (f_fd, wire::FILTER_FD), (gen_fd, wire::GEN_FD)];
             for (from, to) in moves {
@@ -484,16 +491,13 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
             Ok(())
         });
     }
-    // While the program runs, a terminal's SIGINT and SIGQUIT are for it, not us
-    // (as system(3) does).
-    let old = ignore_interactive_signals();
     let spawned = cmd.spawn();
     drop(p);
     if let Ok(c) = &spawned {
         started(c.id() as i32);
     }
     let status = spawned.and_then(|mut c| c.wait());
-    restore_signals(old);
+    restore_signals();
     let status = status.map_err(RunError::Setup)?;
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => Ended::Code(c),
@@ -507,16 +511,32 @@ fn handler_argv0() -> Vec<u8> {
     a[..a.len() - 1].to_vec()
 }
 
-fn ignore_interactive_signals() -> [libc::sighandler_t; 2] {
-    // SAFETY: setting dispositions of this process.
-    unsafe { [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)] }
+/// Programs running now under this process, and SIGINT's and SIGQUIT's dispositions
+/// from before the first of them (several may run at once through the library API).
+static INTERACTIVE: std::sync::Mutex<(usize, [libc::sighandler_t; 2])> = std::sync::Mutex::new((0, [0; 2]));
+
+/// Ignore SIGINT and SIGQUIT while programs run; returns whether each was ignored
+/// before the first program.
+fn ignore_interactive_signals() -> (bool, bool) {
+    let mut g = INTERACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    if g.0 == 0 {
+        // SAFETY: setting dispositions of this process.
+        g.1 = unsafe { [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)] };
+    }
+    g.0 += 1;
+    (g.1[0] == libc::SIG_IGN, g.1[1] == libc::SIG_IGN)
 }
 
-fn restore_signals(old: [libc::sighandler_t; 2]) {
-    // SAFETY: restoring what was there.
-    unsafe {
-        libc::signal(libc::SIGINT, old[0]);
-        libc::signal(libc::SIGQUIT, old[1]);
+/// The last program has ended: SIGINT and SIGQUIT as they were.
+fn restore_signals() {
+    let mut g = INTERACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    g.0 = g.0.saturating_sub(1);
+    if g.0 == 0 {
+        // SAFETY: restoring what was there.
+        unsafe {
+            libc::signal(libc::SIGINT, g.1[0]);
+            libc::signal(libc::SIGQUIT, g.1[1]);
+        }
     }
 }
 

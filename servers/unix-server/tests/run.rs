@@ -183,6 +183,14 @@ fn exit_codes_and_ending_signals_are_the_programs() {
         stdout: None,
     };
     assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(15));
+    // SIGINT ends the program as natively, though `run` itself ignores it meanwhile.
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), "kill -INT $$; sleep 5".into()],
+        quiet: true,
+        stdout: None,
+    };
+    assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(2));
     // A handler that makes system calls, and SIGCHLD.
     let out = d.join("out.txt");
     let (ended, _) = sh_under(
