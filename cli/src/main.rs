@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ictus_bench::experiment::{self, Experiment};
+use ictus_experiments as experiments;
 
 mod load;
 mod midi;
@@ -82,22 +84,16 @@ enum Command {
     Load(load::LoadArgs),
     /// MIDI: decode captures, play and conduct Standard MIDI Files, make the demo file.
     Midi(midi::MidiArgs),
+    /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
+    /// send each message to the clients subscribed to its class; registered as "midi_inputport".
+    MidiServer(ictus_midi_server::cli::ServerArgs),
     /// Unix as an application (004): run a program under a user-level Unix server.
     Unix(unix::UnixArgs),
     /// A long-lived Unix server for several programs at once (`ictus unix run --server`),
     /// with a control socket for its counts and policy (`ictus unix stats|policy`).
     UnixServer(unix::UnixServerArgs),
-    /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
-    /// send each message to the clients subscribed to its class; registered as "midi_inputport".
-    MidiServer(ictus_midi_server::cli::ServerArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
-    Bench {
-        /// List the experiments, one per line, and exit.
-        #[arg(long, exclusive = true)]
-        list: bool,
-        #[command(subcommand)]
-        experiment: Option<Experiment>,
-    },
+    Bench(BenchArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -113,87 +109,114 @@ enum ClockQuery {
     },
 }
 
-#[derive(Subcommand, Debug)]
-enum Experiment {
-    /// Transfer costs (000 §8, Figure 3): port round trips in-line and out-of-line
-    /// from 1 B to 16 MiB beside socketpair, pipe and futex peers, and memcpy.
-    Ipc(BenchArgs),
-    /// File read methods (000 Table 2): stdio-style, block, mapped, mapio, O_DIRECT and
-    /// io_uring reads, cached and uncached.
-    Fileread(BenchArgs),
-    /// Wake-up lateness (000 §3.1, §5): in-process sleep-until, clock-server alarm messages
-    /// and upcalls at 100 Hz and 1 kHz, timesharing and fixed priority, under loads, beside
-    /// cyclictest in the same window.
-    Alarm(BenchArgs),
-    /// Timer overhead (000 §6): a background loop's work lost to a timer waking a thread
-    /// at 100 Hz, 1 kHz and 10 kHz (clock_nanosleep and upcalls beside timerfd).
-    TimerOverhead(BenchArgs),
-    /// Periodic streams (001 Table 3): three upcalls of 60, 75 and 120 ms doing stream work,
-    /// with and without CPU load, counting deadline misses, beside timesharing threads.
-    Rtu(BenchArgs),
-    /// Real-time IPC message cost (003 §5.1): round trips through real-time ports under
-    /// FIFO/OFF, PRIO/OFF, PRIO/ON and BPI/ON beside a plain port, several sizes.
-    Rtipc(BenchArgs),
-    /// Distributed Hartstone (003 Table 2): breakdown utilization of DHScl and DHSpq on one
-    /// CPU for plain ports, FIFO/OFF, PRIO/ON and BPI/ON.
-    Dhs(BenchArgs),
-    /// Shared-memory channels (002 §3, 000 §8.4): 64 B round trips spinning and blocking,
-    /// small-record throughput, wake-ups per message with 8 clients, frames through loans,
-    /// beside iceoryx2, a raw futex ping-pong and ictus ports.
-    Shm(BenchArgs),
-    /// MIDI latency under load (000 Table 1, Figure 1): 100 messages/s through the output
-    /// library onto the virtual cable, timesharing / fixed priority / deadline, under loads,
-    /// beside cyclictest in the same window.
-    Midi(BenchArgs),
-    /// Unix as an application (004 §5): the operation table, the compile test and the
-    /// modified Andrew benchmark, native, under ictus and under proot, interleaved.
-    Unix(BenchArgs),
-}
+/// Every experiment `ictus bench` runs, in the order `ictus bench --list` prints them:
+/// the one place experiments are registered. The command line, the testbed and the
+/// child dispatcher all read it; an experiment from another crate (a server's) is one
+/// more line here.
+static REGISTRY: &[&Experiment] = &[
+    &experiments::ipc::IPC,
+    &experiments::fileread::FILEREAD,
+    &experiments::alarm::ALARM,
+    &experiments::timer_overhead::TIMER_OVERHEAD,
+    &experiments::rtu::RTU,
+    &experiments::rtipc::RTIPC,
+    &experiments::dhs::DHS,
+    &experiments::shm::SHM,
+    &experiments::midi::MIDI,
+    &ictus_unix_server::bench::UNIX,
+];
 
-impl Experiment {
-    /// Every experiment, as `ictus bench NAME` spells it.
-    const NAMES: &'static [&'static str] =
-        &["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "unix"];
-}
-
-#[derive(clap::Args, Debug)]
+/// `ictus bench [--list] [NAME [OPTIONS]]`: a subcommand per experiment of the
+/// registry, built from its declaration ([`ictus_bench::cli::command`]).
+#[derive(Debug)]
 struct BenchArgs {
-    /// Seconds, not minutes: fewer sizes' iterations, for smoke tests.
-    #[arg(long)]
-    quick: bool,
-    /// Write the result as one JSON object to this file (and plots beside it).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// CPU placement: `C` puts client and servers on CPU C (the papers' machines had
-    /// one CPU), `C,S` the client on C and the servers on S, `none` lets the scheduler
-    /// choose (on a VM, where it places them changes small round trips several-fold).
-    #[arg(long, default_value = "0")]
-    pin: String,
-    /// Print progress to standard error.
-    #[arg(long)]
-    progress: bool,
+    list: bool,
+    experiment: Option<(&'static Experiment, clap::ArgMatches)>,
 }
 
-impl BenchArgs {
-    fn pin(&self) -> Result<Option<ictus_bench::pin::PinPlan>, ictus_bench::BenchError> {
-        if self.pin == "none" {
-            return Ok(None);
-        }
-        ictus_bench::pin::PinPlan::parse(&self.pin).map(Some)
+impl clap::FromArgMatches for BenchArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let experiment = match matches.subcommand() {
+            Some((name, sub)) => match experiment::find(REGISTRY, name) {
+                Some(e) => Some((e, sub.clone())),
+                None => return Err(clap::Error::raw(clap::error::ErrorKind::InvalidSubcommand, name)),
+            },
+            None => None,
+        };
+        Ok(BenchArgs { list: matches.get_flag("list"), experiment })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
     }
 }
 
-fn bench_ipc(a: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let opts =
-        ictus_bench::ipc::IpcOptions { quick: a.quick, json: a.json.clone(), pin: a.pin()?, progress: a.progress };
-    let report = ictus_bench::ipc::run(&opts)?;
-    report.print_table();
-    Ok(())
+impl clap::Args for BenchArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.arg(
+            clap::Arg::new("list")
+                .long("list")
+                .action(clap::ArgAction::SetTrue)
+                .help("List the experiments, one per line, and exit"),
+        )
+        .subcommands(REGISTRY.iter().map(|e| ictus_bench::cli::command(e)))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// What `ictus bench` was asked to do.
+#[derive(Debug)]
+enum BenchRequest {
+    List,
+    Run(&'static Experiment, clap::ArgMatches),
+}
+
+impl BenchArgs {
+    /// The request, or the one line that says why the arguments make none.
+    fn request(self) -> Result<BenchRequest, String> {
+        match (self.list, self.experiment) {
+            (true, None) => Ok(BenchRequest::List),
+            (true, Some((e, _))) => Err(format!(
+                "--list lists every experiment and takes no name: run `ictus bench --list` or `ictus bench {}`",
+                e.name
+            )),
+            (false, Some((e, m))) => Ok(BenchRequest::Run(e, m)),
+            (false, None) => Err("name an experiment (see `ictus bench --list`)".to_string()),
+        }
+    }
+}
+
+/// `ictus bench …`: exit status 2 for arguments that make no request.
+fn bench(args: BenchArgs) -> ExitCode {
+    let result = match args.request() {
+        Ok(BenchRequest::List) => {
+            print!("{}", ictus_bench::cli::list(REGISTRY));
+            Ok(())
+        }
+        Ok(BenchRequest::Run(e, matches)) => {
+            ictus_bench::cli::invocation(&matches).and_then(|inv| ictus_bench::cli::run(e, &inv))
+        }
+        Err(usage) => {
+            eprintln!("ictus bench: {usage}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ictus: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
     // Experiments run their peers as child processes of this same binary.
-    ictus_bench::maybe_run_child();
+    ictus_bench::maybe_run_child(REGISTRY);
     let cli = Cli::parse();
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
@@ -216,36 +239,15 @@ fn main() -> ExitCode {
         }
         Command::Names { socket, json } => ictus_name_server::cli::list(socket, json).map_err(Into::into),
         Command::Testbed { quick, out, only } => {
-            ictus_bench::testbed::main(&ictus_bench::testbed::TestbedOptions { quick, out, only }).map_err(Into::into)
+            ictus_bench::testbed::main(&ictus_bench::testbed::TestbedOptions { quick, out, only }, REGISTRY)
+                .map_err(Into::into)
         }
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
+        Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Unix(a) => unix::main(a),
         Command::UnixServer(a) => unix::server_main(a),
-        Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
-        Command::Bench { list: true, .. } => {
-            for e in Experiment::NAMES {
-                println!("{e}");
-            }
-            Ok(())
-        }
-        Command::Bench { experiment: None, .. } => Err("name an experiment (see `ictus bench --list`)".into()),
-        Command::Bench { experiment: Some(e), .. } => match e {
-            Experiment::Ipc(a) => bench_ipc(a),
-            Experiment::Fileread(a) => ictus_bench::fileread::main(a.quick, a.json).map_err(Into::into),
-            Experiment::Alarm(a) => ictus_bench::alarm::main(a.quick, a.json).map_err(Into::into),
-            Experiment::TimerOverhead(a) => ictus_bench::timer_overhead::main(a.quick, a.json).map_err(Into::into),
-            Experiment::Rtu(a) => ictus_bench::rtu::main(a.quick, a.json).map_err(Into::into),
-            Experiment::Rtipc(a) => {
-                a.pin().and_then(|pin| ictus_bench::rtipc::main(a.quick, a.json.clone(), pin)).map_err(Into::into)
-            }
-            Experiment::Dhs(a) => {
-                a.pin().and_then(|pin| ictus_bench::dhs::main(a.quick, a.json.clone(), pin)).map_err(Into::into)
-            }
-            Experiment::Shm(a) => ictus_bench::shm::main(a.quick, a.json).map_err(Into::into),
-            Experiment::Midi(a) => ictus_bench::midi::main(a.quick, a.json).map_err(Into::into),
-            Experiment::Unix(a) => ictus_unix_server::bench::main(a.quick, a.json).map_err(Into::into),
-        },
+        Command::Bench(args) => return bench(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -253,5 +255,58 @@ fn main() -> ExitCode {
             eprintln!("ictus: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, FromArgMatches};
+
+    use super::*;
+
+    #[test]
+    fn the_registry_is_well_formed() {
+        experiment::check_registry(REGISTRY).unwrap_or_else(|e| panic!("{e}"));
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_experiment_is_a_subcommand_in_the_registrys_order() {
+        let cmd = Cli::command();
+        let bench = cmd.find_subcommand("bench").expect("bench");
+        let names: Vec<&str> = bench.get_subcommands().map(|c| c.get_name()).collect();
+        let registered: Vec<&str> = REGISTRY.iter().map(|e| e.name).collect();
+        assert_eq!(names, registered);
+        assert_eq!(
+            registered,
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"],
+            "names are stable: CI and the testbed use them"
+        );
+    }
+
+    fn request(args: &[&str]) -> Result<BenchRequest, String> {
+        let matches = Cli::command().try_get_matches_from(args).map_err(|e| e.to_string())?;
+        match Cli::from_arg_matches(&matches).map_err(|e| e.to_string())?.command {
+            Command::Bench(b) => b.request(),
+            other => Err(format!("not bench: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn contradictory_bench_arguments_are_refused() {
+        assert!(matches!(request(&["ictus", "bench", "--list"]), Ok(BenchRequest::List)));
+        let err = request(&["ictus", "bench", "--list", "ipc"]).expect_err("contradictory");
+        assert!(err.contains("--list") && err.contains("ipc") && !err.contains('\n'), "{err}");
+        assert!(request(&["ictus", "bench"]).is_err());
+        assert!(request(&["ictus", "bench", "nope"]).is_err(), "an unknown experiment");
+        match request(&["ictus", "bench", "ipc", "--quick"]) {
+            Ok(BenchRequest::Run(e, m)) => {
+                assert_eq!(e.name, "ipc");
+                assert!(m.get_flag("quick"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(request(&["ictus", "bench", "fileread", "--dir", "/x"]), Ok(BenchRequest::Run(..))));
+        assert!(request(&["ictus", "bench", "ipc", "--dir", "/x"]).is_err(), "--dir is fileread's own");
     }
 }

@@ -4,80 +4,22 @@
 //!
 //! No test asserts a duration; waits are bounded by a watchdog only.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use ictus_clock_server::{AlarmMessage, Client};
 use ictus_ipc::{ReceiveOptions, Received, Space};
 use ictus_rt::When;
-
-const WATCHDOG: Duration = Duration::from_secs(30);
+use ictus_testkit::{wait_until, Proc, TempDir, WATCHDOG};
 
 fn ictus() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ictus"))
 }
 
-/// A directory of its own for each test, removed at the end.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "ictus-clock-cli-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process that is killed if the test ends before it does.
-struct Proc(Child);
-
-impl Proc {
-    fn spawn(cmd: &mut Command) -> Proc {
-        Proc(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.0.id();
-        let ok = Command::new("sh").arg("-c").arg(format!("kill -TERM {pid}")).status().unwrap().success();
-        assert!(ok, "kill -TERM {pid}");
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "watchdog: the process did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !cond() {
-        assert!(Instant::now() < deadline, "watchdog: still waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// `ictus ARGS…` as a child, its standard streams closed.
+fn spawn(what: &str, cmd: &mut Command) -> Proc {
+    Proc::spawn(what, cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()))
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -90,16 +32,18 @@ fn names(ns: &Path) -> String {
 
 #[test]
 fn clock_server_registers_serves_and_stops() {
-    let dir = TempDir::new();
-    let ns_sock = dir.0.join("ns.sock");
-    let ctl = dir.0.join("ctl.sock");
-    let ns = Proc::spawn(ictus().arg("name-server").arg("--socket").arg(&ns_sock));
+    let dir = TempDir::new("clock-cli");
+    let ns_sock = dir.join("ns.sock");
+    let ctl = dir.join("ctl.sock");
+    let mut ns = spawn("ictus name-server", ictus().arg("name-server").arg("--socket").arg(&ns_sock));
     // Listening, not merely bound: `ictus names` succeeds.
     wait_until("the name server to answer", || {
         run(ictus().arg("names").arg("--socket").arg(&ns_sock)).status.success()
     });
-    let clock =
-        Proc::spawn(ictus().arg("clock-server").arg("--name-server").arg(&ns_sock).arg("--control-socket").arg(&ctl));
+    let mut clock = spawn(
+        "ictus clock-server",
+        ictus().arg("clock-server").arg("--name-server").arg(&ns_sock).arg("--control-socket").arg(&ctl),
+    );
     wait_until("the clock to be registered", || names(&ns_sock).lines().any(|l| l == "clock"));
 
     let now = run(ictus().args(["clock", "--name-server"]).arg(&ns_sock).arg("now"));
@@ -132,15 +76,15 @@ fn clock_server_registers_serves_and_stops() {
 
 #[test]
 fn clock_server_without_a_name_server_says_so() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("clock-cli");
     let out = run(ictus()
         .arg("clock-server")
         .arg("--name-server")
-        .arg(dir.0.join("nobody.sock"))
+        .arg(dir.join("nobody.sock"))
         .arg("--control-socket")
-        .arg(dir.0.join("ctl.sock")));
+        .arg(dir.join("ctl.sock")));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("start `ictus name-server` first"), "{err}");
-    assert!(!dir.0.join("ctl.sock").exists(), "nothing left behind");
+    assert!(!dir.join("ctl.sock").exists(), "nothing left behind");
 }

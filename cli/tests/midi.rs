@@ -4,52 +4,17 @@
 //! No test asserts a duration; every wait is bounded by a watchdog.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ictus_midi::device::cable::{CableIn, CableOut, MAX_DATAGRAM};
 use ictus_midi::device::{Device, OpenError};
 use ictus_midi::parse::{Kind, Message, Parser};
 use ictus_midi::smf::DEMO_MELODY;
-
-const WATCHDOG: Duration = Duration::from_secs(60);
+use ictus_testkit::{unique, Proc, TempDir, WATCHDOG};
 
 fn ictus() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ictus"))
-}
-
-fn unique(tag: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!("cli-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A directory of its own, removed at the end.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(unique("dir"));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed if the test ends first.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn lines(stdout: &[u8]) -> Vec<serde_json::Value> {
@@ -69,8 +34,8 @@ fn check_capture(v: &[serde_json::Value]) {
 
 #[test]
 fn decode_a_file_with_wire_timestamps() {
-    let dir = TempDir::new();
-    let f = dir.0.join("capture.mid.raw");
+    let dir = TempDir::new("midi-cli");
+    let f = dir.join("capture.mid.raw");
     std::fs::write(&f, CAPTURE).unwrap();
     let out = ictus().args(["midi", "decode"]).arg(&f).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -204,8 +169,8 @@ fn demo_keys() -> Vec<u8> {
 /// Write the demo with `make-demo`, play it onto a cable with `flags`, and check that
 /// every note arrived once, in order.
 fn make_demo_and_play_it(flags: &[&str]) {
-    let dir = TempDir::new();
-    let f = dir.0.join("demo.mid");
+    let dir = TempDir::new("midi-cli");
+    let f = dir.join("demo.mid");
     let out = ictus().args(["midi", "make-demo"]).arg(&f).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let score = ictus_midi::smf::Score::load(&f).unwrap();
@@ -238,8 +203,8 @@ fn play_with_a_timer_thread_on_every_cpu() {
 
 #[test]
 fn play_with_nobody_listening_says_so() {
-    let dir = TempDir::new();
-    let f = dir.0.join("demo.mid");
+    let dir = TempDir::new("midi-cli");
+    let f = dir.join("demo.mid");
     ictus_midi::smf::write_demo(&f).unwrap();
     let out = ictus()
         .args(["midi", "play", "--timesharing", "--speed", "50", "--device"])
@@ -254,8 +219,8 @@ fn play_with_nobody_listening_says_so() {
 
 #[test]
 fn bad_files_and_devices_give_clear_errors() {
-    let dir = TempDir::new();
-    let f = dir.0.join("bad.mid");
+    let dir = TempDir::new("midi-cli");
+    let f = dir.join("bad.mid");
     std::fs::write(&f, b"MThd\0\0\0\x06\0\x01\0\x01").unwrap();
     let out = ictus().args(["midi", "play"]).arg(&f).output().unwrap();
     assert!(!out.status.success());
@@ -279,14 +244,15 @@ fn bad_files_and_devices_give_clear_errors() {
 
 #[test]
 fn conduct_with_taps_from_a_cable() {
-    let dir = TempDir::new();
-    let f = dir.0.join("demo.mid");
+    let dir = TempDir::new("midi-cli");
+    let f = dir.join("demo.mid");
     ictus_midi::smf::write_demo(&f).unwrap();
     let n = ictus_midi::smf::Score::load(&f).unwrap().events.len();
     let out_name = unique("conduct-out");
     let tap_name = unique("conduct-taps");
     let reader = collect(&out_name, n);
-    let mut c = Proc(
+    let mut c = Proc::spawn(
+        "ictus midi conduct",
         ictus()
             .args(["midi", "conduct", "--timesharing", "--device"])
             .arg(format!("cable:{out_name}"))
@@ -294,14 +260,12 @@ fn conduct_with_taps_from_a_cable() {
             .arg(format!("cable:{tap_name}"))
             .arg(&f)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .stderr(Stdio::piped()),
     );
     wait_held(&tap_name);
     let mut tx = CableOut::open(&tap_name, None).unwrap();
     // Tap every 80 ms until the music is over (or the watchdog).
-    let stderr = c.0.stderr.take().unwrap();
+    let stderr = c.child().stderr.take().unwrap();
     let log = std::thread::spawn(move || {
         let mut s = String::new();
         for l in BufReader::new(stderr).lines() {
@@ -311,12 +275,12 @@ fn conduct_with_taps_from_a_cable() {
         s
     });
     let deadline = Instant::now() + WATCHDOG;
-    while c.0.try_wait().unwrap().is_none() {
+    while c.try_wait().is_none() {
         assert!(Instant::now() < deadline, "conducting did not finish");
         tx.write(&[0x90, 40, 90]).unwrap();
         std::thread::sleep(Duration::from_millis(80));
     }
-    assert!(c.0.wait().unwrap().success());
+    assert!(c.wait().success());
     let log = log.join().unwrap();
     assert!(log.contains(&format!("{n} of {n} messages conducted")), "{log}");
     assert!(log.contains("tempo"), "{log}");

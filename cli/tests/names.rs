@@ -4,19 +4,17 @@
 //! Child tasks are this test binary run again with `--exact child_role` and a role in
 //! the environment. No test asserts a duration; waits are bounded by a watchdog only.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ictus_ipc::Space;
 use ictus_name_server::{server, Client, ClientError};
+use ictus_testkit::{expect_line, wait_until, Proc, Role, TempDir};
 
-const WATCHDOG: Duration = Duration::from_secs(20);
-const ROLE_ENV: &str = "ICTUS_NAMES_TEST_ROLE";
+const ROLE: Role = Role { env: "ICTUS_NAMES_TEST_ROLE" };
 const SOCKET_ENV: &str = "ICTUS_NAMES_TEST_SOCKET";
 const NAME_ENV: &str = "ICTUS_NAMES_TEST_NAME";
 
@@ -24,111 +22,19 @@ fn ictus() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ictus"))
 }
 
-/// A directory of its own for each test, removed at the end.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "ictus-names-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn sock(&self) -> PathBuf {
-        self.0.join("ns.sock")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process that is killed if the test ends before it does.
-struct Proc {
-    child: Child,
-    what: String,
-    log: Option<PathBuf>,
-}
-
-impl Proc {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        self.log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default()
-    }
-
-    fn sigkill(&mut self) {
-        self.child.kill().expect("kill -9");
-        self.child.wait().expect("wait");
-    }
-
-    fn sigterm(&self) {
-        let ok = Command::new("sh").arg("-c").arg(format!("kill -TERM {}", self.pid())).status().unwrap().success();
-        assert!(ok, "kill -TERM {}", self.pid());
-    }
-
-    /// Wait for the process to exit, within the watchdog.
-    fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(Instant::now() < deadline, "watchdog: {} did not exit; log:\n{}", self.what, self.log());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// The name server's socket in a test's directory.
+fn sock(dir: &TempDir) -> PathBuf {
+    dir.join("ns.sock")
 }
 
 /// `ictus name-server --socket PATH`, its stderr in a log beside the socket.
-fn spawn_server(dir: &TempDir, path: &Path) -> Proc {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let log = dir.0.join(format!("server-{}.log", N.fetch_add(1, Ordering::Relaxed)));
-    let child = ictus()
-        .arg("name-server")
-        .arg("--socket")
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn ictus name-server");
-    Proc { child, what: "ictus name-server".into(), log: Some(log) }
+fn spawn_server(path: &Path) -> Proc {
+    ictus_testkit::spawn_ictus_name_server(Path::new(env!("CARGO_BIN_EXE_ictus")), path)
 }
 
 /// Start a server and wait until its socket answers.
-fn start_server(dir: &TempDir, path: &Path) -> Proc {
-    let mut server = spawn_server(dir, path);
-    let deadline = Instant::now() + WATCHDOG;
-    loop {
-        if Client::connect_socket(&Space::new(), path).is_ok() {
-            return server;
-        }
-        if let Some(st) = server.child.try_wait().unwrap() {
-            panic!("the name server exited early ({st}); log:\n{}", server.log());
-        }
-        assert!(Instant::now() < deadline, "watchdog: the name server never answered; log:\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn start_server(path: &Path) -> Proc {
+    ictus_testkit::ictus_name_server(Path::new(env!("CARGO_BIN_EXE_ictus")), path)
 }
 
 fn names_output(path: &Path, json: bool) -> Output {
@@ -147,14 +53,6 @@ fn names(path: &Path) -> Vec<String> {
     String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
 }
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !cond() {
-        assert!(Instant::now() < deadline, "watchdog: still waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Run this test binary as a child in `role`; its `ROLE: ` lines arrive on the channel.
 fn spawn_role(
     role: &str,
@@ -162,43 +60,18 @@ fn spawn_role(
     name: &str,
     setup: impl FnOnce(&mut Command),
 ) -> (Proc, mpsc::Receiver<String>) {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role)
-        .env(SOCKET_ENV, socket)
-        .env(NAME_ENV, name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    let mut cmd = ROLE.command("child_role", role);
+    cmd.env(SOCKET_ENV, socket).env(NAME_ENV, name).stdout(Stdio::piped());
     setup(&mut cmd);
-    let mut child = cmd.spawn().expect("spawn child role");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            // libtest may print "test child_role ... " on the same line first.
-            if let Some(at) = line.find("ROLE: ") {
-                if tx.send(line[at + 6..].to_owned()).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-    (Proc { child, what: format!("child role {role}"), log: None }, rx)
-}
-
-fn expect_line(rx: &mpsc::Receiver<String>, expected: &str) {
-    match rx.recv_timeout(WATCHDOG) {
-        Ok(line) => assert_eq!(line, expected),
-        Err(e) => panic!("watchdog: no {expected:?} from the child ({e})"),
-    }
+    let mut child = Proc::spawn(&format!("child role {role}"), &mut cmd);
+    let rx = child.tagged_lines("ROLE: ");
+    (child, rx)
 }
 
 /// The child side: does nothing unless run by `spawn_role`.
 #[test]
 fn child_role() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = ROLE.current() else {
         return;
     };
     let socket = PathBuf::from(std::env::var_os(SOCKET_ENV).unwrap());
@@ -242,9 +115,9 @@ fn child_role() {
 
 #[test]
 fn names_lists_and_a_killed_registrant_vanishes() {
-    let dir = TempDir::new();
-    let path = dir.sock();
-    let mut server = start_server(&dir, &path);
+    let dir = TempDir::new("names");
+    let path = sock(&dir);
+    let mut server = start_server(&path);
     assert_eq!(names(&path), Vec::<String>::new());
     let out = names_output(&path, true);
     assert!(out.status.success());
@@ -263,7 +136,7 @@ fn names_lists_and_a_killed_registrant_vanishes() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json, serde_json::json!(["doomed", "survivor \"quoted\""]));
 
-    child.sigkill();
+    child.kill9();
     wait_until("the killed task's name to vanish", || names(&path) == ["survivor \"quoted\""]);
     assert!(matches!(ns.lookup("doomed"), Err(ClientError::NotFound(_))));
 
@@ -278,9 +151,9 @@ fn names_lists_and_a_killed_registrant_vanishes() {
 
 #[test]
 fn only_the_registrant_or_the_right_holder_may_unregister() {
-    let dir = TempDir::new();
-    let path = dir.sock();
-    let mut server = start_server(&dir, &path);
+    let dir = TempDir::new("names");
+    let path = sock(&dir);
+    let mut server = start_server(&path);
     let space = Space::new();
     let ns = Client::connect_socket(&space, &path).unwrap();
     let port = space.allocate_port().unwrap();
@@ -298,21 +171,21 @@ fn only_the_registrant_or_the_right_holder_may_unregister() {
 
 #[test]
 fn a_killed_server_leaves_a_path_the_next_one_reclaims() {
-    let dir = TempDir::new();
-    let path = dir.sock();
-    let mut first = start_server(&dir, &path);
-    first.sigkill();
-    assert_eq!(first.child.try_wait().unwrap().and_then(|s| s.signal()), Some(9));
+    let dir = TempDir::new("names");
+    let path = sock(&dir);
+    let mut first = start_server(&path);
+    first.kill9();
+    assert_eq!(first.try_wait().and_then(|s| s.signal()), Some(9));
     assert!(path.exists(), "kill -9 leaves the socket behind");
     let out = names_output(&path, false);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no name server is running"), "{err}");
 
-    let mut second = start_server(&dir, &path);
+    let mut second = start_server(&path);
     assert_eq!(names(&path), Vec::<String>::new());
     // A third on the same path refuses to start, and takes nothing from the second.
-    let mut third = spawn_server(&dir, &path);
+    let mut third = spawn_server(&path);
     let st = third.wait();
     assert!(!st.success());
     assert!(third.log().contains("already running"), "log:\n{}", third.log());
@@ -325,14 +198,14 @@ fn a_killed_server_leaves_a_path_the_next_one_reclaims() {
 
 #[test]
 fn a_child_finds_the_name_server_through_its_bootstrap_port() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("names");
     let running = server::spawn(Space::new(), None).unwrap();
     let space = Space::new();
     let ns = Client::from_right(&space, space.insert_send_fd(running.service_fd().unwrap()).unwrap());
     // No server at the child's default socket path: only the bootstrap port leads to ours.
-    let empty_runtime_dir = dir.0.join("runtime");
+    let empty_runtime_dir = dir.path().join("runtime");
     std::fs::create_dir(&empty_runtime_dir).unwrap();
-    let (mut child, rx) = spawn_role("bootstrap", &dir.sock(), "from-child", |cmd| {
+    let (mut child, rx) = spawn_role("bootstrap", &sock(&dir), "from-child", |cmd| {
         cmd.env("XDG_RUNTIME_DIR", &empty_runtime_dir);
         running.space().give_bootstrap(cmd, running.service_port()).unwrap();
     });
@@ -345,13 +218,14 @@ fn a_child_finds_the_name_server_through_its_bootstrap_port() {
 
 #[test]
 fn names_without_a_server_is_a_clear_error() {
-    let dir = TempDir::new();
-    let out = names_output(&dir.sock(), false);
+    let dir = TempDir::new("names");
+    let out = names_output(&sock(&dir), false);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no name server is running") && err.contains("ns.sock"), "{err}");
     // The default path under $XDG_RUNTIME_DIR, with no bootstrap port.
-    let out = ictus().arg("names").env("XDG_RUNTIME_DIR", &dir.0).env_remove("ICTUS_BOOTSTRAP_FD").output().unwrap();
+    let out =
+        ictus().arg("names").env("XDG_RUNTIME_DIR", dir.path()).env_remove("ICTUS_BOOTSTRAP_FD").output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no name server is running") && err.contains("ictus/name-server.sock"), "{err}");

@@ -174,7 +174,7 @@ fn a_quick_testbed_writes_a_well_formed_report() {
     }
     for svg in &svgs {
         let text = std::fs::read_to_string(svg).expect("read svg");
-        if let Err(e) = ictus_bench::svg::check_well_formed(&text) {
+        if let Err(e) = ictus_bench::plot::check_well_formed(&text) {
             panic!("{} is not well-formed XML: {e}", svg.display());
         }
     }

@@ -1,12 +1,12 @@
-//! Fuzz the clock's alarm-message parser, `ictus_clock_server::AlarmMessage::parse_bytes`.
+//! Fuzz the clock's alarm-message parser, `ictus_clock_api::AlarmMessage::parse_bytes`.
 //!
 //! The first four input bytes are the message id (little-endian), the rest the in-line
 //! data. Besides never panicking, an accepted message must encode back to exactly the
 //! bytes it was parsed from, with the same id.
 #![no_main]
 
-use ictus_clock_server::protocol::ALARM_MESSAGE;
-use ictus_clock_server::AlarmMessage;
+use ictus_clock_api::protocol::ALARM_MESSAGE;
+use ictus_clock_api::AlarmMessage;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,5 +1,5 @@
 //! Fuzz the MIDI input library's check of what the server delivers,
-//! `ictus_midi_server::protocol::Delivery::parse_parts`.
+//! `ictus_midi_api::protocol::Delivery::parse_parts`.
 //!
 //! The first byte picks the message id (normal or sysex delivery, or another) and
 //! whether rights came with it; then a `u8` length splits the rest into in-line data and
@@ -7,7 +7,7 @@
 //! well-formed message of its class.
 #![no_main]
 
-use ictus_midi_server::protocol::{Class, Delivery, NORMAL_MESSAGE, SYSEX_MESSAGE};
+use ictus_midi_api::protocol::{Class, Delivery, NORMAL_MESSAGE, SYSEX_MESSAGE};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

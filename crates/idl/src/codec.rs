@@ -5,7 +5,8 @@
 
 use ictus_ipc::{Disposition, Message, Name, OolBuffer, OolRegion, PortArg, Received, ReceivedRight, RightKind};
 
-use crate::{ClientError, Connection, RemoteError, Status};
+use crate::{ClientError, Connection, RemoteError};
+use ictus_ipc::ReturnCode;
 
 /// Builds an outgoing message.
 #[derive(Debug)]
@@ -146,19 +147,13 @@ impl<'a> Decoder<'a> {
         };
         if code != 0 {
             crate::release_rights(conn.space(), msg);
-            if ictus_ipc::ReturnCode::from_code(code).is_some_and(|r| {
-                matches!(
-                    r,
-                    ictus_ipc::ReturnCode::MigBadId
-                        | ictus_ipc::ReturnCode::MigBadArguments
-                        | ictus_ipc::ReturnCode::Failure
-                )
-            }) {
-                return Err(ClientError::Refused(Status(code)));
+            let code = ReturnCode(code);
+            if matches!(code, ReturnCode::MigBadId | ReturnCode::MigBadArguments | ReturnCode::Failure) {
+                return Err(ClientError::Refused(code));
             }
-            return Err(match E::from_code(code) {
+            return Err(match E::from_code(code.code()) {
                 Some(e) => ClientError::Remote(e),
-                None => ClientError::Refused(Status(code)),
+                None => ClientError::Refused(code),
             });
         }
         let mut d = Decoder::new(msg);

@@ -7,7 +7,8 @@
 //! both use: the wire conventions ([`Encoder`], [`Decoder`], [`Encode`], [`Decode`]),
 //! port-right argument types ([`SendRight`], [`SendOnceRight`], [`ReceiveRight`]),
 //! errors that travel ([`RemoteError`], [`ClientError`]), and the receive loop
-//! ([`Server`]) for one thread or a pool.
+//! ([`Server`]) for one thread or a pool. A long-running server's own loop, ports and
+//! stop are the server skeleton's (`ictus-server`).
 //!
 //! Wire conventions (as MIG's): a request's id is the interface's base plus the
 //! method's `#[id(N)]`; a reply's id is the request's plus 100 and its in-line data
@@ -19,14 +20,12 @@
 #![deny(unsafe_code)]
 
 mod codec;
-mod ports;
 mod server;
 
 pub use codec::{Decode, DecodeError, Decoder, Encode, EncodeError, Encoder, ReceiveRight, SendOnceRight, SendRight};
 pub use ictus_idl_macros::interface;
 pub use ictus_ipc;
-pub use ports::{DeadNameWatches, ReceiveCounts, ServicePorts, MAX_CONSECUTIVE_ERRORS};
-pub use server::{reply, Context, Dispatched, Outcome, Server, ServerStats, Service};
+pub use server::{reply, reply_later, Context, Dispatched, Outcome, Server, ServerStats, Service};
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -69,6 +68,17 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// A return code travels as itself: an interface may use Mach's codes (and any other
+/// number) as its error type.
+impl RemoteError for ReturnCode {
+    fn code(&self) -> u32 {
+        self.0
+    }
+    fn from_code(code: u32) -> Option<Self> {
+        Some(ReturnCode(code))
+    }
+}
+
 /// Why a call through generated stubs failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError<E: std::fmt::Debug> {
@@ -78,8 +88,8 @@ pub enum ClientError<E: std::fmt::Debug> {
     /// The request never reached a method: the server did not know the message id
     /// (`MIG_BAD_ID`), could not decode it (`MIG_BAD_ARGUMENTS`), or answered with
     /// another code this interface's error type does not know.
-    #[error("server refused the request: {0}")]
-    Refused(Status),
+    #[error("the server refused the request: {0}")]
+    Refused(ReturnCode),
     /// Sending the request or receiving the reply failed; a server that died is
     /// [`CallError::ServerDied`] here, never a hang.
     #[error(transparent)]

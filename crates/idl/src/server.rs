@@ -78,6 +78,24 @@ pub fn reply<T: Encode, E: RemoteError>(req: &mut Received, id: i32, result: Res
         // Generated code checks before running the routine; a hand-made service may not.
         return Outcome::BadRequest(DecodeError::NoReplyRight);
     };
+    Outcome::Reply(to, encode_reply(id, result))
+}
+
+/// Answer a request whose reply the server kept for later (a sleep that is due, a
+/// look-up that can now be answered): send `result` as the reply to request `id`
+/// through the request's reply right `to`, waiting at most `timeout` for room. The right
+/// is used up or released either way.
+pub fn reply_later<T: Encode, E: RemoteError>(
+    space: &Space,
+    to: ReceivedRight,
+    id: i32,
+    result: Result<T, E>,
+    timeout: Duration,
+) -> Dispatched {
+    send_reply(space, to, encode_reply(id, result), timeout)
+}
+
+fn encode_reply<T: Encode, E: RemoteError>(id: i32, result: Result<T, E>) -> Encoder {
     let mut enc = Encoder::new(crate::reply_id(id));
     let encoded = match result {
         Ok(v) => 0u32.encode(&mut enc).and_then(|()| v.encode(&mut enc)).map(|()| enc),
@@ -87,8 +105,7 @@ pub fn reply<T: Encode, E: RemoteError>(req: &mut Received, id: i32, result: Res
             code.encode(&mut enc).map(|()| enc)
         }
     };
-    let enc = encoded.unwrap_or_else(|_| code_only(id, ReturnCode::Failure.code()));
-    Outcome::Reply(to, enc)
+    encoded.unwrap_or_else(|_| code_only(id, ReturnCode::Failure.code()))
 }
 
 fn code_only(id: i32, code: u32) -> Encoder {

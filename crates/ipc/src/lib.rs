@@ -28,7 +28,6 @@
 //! ```
 #![deny(unsafe_code)]
 
-mod diag;
 mod error;
 mod message;
 mod notify;
@@ -38,7 +37,6 @@ mod port;
 mod set;
 #[allow(unsafe_code)]
 mod space;
-#[allow(unsafe_code)]
 pub(crate) mod sys;
 mod table;
 
@@ -50,7 +48,6 @@ pub use message::{
 pub use ool::{OolBuffer, OolError, OolRegion};
 pub use port::{DEFAULT_QLIMIT, MAX_QLIMIT};
 pub use space::{NotifyKind, PortStatus, Space, SpaceStats};
-pub use sys::shmem_thp_policy;
 pub use table::{MAX_NAMES, UREFS_MAX};
 
 /// The environment variable that tells a child which descriptor is its bootstrap port.

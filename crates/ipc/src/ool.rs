@@ -8,10 +8,9 @@
 //! what it got, which is the guarantee Mach's copy-on-write gave.
 
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, OwnedFd};
 
-use rustix::mm::{MapFlags, ProtFlags};
+use ictus_sys::mm::{Advice, Mapping, Protection};
 
 use crate::sys;
 
@@ -29,56 +28,6 @@ pub struct OolRegion {
     // Field order matters: the mapping is released before the descriptor.
     map: Mapping,
     _fd: OwnedFd,
-}
-
-/// A memory mapping that is unmapped on drop.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: a `Mapping` is plain memory owned by its holder; the pointer is not shared
-// with anything that is not `Send`.
-unsafe impl Send for Mapping {}
-// SAFETY: shared access only reads (`&[u8]`); writes need `&mut`.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn new(fd: BorrowedFd<'_>, len: usize, prot: ProtFlags, populate: bool) -> rustix::io::Result<Mapping> {
-        if len == 0 {
-            return Ok(Mapping { ptr: NonNull::dangling(), len: 0 });
-        }
-        let mut flags = MapFlags::SHARED;
-        if populate {
-            flags |= MapFlags::POPULATE;
-        }
-        // SAFETY: a fresh mapping at an address the kernel chooses, of a file at
-        // least `len` bytes long (checked by callers); it aliases no Rust object.
-        // mmap(2).
-        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0)? };
-        Ok(Mapping { ptr: NonNull::new(ptr.cast()).expect("mmap never returns null on success"), len })
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` maps `len` writable bytes (only `OolBuffer` maps writable), and
-        // `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        if self.len != 0 {
-            // SAFETY: the mapping was created by `mmap` with this address and length and
-            // no slice borrowed from it outlives `self`. munmap(2).
-            let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-        }
-    }
 }
 
 /// Why an out-of-line buffer could not be made or sent.
@@ -105,15 +54,13 @@ impl OolBuffer {
             return Err(OolError::TooLarge(len));
         }
         let fd = sys::memfd(len)?;
-        let map = Mapping::new(fd.as_fd(), len, ProtFlags::READ | ProtFlags::WRITE, false)?;
+        let mut map = Mapping::shared(fd.as_fd(), len, Protection::ReadWrite)?;
         if len >= HUGE_PAGE {
             // Ask for 2 MiB pages before the first write places any: where the system
             // allows them for shared memory (transparent_hugepage/shmem_enabled =
             // advise), mapping, unmapping and freeing a 16 MiB region handles 8 pages
             // instead of 4096, about 35 times cheaper. Elsewhere the advice is ignored.
-            // SAFETY: advice on a mapping we own, covering exactly its range;
-            // MADV_HUGEPAGE changes no contents. madvise(2).
-            let _ = unsafe { rustix::mm::madvise(map.ptr.as_ptr().cast(), len, rustix::mm::Advice::LinuxHugepage) };
+            let _ = map.advise(Advice::LinuxHugepage);
         }
         Ok(OolBuffer { fd, map })
     }
@@ -127,19 +74,19 @@ impl OolBuffer {
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.map.len
+        self.map.len()
     }
 
     /// Never true: empty buffers cannot be made.
     pub fn is_empty(&self) -> bool {
-        self.map.len == 0
+        self.map.is_empty()
     }
 
     /// Give up the writable mapping and seal the memfd: from here on nobody can change
     /// its contents. The sealed descriptor is what travels.
     pub(crate) fn seal(self) -> Result<(OwnedFd, u64), OolError> {
         let OolBuffer { fd, map } = self;
-        let len = map.len as u64;
+        let len = map.len() as u64;
         drop(map);
         sys::seal(fd.as_fd())?;
         Ok((fd, len))
@@ -149,19 +96,24 @@ impl OolBuffer {
 impl std::ops::Deref for OolBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.map.as_slice()
+        // SAFETY: the memfd was made by `OolBuffer::new` and is owned by this buffer
+        // alone: no other mapping or descriptor of it exists until `seal` gives up the
+        // mapping, so nothing changes the bytes behind this borrow.
+        unsafe { self.map.as_slice() }
     }
 }
 
 impl std::ops::DerefMut for OolBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.map.as_mut_slice()
+        // SAFETY: as for `deref`: this writable mapping is the only way to the memfd's
+        // bytes, and `&mut self` makes this the only borrow of it.
+        unsafe { self.map.as_mut_slice() }
     }
 }
 
 impl fmt::Debug for OolBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OolBuffer").field("len", &self.map.len).finish()
+        f.debug_struct("OolBuffer").field("len", &self.map.len()).finish()
     }
 }
 
@@ -170,25 +122,32 @@ impl OolRegion {
     /// `populate` maps every page up front (one system call instead of a fault per page).
     pub(crate) fn map(fd: OwnedFd, len: u64, populate: bool) -> rustix::io::Result<OolRegion> {
         let len = usize::try_from(len).map_err(|_| rustix::io::Errno::NOMEM)?;
-        let map = Mapping::new(fd.as_fd(), len, ProtFlags::READ, populate)?;
+        let map = if populate {
+            Mapping::shared_populated(fd.as_fd(), len, Protection::Read)?
+        } else {
+            Mapping::shared(fd.as_fd(), len, Protection::Read)?
+        };
         Ok(OolRegion { map, _fd: fd })
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.map.len
+        self.map.len()
     }
 
     /// Never true: empty regions are refused on the wire.
     pub fn is_empty(&self) -> bool {
-        self.map.len == 0
+        self.map.is_empty()
     }
 }
 
 impl std::ops::Deref for OolRegion {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.map.as_slice()
+        // SAFETY: the memfd was checked to be sealed against writing, shrinking and
+        // growing before it was mapped (`sys::check_sealed_memfd`, by the receive path),
+        // so nobody, its sender included, can change these bytes again.
+        unsafe { self.map.as_slice() }
     }
 }
 
@@ -200,6 +159,6 @@ impl AsRef<[u8]> for OolRegion {
 
 impl fmt::Debug for OolRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OolRegion").field("len", &self.map.len).finish()
+        f.debug_struct("OolRegion").field("len", &self.map.len()).finish()
     }
 }

@@ -2053,7 +2053,7 @@ impl Inner {
                             // Otherwise a task holding only a send right to some port could
                             // pass that send end off as a receive right's source.
                             let mains = &idents[first + 1..first + 1 + usize::from(info.main_conns)];
-                            match crate::diag::peer_inode(fds[first].as_fd()) {
+                            match sys::peer_inode(fds[first].as_fd()) {
                                 Ok(Some(peer)) => {
                                     if !mains.iter().any(|m| m.is_some_and(|(_, ino)| ino == peer)) {
                                         return Err(fail(
@@ -2223,7 +2223,7 @@ impl Inner {
         for (port, channels) in moved_channels {
             for fd in channels {
                 let pid = rustix::net::sockopt::socket_peercred(fd.as_fd()).ok().map(|c| to_creds(c).pid);
-                let peer = crate::diag::peer_inode(fd.as_fd()).ok().flatten();
+                let peer = sys::peer_inode(fd.as_fd()).ok().flatten();
                 if let (Some(pid), Some(ino)) = (pid.filter(|&p| p != 0), peer) {
                     // Its reply pipe stayed behind: the client sees the pipe close and
                     // takes replies on the connection from now on.

@@ -1,17 +1,16 @@
 //! The thin shell over Linux: sockets, descriptor passing, memfds, polling.
 //!
-//! Everything the nucleus asks of the kernel goes through this module, so the rest of
-//! the crate is plain Rust over owned descriptors.
+//! The nucleus's sockets, pipes and polling are made here with rustix; descriptor
+//! passing, memfds and socket diagnostics through the OS layer, `ictus-sys`.
 
-use std::io::IoSlice;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use ictus_abi::MAX_FDS;
+use ictus_sys::memfd::{SealFlags, Size};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use rustix::io::Errno;
-use rustix::net::{AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType};
+use rustix::io::{Errno, ReadWriteFlags};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
 use crate::message::Credentials;
 
@@ -53,21 +52,18 @@ pub(crate) fn is_pipe_write_end(fd: BorrowedFd<'_>) -> bool {
 /// Write one message to a reply pipe in one piece, never waiting: `RWF_NOWAIT`, since
 /// the pipe's file status flags are shared with whoever else holds its write end. A
 /// message of at most `PIPE_BUF` bytes goes in whole or not at all.
+///
+/// # References
+/// - [`pwritev2(2)`](https://man7.org/linux/man-pages/man2/pwritev2.2.html), `RWF_NOWAIT`
+///   (an offset of -1: the pipe's own position)
 pub(crate) fn pipe_write(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> rustix::io::Result<()> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     loop {
-        // SAFETY: `IoSlice` is ABI-compatible with `iovec` (std guarantees it on Unix),
-        // and every slice stays alive for the call.
-        let n = unsafe {
-            libc::pwritev2(fd.as_raw_fd(), bufs.as_ptr().cast(), bufs.len() as libc::c_int, -1, libc::RWF_NOWAIT)
-        };
-        if n < 0 {
-            match Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) {
-                Errno::INTR => continue,
-                e => return Err(e),
-            }
+        match rustix::io::pwritev2(fd, bufs, u64::MAX, ReadWriteFlags::NOWAIT) {
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+            Ok(n) => return if n == total { Ok(()) } else { Err(Errno::IO) },
         }
-        return if n as usize == total { Ok(()) } else { Err(Errno::IO) };
     }
 }
 
@@ -118,16 +114,6 @@ pub(crate) fn token_of_inode(ino: u64) -> u32 {
     (ino as u32).max(1)
 }
 
-/// The kernel's limit on descriptors in one `SCM_RIGHTS` message (`SCM_MAX_FD`).
-const SCM_MAX_FD: usize = 253;
-
-/// A control-message buffer aligned for `cmsghdr`. rustix aligns an unaligned buffer by
-/// skipping its first bytes, which leaves a length that is not a multiple of the
-/// alignment, and glibc's `CMSG_NXTHDR` then refuses a full `SCM_RIGHTS` message: the
-/// descriptors in it would stay installed but unowned (leaked).
-#[repr(C, align(8))]
-struct Aligned<const N: usize>([MaybeUninit<u8>; N]);
-
 /// Outcome of a send attempt.
 pub(crate) enum SendOutcome {
     Sent,
@@ -152,28 +138,20 @@ pub(crate) fn send(
     deadline: Option<Instant>,
 ) -> rustix::io::Result<SendOutcome> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
     if fds.is_empty() && total <= SMALL_SEND {
         // A small datagram without descriptors is gathered here and sent with `send`:
         // on this kind of machine `sendmsg` costs measurably more per call (it copies
         // and checks a message header and an iovec array from user memory).
-        let mut one = [MaybeUninit::<u8>::uninit(); SMALL_SEND];
+        let mut one = [0u8; SMALL_SEND];
         let mut at = 0;
         for b in bufs {
-            // SAFETY: `at + b.len() <= total <= SMALL_SEND`, and a slice of bytes is a
-            // valid source for any length it has.
-            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), one.as_mut_ptr().add(at).cast::<u8>(), b.len()) };
+            one[at..at + b.len()].copy_from_slice(b);
             at += b.len();
         }
-        // SAFETY: the first `total` bytes were all written just above.
-        let one: &[u8] = unsafe { std::slice::from_raw_parts(one.as_ptr().cast::<u8>(), total) };
-        return send_with(fd, deadline, || rustix::net::send(fd, one, SendFlags::DONTWAIT | SendFlags::NOSIGNAL));
+        return send_with(fd, deadline, || rustix::net::send(fd, &one[..total], flags));
     }
-    let mut space = Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))]);
-    let mut control = SendAncillaryBuffer::new(&mut space.0);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-        return Err(Errno::TOOMANYREFS);
-    }
-    send_with(fd, deadline, || rustix::net::sendmsg(fd, bufs, &mut control, SendFlags::DONTWAIT | SendFlags::NOSIGNAL))
+    send_with(fd, deadline, || ictus_sys::socket::sendmsg(fd, bufs, fds, flags))
 }
 
 /// Datagrams up to this size without descriptors go out with one `send`.
@@ -249,96 +227,42 @@ pub(crate) enum RecvOutcome {
     Zero,
 }
 
-/// Room for more descriptors than a message may carry, and the credentials: a sender
-/// that attaches more than MAX_FDS is refused by the decoder, and every one of them is
-/// closed, never left installed and unowned.
-const RECV_CONTROL: usize = rustix::cmsg_space!(ScmRights(SCM_MAX_FD), ScmCredentials(1));
-
 /// Receive one datagram into `buf`, appending its descriptors to `fds`.
 ///
-/// `recvmsg` is called directly rather than through rustix, whose wrapper always asks
-/// for the sender's address: an `AF_UNIX` socket with `SO_PASSCRED` is auto-bound, so
-/// the kernel would copy an address out on every message for nothing.
+/// The OS layer's `recvmsg` has room for the kernel's limit of descriptors and owns
+/// every one it received, so a sender that attaches more than a message may carry is
+/// refused by the decoder with each of them closed, never left installed and unowned.
 pub(crate) fn recv(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     fds: &mut Vec<OwnedFd>,
     nonblocking: bool,
 ) -> rustix::io::Result<RecvOutcome> {
-    let mut space = Aligned([MaybeUninit::<u8>::uninit(); RECV_CONTROL]);
-    let mut flags = libc::MSG_CMSG_CLOEXEC;
-    if nonblocking {
-        flags |= libc::MSG_DONTWAIT;
-    }
+    let flags = if nonblocking { RecvFlags::DONTWAIT } else { RecvFlags::empty() };
     loop {
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        // SAFETY: an all-zero msghdr is a valid empty one.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = space.0.as_mut_ptr().cast();
-        msg.msg_controllen = RECV_CONTROL as _;
-        // SAFETY: every pointer in `msg` refers to a live buffer of the stated length
-        // for the duration of the call.
-        // (The raw system call: glibc's wrapper also switches thread cancellation on and
-        // off around it, which ictus never uses.)
-        let n = unsafe { libc::syscall(libc::SYS_recvmsg, fd.as_raw_fd(), &mut msg as *mut libc::msghdr, flags) };
-        if n < 0 {
-            match Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) {
-                Errno::AGAIN => return Ok(RecvOutcome::Empty),
-                Errno::INTR => continue,
-                e => return Err(e),
-            }
-        }
-        let mut creds = None;
-        // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, staying
-        // within `msg_controllen`; each SCM_RIGHTS entry is a descriptor the kernel has
-        // just installed in this process, owned by nobody else.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                let level = (*c).cmsg_level;
-                let kind = (*c).cmsg_type;
-                let data = libc::CMSG_DATA(c);
-                let payload = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
-                    let p = data.cast::<libc::c_int>();
-                    for i in 0..payload / std::mem::size_of::<libc::c_int>() {
-                        fds.push(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
-                    }
-                } else if level == libc::SOL_SOCKET
-                    && kind == libc::SCM_CREDENTIALS
-                    && payload >= std::mem::size_of::<libc::ucred>()
-                {
-                    let u = data.cast::<libc::ucred>().read_unaligned();
-                    creds = Some(Credentials { pid: u.pid as u32, uid: u.uid, gid: u.gid });
+        match ictus_sys::socket::recvmsg(fd, &mut [IoSliceMut::new(buf)], fds, flags) {
+            Err(Errno::AGAIN) => return Ok(RecvOutcome::Empty),
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+            Ok(m) => {
+                let truncated = m.truncated || m.control_truncated;
+                if m.bytes == 0 && fds.is_empty() && !truncated {
+                    return Ok(RecvOutcome::Zero);
                 }
-                c = libc::CMSG_NXTHDR(&msg, c);
+                let creds = m.creds.map(|c| Credentials { pid: c.pid, uid: c.uid, gid: c.gid });
+                return Ok(RecvOutcome::Datagram { len: m.bytes, creds, truncated });
             }
         }
-        let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-        let len = n as usize;
-        if len == 0 && fds.is_empty() && !truncated {
-            return Ok(RecvOutcome::Zero);
-        }
-        return Ok(RecvOutcome::Datagram { len, creds, truncated });
     }
 }
 
 /// An anonymous, sealable memfd of `len` bytes.
-///
-/// # References
-/// - [`memfd_create(2)`](https://man7.org/linux/man-pages/man2/memfd_create.2.html)
 pub(crate) fn memfd(len: usize) -> rustix::io::Result<OwnedFd> {
-    use rustix::fs::MemfdFlags;
-    let fd = rustix::fs::memfd_create("ictus-ool", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    rustix::fs::ftruncate(&fd, len as u64)?;
-    Ok(fd)
+    ictus_sys::memfd::create("ictus-ool", len as u64)
 }
 
 /// The seals that make a memfd immutable for everyone who holds it.
-pub(crate) fn immutable_seals() -> rustix::fs::SealFlags {
-    use rustix::fs::SealFlags;
+pub(crate) fn immutable_seals() -> SealFlags {
     SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL
 }
 
@@ -352,7 +276,7 @@ pub(crate) fn immutable_seals() -> rustix::fs::SealFlags {
 pub(crate) fn seal(fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
     let mut tries = 0;
     loop {
-        match rustix::fs::fcntl_add_seals(fd, immutable_seals()) {
+        match ictus_sys::memfd::add_seals(fd, immutable_seals()) {
             Err(rustix::io::Errno::BUSY) if tries < 200 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_micros(50));
@@ -365,19 +289,23 @@ pub(crate) fn seal(fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
 /// Check an untrusted descriptor: a regular file, at least `len` bytes, sealed against
 /// writing, shrinking and growing.
 pub(crate) fn check_sealed_memfd(fd: BorrowedFd<'_>, len: u64) -> Result<(), &'static str> {
-    use rustix::fs::{FileType, SealFlags};
-    let st = rustix::fs::fstat(fd).map_err(|_| "cannot stat out-of-line descriptor")?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err("out-of-line descriptor is not a memory file");
-    }
-    if (st.st_size as u64) < len {
-        return Err("out-of-line memory is shorter than its descriptor says");
-    }
-    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| "out-of-line memory is not sealable")?;
-    if !seals.contains(SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW) {
-        return Err("out-of-line memory is not sealed against writing");
-    }
-    Ok(())
+    use ictus_sys::memfd::CheckError;
+    let need = SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW;
+    ictus_sys::memfd::check(fd, Size::AtLeast(len), need).map_err(|e| match e {
+        CheckError::Stat(_) => "cannot stat out-of-line descriptor",
+        CheckError::NotRegular => "out-of-line descriptor is not a memory file",
+        CheckError::TooShort { .. } | CheckError::WrongSize { .. } => {
+            "out-of-line memory is shorter than its descriptor says"
+        }
+        CheckError::NotSealable(_) => "out-of-line memory is not sealable",
+        CheckError::MissingSeals { .. } => "out-of-line memory is not sealed against writing",
+    })
+}
+
+/// The inode of the socket at the other end of a received `AF_UNIX` socket, as the
+/// kernel's socket diagnostics say (`None`: the kernel cannot say).
+pub(crate) fn peer_inode(fd: BorrowedFd<'_>) -> rustix::io::Result<Option<u64>> {
+    ictus_sys::sockdiag::peer_inode(fd)
 }
 
 /// Whether `fd` is the same open file as `other` (for tests and diagnostics).
@@ -389,14 +317,4 @@ pub(crate) fn same_file(a: impl AsFd, b: impl AsFd) -> bool {
 /// A close-on-exec duplicate of a descriptor.
 pub(crate) fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
-}
-
-/// The system's policy for transparent huge pages in shared memory (the bracketed word of
-/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled`), which decides whether large
-/// out-of-line regions get 2 MiB pages.
-pub fn shmem_thp_policy() -> Option<String> {
-    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").ok()?;
-    let start = s.find('[')? + 1;
-    let end = start + s[start..].find(']')?;
-    Some(s[start..end].to_string())
 }

@@ -51,13 +51,13 @@
 //!  - [`mlockall(2)`](https://man7.org/linux/man-pages/man2/mlockall.2.html),
 //!    [`prctl(2)`](https://man7.org/linux/man-pages/man2/prctl.2.html) (`PR_SET_TIMERSLACK`)
 //!  - [Deadline Task Scheduling](https://docs.kernel.org/scheduler/sched-deadline.html)
-#![allow(unsafe_code)]
 
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ictus_sys::sched::{SchedAttr, SCHED_DEADLINE, SCHED_FIFO, SCHED_FLAG_RESET_ON_FORK, SCHED_OTHER, SCHED_RR};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 /// A scheduling class and its parameters.
@@ -308,10 +308,21 @@ pub fn configure_current_thread_preferring(policies: &[Policy], req: &ThreadRequ
 
 /// The calling thread's scheduling class, read with `sched_getattr`.
 pub fn current_policy() -> Policy {
-    match get_attr() {
-        Ok(attr) => policy_from_attr(&attr),
-        Err(_) => Policy::DEFAULT,
-    }
+    thread_policy(0).unwrap_or(Policy::DEFAULT)
+}
+
+/// Thread `tid`'s own scheduling class (0: the calling thread), read with
+/// `sched_getattr`: not a priority it inherits through a PI futex.
+pub fn thread_policy(tid: u32) -> io::Result<Policy> {
+    Ok(Policy::from_attr(&ictus_sys::sched::get_attr(tid)?))
+}
+
+/// Give thread `tid` (0: the calling thread) this class with `sched_setattr`, as it is:
+/// no capping, no fallback, no flags (see [`configure_current_thread`] for a request
+/// that is granted as far as permitted). Any thread of this process may be changed,
+/// another's only with `CAP_SYS_NICE`.
+pub fn set_thread_policy(tid: u32, policy: Policy) -> io::Result<()> {
+    Ok(ictus_sys::sched::set_attr(tid, &policy.to_attr())?)
 }
 
 /// Whether a thread of this process may switch to `SCHED_FIFO`, tried for real on a
@@ -340,12 +351,7 @@ pub fn current_affinity() -> io::Result<Vec<usize>> {
 
 /// The calling thread's timer slack (`prctl(PR_GET_TIMERSLACK)`).
 pub fn timer_slack() -> io::Result<Duration> {
-    // SAFETY: PR_GET_TIMERSLACK takes no pointer arguments and returns the slack in ns.
-    let ns = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
-    if ns < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Duration::from_nanos(ns as u64))
+    Ok(Duration::from_nanos(rustix::thread::current_timer_slack()?))
 }
 
 /// The process's `RLIMIT_RTPRIO` soft limit; unlimited reads as `u64::MAX`.
@@ -356,59 +362,48 @@ pub fn rtprio_limit() -> u64 {
 // ---------------------------------------------------------------------------------
 // The system calls.
 
-/// `struct sched_attr` as of Linux 3.14 (`SCHED_ATTR_SIZE_VER0`, 48 bytes). The kernel
-/// accepts any size from VER0 up, zero-extending what it lacks (the later utilisation
-/// clamp fields), so this layout works on every kernel with `sched_setattr`.
-fn empty_attr() -> libc::sched_attr {
-    libc::sched_attr {
-        size: std::mem::size_of::<libc::sched_attr>() as u32,
-        sched_policy: 0,
-        sched_flags: 0,
-        sched_nice: 0,
-        sched_priority: 0,
-        sched_runtime: 0,
-        sched_deadline: 0,
-        sched_period: 0,
+impl Policy {
+    /// The `sched_attr` that asks for this class (no flags).
+    fn to_attr(self) -> SchedAttr {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        match self {
+            Policy::Other { nice } => SchedAttr { policy: SCHED_OTHER, nice, ..SchedAttr::default() },
+            Policy::Fifo { priority } => {
+                SchedAttr { policy: SCHED_FIFO, priority: u32::from(priority), ..SchedAttr::default() }
+            }
+            Policy::RoundRobin { priority } => {
+                SchedAttr { policy: SCHED_RR, priority: u32::from(priority), ..SchedAttr::default() }
+            }
+            Policy::Deadline { runtime, deadline, period } => SchedAttr {
+                policy: SCHED_DEADLINE,
+                runtime: ns(runtime),
+                deadline: ns(deadline),
+                period: ns(period),
+                ..SchedAttr::default()
+            },
+        }
+    }
+
+    /// The class a `sched_attr` describes.
+    fn from_attr(attr: &SchedAttr) -> Policy {
+        let prio = u8::try_from(attr.priority).unwrap_or(u8::MAX);
+        match attr.policy {
+            SCHED_FIFO => Policy::Fifo { priority: prio },
+            SCHED_RR => Policy::RoundRobin { priority: prio },
+            SCHED_DEADLINE => Policy::Deadline {
+                runtime: Duration::from_nanos(attr.runtime),
+                deadline: Duration::from_nanos(attr.deadline),
+                period: Duration::from_nanos(attr.period),
+            },
+            // SCHED_OTHER, SCHED_BATCH and SCHED_IDLE are all timesharing.
+            _ => Policy::Other { nice: attr.nice },
+        }
     }
 }
 
-fn get_attr() -> io::Result<libc::sched_attr> {
-    let mut attr = empty_attr();
-    let size = attr.size;
-    // SAFETY: sched_getattr(0, attr, size, 0) writes at most `size` bytes into `attr`,
-    // a live, writable sched_attr of exactly that size; pid 0 is the calling thread.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_sched_getattr, 0 as libc::pid_t, &mut attr as *mut libc::sched_attr, size, 0u32)
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(attr)
-}
-
-fn set_attr(attr: &libc::sched_attr) -> io::Result<()> {
-    // SAFETY: sched_setattr(0, attr, 0) reads `attr.size` bytes from `attr`, a live
-    // sched_attr whose size field is its own size; pid 0 is the calling thread.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0 as libc::pid_t, attr as *const libc::sched_attr, 0u32) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn policy_from_attr(attr: &libc::sched_attr) -> Policy {
-    let prio = u8::try_from(attr.sched_priority).unwrap_or(u8::MAX);
-    match attr.sched_policy as i32 {
-        libc::SCHED_FIFO => Policy::Fifo { priority: prio },
-        libc::SCHED_RR => Policy::RoundRobin { priority: prio },
-        libc::SCHED_DEADLINE => Policy::Deadline {
-            runtime: Duration::from_nanos(attr.sched_runtime),
-            deadline: Duration::from_nanos(attr.sched_deadline),
-            period: Duration::from_nanos(attr.sched_period),
-        },
-        // SCHED_OTHER, SCHED_BATCH and SCHED_IDLE are all timesharing.
-        _ => Policy::Other { nice: attr.sched_nice },
-    }
+/// `sched_setattr` on the calling thread.
+fn set_attr(attr: &SchedAttr) -> io::Result<()> {
+    Ok(ictus_sys::sched::set_attr(0, attr)?)
 }
 
 fn errno_name(errno: i32) -> &'static str {
@@ -465,10 +460,7 @@ fn set_policy(policy: Policy) -> Result<Option<Refusal>, Refusal> {
             if !(-20..=19).contains(&nice) {
                 return Err(refusal(kind, asked, None, "nice must be in -20..=19".to_string()));
             }
-            let mut attr = empty_attr();
-            attr.sched_policy = libc::SCHED_OTHER as u32;
-            attr.sched_nice = nice;
-            match set_attr(&attr) {
+            match set_attr(&policy.to_attr()) {
                 Ok(()) => Ok(None),
                 Err(e) => {
                     let errno = e.raw_os_error();
@@ -494,12 +486,7 @@ fn set_policy(policy: Policy) -> Result<Option<Refusal>, Refusal> {
             if !(1..=99).contains(&priority) {
                 return Err(refusal(kind, asked, None, "fixed priorities are 1..=99".to_string()));
             }
-            let try_prio = |p: u8| -> io::Result<()> {
-                let mut attr = empty_attr();
-                attr.sched_policy = class as u32;
-                attr.sched_priority = u32::from(p);
-                set_attr(&attr)
-            };
+            let try_prio = |p: u8| -> io::Result<()> { set_attr(&make(p).to_attr()) };
             match try_prio(priority) {
                 Ok(()) => Ok(None),
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
@@ -535,13 +522,8 @@ fn set_policy(policy: Policy) -> Result<Option<Refusal>, Refusal> {
                         .to_string(),
                 ));
             }
-            let mut attr = empty_attr();
-            attr.sched_policy = libc::SCHED_DEADLINE as u32;
             // Without it a deadline thread may not create threads or processes.
-            attr.sched_flags = libc::SCHED_FLAG_RESET_ON_FORK as u64;
-            attr.sched_runtime = r;
-            attr.sched_deadline = d;
-            attr.sched_period = p;
+            let attr = SchedAttr { flags: SCHED_FLAG_RESET_ON_FORK, ..policy.to_attr() };
             match set_attr(&attr) {
                 Ok(()) => Ok(None),
                 Err(e) => {
@@ -643,13 +625,9 @@ fn set_affinity(cpus: &[usize]) -> Result<(), Refusal> {
 }
 
 fn lock_memory() -> Result<(), Refusal> {
-    // SAFETY: mlockall takes only flags and changes no memory contents.
-    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    let errno = e.raw_os_error();
+    use rustix::mm::{mlockall, MlockAllFlags};
+    let Err(e) = mlockall(MlockAllFlags::CURRENT | MlockAllFlags::FUTURE) else { return Ok(()) };
+    let errno = Some(e.raw_os_error());
     let memlock = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
     let why = match errno {
         Some(libc::ENOMEM) | Some(libc::EPERM) => format!(
@@ -667,13 +645,9 @@ fn lock_memory() -> Result<(), Refusal> {
 fn set_timer_slack(slack: Duration) -> Result<(), Refusal> {
     let asked = format!("timer slack {slack:?}");
     // 0 would mean "reset to the default"; 1 ns is the least slack there is.
-    let ns = u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX).max(1);
-    let arg = libc::c_ulong::try_from(ns).unwrap_or(libc::c_ulong::MAX);
-    // SAFETY: PR_SET_TIMERSLACK takes the slack in nanoseconds by value; no pointers.
-    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, arg, 0, 0, 0) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        let mut r = refusal(RefusalKind::TimerSlack, asked, e.raw_os_error(), "prctl failed".to_string());
+    let ns = std::num::NonZeroU64::new(u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX).max(1));
+    if let Err(e) = rustix::thread::set_current_timer_slack(ns) {
+        let mut r = refusal(RefusalKind::TimerSlack, asked, Some(e.raw_os_error()), "prctl failed".to_string());
         r.obtained = timer_slack().map_or("unknown slack".to_string(), |s| format!("timer slack {s:?}"));
         return Err(r);
     }
@@ -723,17 +697,20 @@ mod tests {
 
     #[test]
     fn invalid_requests_are_refused_with_a_reason_and_change_nothing() {
-        let granted = on_thread(|| {
-            configure_current_thread(&ThreadRequest {
+        // "Unchanged" is the policy the thread started with: the tests may run under `nice`.
+        let (before, granted) = on_thread(|| {
+            let before = current_policy();
+            let granted = configure_current_thread(&ThreadRequest {
                 policy: Some(Policy::Fifo { priority: 0 }),
                 cpus: Some(vec![]),
                 ..ThreadRequest::default()
-            })
+            });
+            (before, granted)
         });
-        assert_eq!(granted.policy, Policy::DEFAULT);
+        assert_eq!(granted.policy, before);
         let fifo = granted.refusal(RefusalKind::FixedPriority).expect("priority 0 refused");
         assert!(fifo.reason.contains("1..=99"), "{fifo}");
-        assert_eq!(fifo.obtained, "SCHED_OTHER nice 0");
+        assert_eq!(fifo.obtained, before.to_string());
         assert!(granted.refusal(RefusalKind::Affinity).is_some());
 
         let bad_deadline = Policy::Deadline {
@@ -741,30 +718,35 @@ mod tests {
             deadline: Duration::from_millis(1),
             period: Duration::from_millis(10),
         };
-        let granted = on_thread(move || {
-            configure_current_thread(&ThreadRequest { policy: Some(bad_deadline), ..ThreadRequest::default() })
+        let (before, granted) = on_thread(move || {
+            let before = current_policy();
+            (
+                before,
+                configure_current_thread(&ThreadRequest { policy: Some(bad_deadline), ..ThreadRequest::default() }),
+            )
         });
-        assert_eq!(granted.policy, Policy::DEFAULT);
+        assert_eq!(granted.policy, before);
         assert!(granted.refusal(RefusalKind::Deadline).is_some_and(|r| r.errno.is_none()));
     }
 
     #[test]
     fn fifo_is_granted_and_read_back_when_permitted_else_refused() {
         let privileged = rt_privileges();
-        let granted = on_thread(|| {
+        let (before, granted) = on_thread(|| {
+            let before = current_policy();
             let g = configure_current_thread(&ThreadRequest {
                 policy: Some(Policy::Fifo { priority: 10 }),
                 ..ThreadRequest::default()
             });
             assert_eq!(g.policy, current_policy(), "Granted reports what the kernel says");
-            g
+            (before, g)
         });
         if privileged {
             assert_eq!(granted.policy, Policy::Fifo { priority: 10 });
             assert_eq!(granted.describe(), "SCHED_FIFO 10");
             assert!(granted.all_granted());
         } else {
-            assert_eq!(granted.policy, Policy::DEFAULT);
+            assert_eq!(granted.policy, before);
             assert!(granted.refusal(RefusalKind::FixedPriority).is_some());
         }
         // The probe left this thread alone.
@@ -798,12 +780,13 @@ mod tests {
             deadline: Duration::from_millis(10),
             period: Duration::from_millis(10),
         };
-        let (granted, child_policy) = on_thread(move || {
+        let (before, granted, child_policy) = on_thread(move || {
+            let before = current_policy();
             let g = configure_current_thread(&ThreadRequest { policy: Some(dl), ..ThreadRequest::default() });
             // SCHED_FLAG_RESET_ON_FORK: a deadline thread can still create threads,
             // and they start as timesharing.
             let child = std::thread::spawn(current_policy).join().expect("child thread");
-            (g, child)
+            (before, g, child)
         });
         match granted.refusal(RefusalKind::Deadline) {
             None => {
@@ -811,7 +794,7 @@ mod tests {
                 assert!(!child_policy.is_realtime(), "{child_policy}");
             }
             Some(r) => {
-                assert_eq!(granted.policy, Policy::DEFAULT);
+                assert_eq!(granted.policy, before);
                 assert!(r.errno.is_some() && !r.reason.is_empty(), "{r}");
             }
         }

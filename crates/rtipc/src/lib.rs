@@ -51,7 +51,6 @@ pub mod prio;
 pub mod queue;
 mod set;
 mod space;
-#[allow(unsafe_code)]
 pub mod sys;
 pub mod wire;
 

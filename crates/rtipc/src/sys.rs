@@ -1,19 +1,18 @@
 //! The thin shell over Linux: thread priorities by thread id, PI futexes in shared
-//! pages, memfds, and descriptor passing. Everything unsafe in the crate is here.
+//! pages, memfds, and descriptor passing. Every system call of the crate is made
+//! here; scheduling attributes come from `ictus-rt`, and mappings, memfds and
+//! descriptor passing from the OS layer, `ictus-sys`, so the crate has no `unsafe`.
 
 use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use ictus_rt::thread::Policy;
+use ictus_sys::memfd::{SealFlags, Size};
+use ictus_sys::mm::{Mapping, Protection};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use rustix::thread::futex;
 
 /// Bytes in a shared page (the status page and each connection's page).
@@ -24,81 +23,17 @@ pub(crate) fn gettid() -> u32 {
     rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
 
-fn attr_for(policy: Policy) -> libc::sched_attr {
-    let mut attr = libc::sched_attr {
-        size: std::mem::size_of::<libc::sched_attr>() as u32,
-        sched_policy: 0,
-        sched_flags: 0,
-        sched_nice: 0,
-        sched_priority: 0,
-        sched_runtime: 0,
-        sched_deadline: 0,
-        sched_period: 0,
-    };
-    match policy {
-        Policy::Other { nice } => {
-            attr.sched_policy = libc::SCHED_OTHER as u32;
-            attr.sched_nice = nice;
-        }
-        Policy::Fifo { priority } => {
-            attr.sched_policy = libc::SCHED_FIFO as u32;
-            attr.sched_priority = u32::from(priority);
-        }
-        Policy::RoundRobin { priority } => {
-            attr.sched_policy = libc::SCHED_RR as u32;
-            attr.sched_priority = u32::from(priority);
-        }
-        Policy::Deadline { runtime, deadline, period } => {
-            attr.sched_policy = 6; // SCHED_DEADLINE
-            attr.sched_runtime = runtime.as_nanos() as u64;
-            attr.sched_deadline = deadline.as_nanos() as u64;
-            attr.sched_period = period.as_nanos() as u64;
-        }
-    }
-    attr
-}
-
 /// `sched_setattr(tid, policy)`: sets the scheduling class of any thread the caller may
 /// change (its own process's, or any with `CAP_SYS_NICE`).
 ///
 /// # References
 /// - [`sched_setattr(2)`](https://man7.org/linux/man-pages/man2/sched_setattr.2.html)
 pub(crate) fn set_thread_policy(tid: u32, policy: Policy) -> io::Result<()> {
-    let attr = attr_for(policy);
-    // SAFETY: sched_setattr(tid, attr, 0) reads `attr.size` bytes from `attr`, a live
-    // sched_attr whose size field is its own size; it touches no other memory.
-    let rc =
-        unsafe { libc::syscall(libc::SYS_sched_setattr, tid as libc::pid_t, &attr as *const libc::sched_attr, 0u32) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    ictus_rt::thread::set_thread_policy(tid, policy)
 }
 
 /// `sched_getattr(tid)`: the thread's own (not inherited) scheduling class.
-pub fn thread_policy(tid: u32) -> io::Result<Policy> {
-    let mut attr = attr_for(Policy::DEFAULT);
-    let size = attr.size;
-    // SAFETY: sched_getattr writes at most `size` bytes into `attr`, a live, writable
-    // sched_attr of exactly that size.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_sched_getattr, tid as libc::pid_t, &mut attr as *mut libc::sched_attr, size, 0u32)
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let prio = u8::try_from(attr.sched_priority).unwrap_or(u8::MAX);
-    Ok(match attr.sched_policy as i32 {
-        libc::SCHED_FIFO => Policy::Fifo { priority: prio },
-        libc::SCHED_RR => Policy::RoundRobin { priority: prio },
-        6 => Policy::Deadline {
-            runtime: Duration::from_nanos(attr.sched_runtime),
-            deadline: Duration::from_nanos(attr.sched_deadline),
-            period: Duration::from_nanos(attr.sched_period),
-        },
-        _ => Policy::Other { nice: attr.sched_nice },
-    })
-}
+pub use ictus_rt::thread::thread_policy;
 
 /// A thread's *effective* priority as the scheduler uses it, inheritance included:
 /// field 18 of `/proc/<pid>/task/<tid>/stat` (`-1 - rt_priority` for a real-time
@@ -164,22 +99,15 @@ pub(crate) const FUTEX_TID_MASK: u32 = !(futex::WAITERS | futex::OWNER_DIED);
 /// A shared page: a memfd of [`PAGE`] bytes mapped `MAP_SHARED`.
 #[derive(Debug)]
 pub(crate) struct SharedPage {
-    ptr: NonNull<u8>,
+    map: Mapping,
 }
-
-// SAFETY: the page is plain shared memory accessed only through atomics.
-unsafe impl Send for SharedPage {}
-// SAFETY: as above; every access is an atomic load or store.
-unsafe impl Sync for SharedPage {}
 
 impl SharedPage {
     /// A new memfd of one page, sealed against shrinking and growing (so that a peer
     /// can never make our mapping fault), and its writable mapping.
     pub(crate) fn create(name: &str) -> io::Result<(OwnedFd, SharedPage)> {
-        use rustix::fs::{MemfdFlags, SealFlags};
-        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-        rustix::fs::ftruncate(&fd, PAGE as u64)?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
+        let fd = ictus_sys::memfd::create(name, PAGE as u64)?;
+        ictus_sys::memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW)?;
         let page = SharedPage::map(fd.as_fd(), true)?;
         Ok((fd, page))
     }
@@ -188,51 +116,36 @@ impl SharedPage {
     /// never shrink; `read_only` also needs it sealed against future writes by anyone
     /// else) and maps it.
     pub(crate) fn map_untrusted(fd: BorrowedFd<'_>, read_only: bool) -> Result<SharedPage, &'static str> {
-        use rustix::fs::{FileType, SealFlags};
-        let st = rustix::fs::fstat(fd).map_err(|_| "cannot stat the shared page")?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_size as usize != PAGE {
-            return Err("shared page is not a one-page memory file");
-        }
-        let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| "shared page is not sealable")?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-            return Err("shared page is not sealed against shrinking");
-        }
+        use ictus_sys::memfd::CheckError;
+        ictus_sys::memfd::check(fd, Size::Exactly(PAGE as u64), SealFlags::SHRINK | SealFlags::GROW).map_err(|e| {
+            match e {
+                CheckError::Stat(_) => "cannot stat the shared page",
+                CheckError::NotRegular | CheckError::TooShort { .. } | CheckError::WrongSize { .. } => {
+                    "shared page is not a one-page memory file"
+                }
+                CheckError::NotSealable(_) => "shared page is not sealable",
+                CheckError::MissingSeals { .. } => "shared page is not sealed against shrinking",
+            }
+        })?;
         SharedPage::map(fd, !read_only).map_err(|_| "cannot map the shared page")
     }
 
     fn map(fd: BorrowedFd<'_>, writable: bool) -> io::Result<SharedPage> {
-        use rustix::mm::{MapFlags, ProtFlags};
-        let prot = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
-        // SAFETY: a fresh shared mapping of a file at least PAGE bytes long (checked or
-        // made so, and sealed against shrinking); the kernel chooses the address, so
-        // nothing existing is replaced.
-        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), PAGE, prot, MapFlags::SHARED, fd, 0)? };
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(SharedPage { ptr })
+        let prot = if writable { Protection::ReadWrite } else { Protection::Read };
+        // A file at least PAGE bytes long (checked or made so, and sealed against
+        // shrinking), so no access to the mapping can fault.
+        Ok(SharedPage { map: Mapping::shared(fd, PAGE, prot)? })
     }
 
     /// The `index`-th 32-bit word of the page.
     pub(crate) fn word(&self, index: usize) -> &AtomicU32 {
-        assert!(index < PAGE / 4);
-        // SAFETY: the mapping is PAGE bytes, page-aligned, alive as long as `self`, and
-        // the index is in bounds; AtomicU32 has the alignment and size of u32, and all
-        // access to shared memory goes through atomics.
-        unsafe { &*(self.ptr.as_ptr().add(index * 4) as *const AtomicU32) }
-    }
-}
-
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping this value made; no reference into it
-        // outlives `self` (words borrow from `self`).
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), PAGE) };
+        self.map.atomic_u32(index * 4)
     }
 }
 
 /// Seals the status page so that clients can map it only read-only.
 pub(crate) fn seal_read_only_for_others(fd: BorrowedFd<'_>) -> io::Result<()> {
-    use rustix::fs::SealFlags;
-    rustix::fs::fcntl_add_seals(fd, SealFlags::FUTURE_WRITE | SealFlags::SEAL)?;
+    ictus_sys::memfd::add_seals(fd, SealFlags::FUTURE_WRITE | SealFlags::SEAL)?;
     Ok(())
 }
 
@@ -252,9 +165,6 @@ pub(crate) fn peer_pid(fd: BorrowedFd<'_>) -> Option<u32> {
     rustix::net::sockopt::socket_peercred(fd).ok().map(|c| c.pid.as_raw_nonzero().get() as u32)
 }
 
-#[repr(C, align(8))]
-struct Aligned<const N: usize>([MaybeUninit<u8>; N]);
-
 /// How a send went.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Sent {
@@ -265,6 +175,10 @@ pub(crate) enum Sent {
     Dead,
 }
 
+/// The most descriptors one datagram of the crate carries (a connection's end and its
+/// page).
+const SEND_FDS: usize = 2;
+
 /// Sends one datagram (header + body) with descriptors; blocks while the queue is full
 /// unless `nonblocking`.
 pub(crate) fn send(
@@ -273,9 +187,7 @@ pub(crate) fn send(
     fds: &[BorrowedFd<'_>],
     nonblocking: bool,
 ) -> io::Result<Sent> {
-    let mut space = Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))]);
-    let mut control = SendAncillaryBuffer::new(&mut space.0);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+    if fds.len() > SEND_FDS {
         return Err(io::Error::from(Errno::TOOMANYREFS));
     }
     let mut flags = SendFlags::NOSIGNAL;
@@ -283,7 +195,7 @@ pub(crate) fn send(
         flags |= SendFlags::DONTWAIT;
     }
     loop {
-        match rustix::net::sendmsg(fd, bufs, &mut control, flags) {
+        match ictus_sys::socket::sendmsg(fd, bufs, fds, flags) {
             Ok(_) => return Ok(Sent::Ok),
             Err(Errno::INTR) => {}
             Err(Errno::AGAIN) => return Ok(Sent::WouldBlock),
@@ -304,8 +216,8 @@ pub(crate) enum Recv {
     HungUp,
 }
 
-/// The most descriptors accepted beside one datagram; more are closed and the datagram
-/// refused (control truncated).
+/// The most descriptors accepted beside one datagram; with more the datagram is
+/// refused as truncated (and every one of them closed by its owner, the caller's list).
 const RECV_FDS: usize = 4;
 
 /// Receives one datagram into `head` then `body`, appending descriptors to `fds`.
@@ -316,22 +228,15 @@ pub(crate) fn recv(
     fds: &mut Vec<OwnedFd>,
     nonblocking: bool,
 ) -> io::Result<Recv> {
-    let mut space = Aligned([MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(RECV_FDS))]);
-    let mut flags = RecvFlags::CMSG_CLOEXEC;
-    if nonblocking {
-        flags |= RecvFlags::DONTWAIT;
-    }
+    let flags = if nonblocking { RecvFlags::DONTWAIT } else { RecvFlags::empty() };
     loop {
-        let mut control = RecvAncillaryBuffer::new(&mut space.0);
-        let mut iov = [IoSliceMut::new(head), IoSliceMut::new(body)];
-        match rustix::net::recvmsg(fd, &mut iov, &mut control, flags) {
+        let mut iov = [IoSliceMut::new(&mut *head), IoSliceMut::new(&mut *body)];
+        let before = fds.len();
+        match ictus_sys::socket::recvmsg(fd, &mut iov, fds, flags) {
             Ok(m) => {
-                for msg in control.drain() {
-                    if let RecvAncillaryMessage::ScmRights(received) = msg {
-                        fds.extend(received);
-                    }
-                }
-                let truncated = m.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC);
+                // Every descriptor that came is owned by `fds`; more than a datagram of
+                // this crate carries makes it refused (and they are closed with it).
+                let truncated = m.truncated || m.control_truncated || fds.len() - before > RECV_FDS;
                 if m.bytes == 0 && fds.is_empty() && !truncated {
                     return Ok(Recv::HungUp);
                 }

@@ -138,11 +138,11 @@ impl Client {
             return Err(invalid("wake-up descriptors are not eventfds"));
         }
         let total = usize::try_from(geo.total()).map_err(|_| invalid("too large"))?;
-        let seg = Arc::new(Segment { map: Mapping::new(seg_fd.as_fd(), total, true)?, geo });
+        let seg = Arc::new(Segment { map: sys::map(seg_fd.as_fd(), total, true)?, geo });
         if !seg.header_matches() {
             return Err(invalid("the memory's header does not match"));
         }
-        let page = Mapping::new(page_fd.as_fd(), layout::PAGE as usize, false)?;
+        let page = sys::map(page_fd.as_fd(), layout::PAGE as usize, false)?;
         drop((seg_fd, page_fd));
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(&ep, &event, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
@@ -271,7 +271,7 @@ impl Client {
 
     fn committed(&mut self) {
         self.stats.sent += 1;
-        let flag = self.page.atomic32(layout::SERVER_FLAG);
+        let flag = self.page.atomic_u32(layout::SERVER_FLAG);
         match self.server.check(flag) {
             None => {}
             Some(WakeBy::Futex) => {

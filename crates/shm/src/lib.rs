@@ -42,7 +42,6 @@ mod server;
 #[cfg(not(loom))]
 pub mod setup;
 #[cfg(not(loom))]
-#[allow(unsafe_code)]
 mod sys;
 #[cfg(not(loom))]
 mod watch;

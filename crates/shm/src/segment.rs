@@ -17,11 +17,11 @@ pub(crate) struct Segment {
 
 impl Segment {
     pub(crate) fn word32(&self, off: usize) -> &AtomicU32 {
-        self.map.atomic32(off)
+        self.map.atomic_u32(off)
     }
 
     pub(crate) fn word64(&self, off: usize) -> &AtomicU64 {
-        self.map.atomic64(off)
+        self.map.atomic_u64(off)
     }
 
     /// Write the header (server side, before the client sees the memory).
@@ -81,7 +81,7 @@ impl Segment {
     /// Pool slot `slot`, `len` bytes of it.
     pub(crate) fn slot(&self, slot: u32, len: usize) -> *mut u8 {
         assert!(slot < self.geo.pool.slots && len <= self.geo.pool.slot_size as usize);
-        self.map.bytes(self.geo.slot_at(slot) as usize, len)
+        self.map.ptr_at(self.geo.slot_at(slot) as usize, len)
     }
 }
 
@@ -99,7 +99,7 @@ impl ShmRing {
     /// `len` bytes at ring offset `at`.
     pub(crate) fn bytes(&self, at: u64, len: usize) -> *mut u8 {
         assert!(at as usize + len <= self.words * 8);
-        self.seg.map.bytes(self.data + at as usize, len)
+        self.seg.map.ptr_at(self.data + at as usize, len)
     }
 }
 

@@ -183,7 +183,7 @@ impl Server {
         // the server's descriptors are the same from here on.
         space.start_notifier()?;
         let page_fd = sys::memfd("ictus-shm-server", layout::PAGE)?;
-        let page = Mapping::new(page_fd.as_fd(), layout::PAGE as usize, true)?;
+        let page = sys::map(page_fd.as_fd(), layout::PAGE as usize, true)?;
         // The server's own writable mapping exists; from now on nobody can make
         // another (F_SEAL_FUTURE_WRITE), so clients read the flag and never write it.
         sys::seal(page_fd.as_fd(), SealFlags::FUTURE_WRITE)?;
@@ -328,7 +328,7 @@ impl Server {
         let fd = sys::memfd("ictus-shm-channel", geo.total())?;
         sys::seal(fd.as_fd(), SealFlags::empty())?;
         let total = usize::try_from(geo.total()).map_err(|_| rustix::io::Errno::NOMEM)?;
-        let seg = Arc::new(Segment { map: Mapping::new(fd.as_fd(), total, true)?, geo });
+        let seg = Arc::new(Segment { map: sys::map(fd.as_fd(), total, true)?, geo });
         seg.write_header();
         let doorbell = sys::eventfd()?;
         let event = sys::eventfd()?;
@@ -405,7 +405,7 @@ impl Server {
     /// here (an [`Event::Closed`] follows) and never harms the others.
     pub fn try_next(&mut self) -> Option<Next<'_>> {
         if self.armed {
-            self.sleeper.end(self.page.atomic32(layout::SERVER_FLAG));
+            self.sleeper.end(self.page.atomic_u32(layout::SERVER_FLAG));
             self.armed = false;
         }
         if self.control_due() {
@@ -511,7 +511,7 @@ impl Server {
             let futex =
                 self.config.sleep == SleepMode::Futex && !self.chans.is_empty() && self.chans.len() <= sys::WAITV_MAX;
             let page = &self.page;
-            let flag = page.atomic32(layout::SERVER_FLAG);
+            let flag = page.atomic_u32(layout::SERVER_FLAG);
             // The bells first, then the flag: a ring for this sleep, even one for a
             // record already consumed, comes after these reads and ends the wait.
             self.bells.clear();
@@ -561,7 +561,7 @@ impl Server {
     /// After the descriptor fires, call [`Server::try_next`].
     pub fn arm(&mut self) -> bool {
         self.poll_control();
-        let flag = self.page.atomic32(layout::SERVER_FLAG);
+        let flag = self.page.atomic_u32(layout::SERVER_FLAG);
         self.sleeper.announce(flag, true);
         if self.anything_ready() {
             self.sleeper.end(flag);

@@ -1,112 +1,44 @@
 //! The thin shell over Linux: memfds and their seals, mappings, eventfds, futexes,
-//! the channel's link socket and descriptor passing. Every `unsafe` of the crate is
-//! here.
+//! the channel's link socket and descriptor passing. Every system call of the crate is
+//! made here: mappings, memfds and descriptor passing through the OS layer
+//! (`ictus-sys`), the rest with rustix.
 
 use std::io::{IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
+pub(crate) use ictus_sys::mm::Mapping;
+use ictus_sys::mm::Protection;
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
-use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::fs::SealFlags;
 use rustix::io::Errno;
-use rustix::mm::{MapFlags, ProtFlags};
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use rustix::thread::futex;
 
-/// A shared mapping of a memfd, unmapped on drop.
-#[derive(Debug)]
-pub(crate) struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; every access through it is atomic or
-// through raw pointers whose users document their own synchronization.
-unsafe impl Send for Mapping {}
-// SAFETY: as above: shared access hands out only atomics and raw pointers.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Map `len` bytes of `fd` shared, writable or read-only. The caller has checked
-    /// that the file is at least `len` bytes long and cannot shrink (sealed), so no
-    /// access within the mapping can fault with `SIGBUS`.
-    pub(crate) fn new(fd: BorrowedFd<'_>, len: usize, writable: bool) -> rustix::io::Result<Mapping> {
-        if len == 0 {
-            return Err(Errno::INVAL);
-        }
-        let prot = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
-        // SAFETY: a fresh mapping at an address the kernel chooses (null hint) aliases
-        // no Rust object. mmap(2).
-        let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
-        Ok(Mapping { ptr: NonNull::new(ptr.cast()).ok_or(Errno::NOMEM)?, len })
-    }
-
-    /// The 64-bit atomic at byte offset `off`.
-    pub(crate) fn atomic64(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len, "atomic64 at {off} outside the mapping");
-        // SAFETY: in bounds and 8-byte aligned (the mapping is page-aligned), live as
-        // long as `self`; every process accesses these words atomically only.
-        unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() }
-    }
-
-    /// The 32-bit atomic at byte offset `off`.
-    pub(crate) fn atomic32(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "atomic32 at {off} outside the mapping");
-        // SAFETY: as for `atomic64`, 4-byte aligned.
-        unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() }
-    }
-
-    /// A raw pointer to `len` bytes at `off`.
-    pub(crate) fn bytes(&self, off: usize, len: usize) -> *mut u8 {
-        assert!(off.checked_add(len).is_some_and(|end| end <= self.len), "bytes {off}+{len} outside the mapping");
-        // SAFETY: `off + len` is within the mapping (checked above).
-        unsafe { self.ptr.as_ptr().add(off) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the range mmap returned; nothing borrowed from the mapping
-        // outlives it (accessors borrow `self`). munmap(2).
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
+/// Map `len` bytes of `fd` shared, writable or read-only. The caller has checked
+/// that the file is at least `len` bytes long and cannot shrink (sealed), so no
+/// access within the mapping can fault with `SIGBUS`.
+pub(crate) fn map(fd: BorrowedFd<'_>, len: usize, writable: bool) -> rustix::io::Result<Mapping> {
+    Mapping::shared(fd, len, if writable { Protection::ReadWrite } else { Protection::Read })
 }
 
 /// A new memfd of `len` bytes (zero-filled), with sealing allowed.
 pub(crate) fn memfd(name: &str, len: u64) -> rustix::io::Result<OwnedFd> {
-    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    rustix::fs::ftruncate(&fd, len)?;
-    Ok(fd)
+    ictus_sys::memfd::create(name, len)
 }
 
 /// Seal a memfd made by [`memfd`] against shrinking and growing — so a mapping of it
 /// can never fault with `SIGBUS` — and against further seals, plus `extra` (for
 /// example `FUTURE_WRITE` once the owner's writable mapping exists).
 pub(crate) fn seal(fd: BorrowedFd<'_>, extra: SealFlags) -> rustix::io::Result<()> {
-    rustix::fs::fcntl_add_seals(fd, extra | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+    ictus_sys::memfd::add_seals(fd, extra | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
 }
 
 /// Check an untrusted descriptor: a memfd (regular file) of exactly `len` bytes
 /// carrying at least the seals `need`.
 pub(crate) fn check_memfd(fd: BorrowedFd<'_>, len: u64, need: SealFlags) -> Result<(), String> {
-    let st = rustix::fs::fstat(fd).map_err(|e| format!("fstat: {e}"))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err("not a regular file".into());
-    }
-    if st.st_size as u64 != len {
-        return Err(format!("{} bytes, expected {len}", st.st_size));
-    }
-    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|e| format!("seals: {e}"))?;
-    if !seals.contains(need) {
-        return Err(format!("seals {seals:?} lack {need:?}"));
-    }
-    Ok(())
+    ictus_sys::memfd::check(fd, ictus_sys::memfd::Size::Exactly(len), need).map_err(|e| e.to_string())
 }
 
 /// Whether an untrusted descriptor is an eventfd.
@@ -215,44 +147,27 @@ pub(crate) fn poll_in(fds: &[BorrowedFd<'_>], timeout: Duration) -> rustix::io::
 /// The most descriptors a link message carries.
 pub(crate) const LINK_FDS: usize = 4;
 
-#[repr(C, align(8))]
-struct Aligned([MaybeUninit<u8>; rustix::cmsg_space!(ScmRights(LINK_FDS))]);
-
 /// Send one datagram with descriptors on a link, without blocking.
 pub(crate) fn send_fds(link: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> rustix::io::Result<()> {
-    let mut space = Aligned([MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(LINK_FDS))]);
-    let mut control = SendAncillaryBuffer::new(&mut space.0);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+    if fds.len() > LINK_FDS {
         return Err(Errno::TOOMANYREFS);
     }
-    rustix::net::sendmsg(link, &[IoSlice::new(data)], &mut control, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)?;
+    ictus_sys::socket::sendmsg(link, &[IoSlice::new(data)], fds, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)?;
     Ok(())
 }
 
 /// Receive one datagram with up to [`LINK_FDS`] descriptors from a link, waiting at
-/// most `timeout`. A truncated datagram or control message is refused, and every
-/// descriptor that came with it closed.
+/// most `timeout`. A truncated datagram, or one with more descriptors, is refused, and
+/// every descriptor that came with it closed.
 pub(crate) fn recv_fds(
     link: BorrowedFd<'_>,
     buf: &mut [u8],
     timeout: Duration,
 ) -> rustix::io::Result<(usize, Vec<OwnedFd>)> {
     poll_in(&[link], timeout)?;
-    let mut space = Aligned([MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(LINK_FDS))]);
-    let mut control = RecvAncillaryBuffer::new(&mut space.0);
-    let msg = rustix::net::recvmsg(
-        link,
-        &mut [IoSliceMut::new(buf)],
-        &mut control,
-        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
-    )?;
     let mut fds = Vec::new();
-    for m in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(rights) = m {
-            fds.extend(rights);
-        }
-    }
-    if msg.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
+    let msg = ictus_sys::socket::recvmsg(link, &mut [IoSliceMut::new(buf)], &mut fds, RecvFlags::DONTWAIT)?;
+    if msg.truncated || msg.control_truncated || fds.len() > LINK_FDS {
         return Err(Errno::MSGSIZE);
     }
     Ok((msg.bytes, fds))
@@ -269,6 +184,7 @@ pub fn mappings_named(name: &str) -> usize {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)] // `mprotect`, expected to be refused.
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
@@ -280,19 +196,19 @@ mod tests {
     #[test]
     fn a_future_write_seal_keeps_the_flag_the_servers() {
         let fd = memfd("test-page", 4096).expect("memfd");
-        let owner = Mapping::new(fd.as_fd(), 4096, true).expect("owner's mapping");
+        let owner = map(fd.as_fd(), 4096, true).expect("owner's mapping");
         seal(fd.as_fd(), SealFlags::FUTURE_WRITE).expect("seal");
         check_memfd(fd.as_fd(), 4096, SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::GROW).expect("seals");
-        owner.atomic32(0).store(7, Ordering::SeqCst);
-        assert!(Mapping::new(fd.as_fd(), 4096, true).is_err(), "a second writable mapping");
+        owner.atomic_u32(0).store(7, Ordering::SeqCst);
+        assert!(map(fd.as_fd(), 4096, true).is_err(), "a second writable mapping");
         assert!(rustix::io::write(&fd, &[1]).is_err(), "write(2)");
-        let reader = Mapping::new(fd.as_fd(), 4096, false).expect("read-only mapping");
-        assert_eq!(reader.atomic32(0).load(Ordering::SeqCst), 7);
+        let reader = map(fd.as_fd(), 4096, false).expect("read-only mapping");
+        assert_eq!(reader.atomic_u32(0).load(Ordering::SeqCst), 7);
         // SAFETY: changes the protection of a mapping we own; no Rust reference is
         // invalidated, since the call is expected to fail.
         let r = unsafe {
             rustix::mm::mprotect(
-                reader.bytes(0, 4096).cast(),
+                reader.ptr_at(0, 4096).cast(),
                 4096,
                 rustix::mm::MprotectFlags::READ | rustix::mm::MprotectFlags::WRITE,
             )

@@ -1,37 +1,16 @@
 //! What `ictus clock-server` does.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use ictus_ipc::Space;
-use ictus_name_server::socket::Listener;
+use ictus_server::{serve_until_signalled, Listener, Registrar};
 
 use crate::control;
 use crate::protocol::SERVICE_NAME;
 use crate::server::{ServeError, Server};
 
 /// Why `ictus clock-server` stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Serving failed.
-    #[error(transparent)]
-    Serve(#[from] ServeError),
-    /// The control socket's directory is unsafe or could not be made.
-    #[error(transparent)]
-    Path(#[from] ictus_name_server::socket::PathError),
-    /// The name server could not be reached.
-    #[error("reaching the name server to register {SERVICE_NAME:?}: {0} (start `ictus name-server` first)")]
-    NameServer(#[from] ictus_name_server::ConnectError),
-    /// The name server refused the registration.
-    #[error("registering {name:?} with the name server: {source}")]
-    Register {
-        /// The name.
-        name: String,
-        /// Why.
-        source: ictus_name_server::ClientError,
-    },
-}
+pub type CliError = ServeError;
 
 /// Options of `ictus clock-server`.
 #[derive(Debug, Default)]
@@ -47,58 +26,44 @@ pub struct ServeOptions {
     pub fifo: Option<u8>,
 }
 
-/// `ictus clock-server`: register the clock port with the name server, hand the
-/// control port out on the control socket, serve until `SIGINT` or `SIGTERM`.
+/// `ictus clock-server`: register the clock port with the name server (again whenever
+/// the name server restarts), hand the control port out on the control socket, serve
+/// until `SIGINT` or `SIGTERM`.
 pub fn serve(opts: ServeOptions) -> Result<(), CliError> {
-    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
-    let mut ids = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop_w.try_clone().map_err(ServeError::Signals)?;
-        ids.push(signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?);
-    }
-    let result = serve_until(opts, &stop_r);
-    for id in ids {
-        signal_hook::low_level::unregister(id);
-    }
-    result
-}
-
-fn serve_until(opts: ServeOptions, stop: &UnixStream) -> Result<(), CliError> {
-    let path = match opts.control_socket {
-        Some(p) => p,
-        None => control::prepare_default_control_socket_path()?,
-    };
-    let listener = Listener::bind(&path).map_err(ServeError::from)?;
-    if let Some(priority) = opts.fifo {
-        use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
-        let req = ThreadRequest { policy: Some(Policy::Fifo { priority }), ..ThreadRequest::default() };
-        // A refusal is reported once by `configure_current_thread`; serve anyway.
-        let granted = configure_current_thread(&req);
-        eprintln!("ictus clock-server: serving as {}", granted.describe());
-    }
-    let space = Space::task();
-    let mut server = Server::new(space.clone())?;
-    let ns = match &opts.name_server {
-        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-        None => ictus_name_server::Client::connect(&space)?,
-    };
-    let name = opts.name.unwrap_or_else(|| SERVICE_NAME.to_owned());
-    ns.register(&name, server.clock_port()).map_err(|source| CliError::Register { name: name.clone(), source })?;
-    eprintln!(
-        "ictus clock-server: clock port registered as {name:?}; control port on {} (pid {})",
-        path.display(),
-        std::process::id()
-    );
-    let result = server.run(Some(&listener), stop.as_fd());
-    // The registration would vanish with the port anyway; say goodbye first.
-    let _ = ns.unregister(&name);
-    drop(server);
-    drop(listener);
-    match &result {
-        Ok(()) => eprintln!("ictus clock-server: stopped; removed {}", path.display()),
-        Err(e) => eprintln!("ictus clock-server: stopping: {e}"),
-    }
-    Ok(result?)
+    serve_until_signalled(|stop| {
+        let path = match opts.control_socket {
+            Some(p) => p,
+            None => control::prepare_default_control_socket_path()?,
+        };
+        let listener = Listener::bind(&path, "clock server")?;
+        if let Some(priority) = opts.fifo {
+            use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
+            let req = ThreadRequest { policy: Some(Policy::Fifo { priority }), ..ThreadRequest::default() };
+            // A refusal is reported once by `configure_current_thread`; serve anyway.
+            let granted = configure_current_thread(&req);
+            eprintln!("ictus clock-server: serving as {}", granted.describe());
+        }
+        let space = Space::task();
+        let mut server = Server::new(space.clone())?;
+        let name = opts.name.unwrap_or_else(|| SERVICE_NAME.to_owned());
+        let names =
+            Registrar::start("clock-server", opts.name_server.as_deref(), &space, &[(&name, server.clock_port())])?;
+        eprintln!(
+            "ictus clock-server: clock port registered as {name:?}; control port on {} (pid {})",
+            path.display(),
+            std::process::id()
+        );
+        let result = server.run(Some(&listener), stop);
+        // The registration would vanish with the port anyway; say goodbye first.
+        names.stop();
+        drop(server);
+        drop(listener);
+        match &result {
+            Ok(()) => eprintln!("ictus clock-server: stopped; removed {}", path.display()),
+            Err(e) => eprintln!("ictus clock-server: stopping: {e}"),
+        }
+        result
+    })
 }
 
 /// What `ictus clock` asks.

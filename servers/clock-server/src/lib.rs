@@ -1,48 +1,23 @@
-//! The ictus clock service: the paper's clock server (000 §3.1) and the same services
-//! in-process.
+//! The ictus clock server (000 §3.1): the clock port and the privileged clock-control
+//! port, an alarm queue and a timer.
 //!
-//! - [`protocol`]: the two interfaces — [`protocol::Clock`] on the clock port (read the
-//!   time since boot and the wall time, sleep until a time, set and cancel alarms) and
-//!   [`protocol::ClockControl`] on the clock-control port (set the resolution and the
-//!   per-client quota, read the counters) — and the [`AlarmMessage`] an alarm sends.
-//! - [`server`]: the server ([`Server`], and [`server::spawn`] to run one on a thread):
-//!   an [`ictus_rt::AlarmQueue`], a `timerfd` on `CLOCK_MONOTONIC` with
-//!   `TFD_TIMER_ABSTIME`, dead-name notifications for every port it holds, per-client
-//!   quotas.
-//! - [`client`]: [`Client`] (the clock port, found through the name server under
-//!   `"clock"`) and [`Control`] (the control port, from the control socket).
-//! - [`control`]: how the control port reaches only authorised tasks.
-//! - [`local`]: the same services without a server: sleep-until with
-//!   `clock_nanosleep(TIMER_ABSTIME)`, alarm messages from a library timer thread.
-//! - [`timer`]: the `timerfd` and `clock_nanosleep` wrappers both use.
-//! - [`cli`]: `ictus clock-server`.
+//! This crate is the server. The interfaces, the clients and the in-process services —
+//! all a program that reads the time, sleeps or asks for alarms needs — are
+//! `ictus-clock-api`, re-exported here ([`protocol`], [`client`], [`control`],
+//! [`local`], [`timer`]) for programs that run a server and talk to it.
+//!
+//! - [`server`]: the server ([`Server`], and [`server::spawn`] to run one on a thread),
+//!   on the server skeleton ([`ictus_server::Loop`]): an [`ictus_rt::AlarmQueue`], a
+//!   `timerfd` on `CLOCK_MONOTONIC` with `TFD_TIMER_ABSTIME`, dead-name notifications
+//!   for every port it holds, per-client quotas.
+//! - [`cli`]: `ictus clock-server` and `ictus clock`.
 //!
 //! See `doc/clock.md` for the design and what of the paper is left out.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use ictus_ipc::Space;
-//! use ictus_rt::When;
-//! use ictus_clock_server::{AlarmMessage, Client};
-//! let space = Space::task();
-//! let clock = Client::connect(&space)?;
-//! let (since_boot, _wall) = clock.read()?;
-//! clock.sleep_until(since_boot + Duration::from_millis(10))?;
-//! let port = space.allocate_port()?;
-//! let (id, _at) = clock.set_alarm(When::After(Duration::from_millis(5)), port, 42)?;
-//! # let _ = id;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod cli;
-pub mod client;
-pub mod control;
-pub mod local;
-pub mod protocol;
 pub mod server;
-pub mod timer;
 
-pub use client::{Client, ClientError, ConnectError, Control};
-pub use protocol::{AlarmMessage, ClockError, ClockStats};
+pub use ictus_clock_api::{client, control, local, protocol, timer};
+pub use ictus_clock_api::{AlarmMessage, Client, ClientError, ClockError, ClockStats, ConnectError, Control};
 pub use server::{Running, ServeError, Server};

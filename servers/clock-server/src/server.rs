@@ -1,9 +1,9 @@
 //! The clock server: an alarm queue, a timer, and the two ports.
 //!
-//! One thread polls four things: the stop channel, a port set (the clock port, the
-//! control port and the notify port), a `timerfd` armed with `TFD_TIMER_ABSTIME` on
-//! `CLOCK_MONOTONIC` for the queue's next deadline, and, when it has one, the control
-//! socket ([`crate::control`]). Requests on the clock port go to a generated
+//! It is written on the server skeleton ([`ictus_server::Loop`]): one thread polls the
+//! stop channel, a port set (the clock port, the control port and the notify port), a
+//! `timerfd` armed with `TFD_TIMER_ABSTIME` on `CLOCK_MONOTONIC` for the queue's next
+//! deadline, and, when it has one, the control socket ([`crate::control`]). Requests on the clock port go to a generated
 //! [`ClockServer`]; requests on the control port to one that answers [`ClockControl`]
 //! too, so a control request on the clock port is `MIG_BAD_ID`. [`Clock::sleep`] is
 //! intercepted before the generated code: the server keeps the reply right in the queue
@@ -31,72 +31,23 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ictus_abi::{Name, NotifyId};
-use ictus_idl::{Context, DeadNameWatches, Decode, Dispatched, Encode, Encoder, Outcome, Service, ServicePorts};
-use ictus_ipc::{
-    Credentials, ReceiveError, Received, ReceivedRight, RightKind, RightsError, SendError, SendOptions, Space,
-};
-use ictus_name_server::socket::{ListenError, Listener};
+use ictus_abi::Name;
+use ictus_idl::{Context, Decode, Dispatched, Encode, Encoder, Outcome, Service};
+use ictus_ipc::{Credentials, Received, ReceivedRight, RightKind, RightsError, SendError, SendOptions, Space};
 use ictus_rt::{clock, AlarmId, AlarmQueue, Time};
-use rustix::event::{poll, PollFd, PollFlags};
-use rustix::io::Errno;
+use ictus_server::{DeadNameWatches, Door, Listener, Loop, Serve, ServicePorts, Wait};
 
 use crate::protocol::{
     AlarmMessage, AlarmPort, Clock, ClockControl, ClockControlServer, ClockError, ClockServer, ClockStats, WireTime,
     WireWhen, DEFAULT_CLIENT_QUOTA, MAX_CLIENT_QUOTA, MAX_PENDING, MAX_RESOLUTION, SLEEP,
 };
 
-/// Why the server could not start or had to stop.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// Allocating or arranging the server's ports failed.
-    #[error("setting up the clock server's ports: {0}")]
-    Rights(#[from] RightsError),
-    /// Another clock server holds the control socket's path.
-    #[error("a clock server is already running with the control socket {0}")]
-    AlreadyRunning(PathBuf),
-    /// The control socket could not be set up.
-    #[error("the clock-control socket: {0}")]
-    Listen(ListenError),
-    /// The timer could not be made or armed.
-    #[error("the clock server's timer: {0}")]
-    Timer(Errno),
-    /// Receiving failed persistently.
-    #[error("receiving requests: {0}")]
-    Receive(ReceiveError),
-    /// Waiting for work failed.
-    #[error("waiting for requests: {0}")]
-    Poll(Errno),
-    /// Setting up the stop channel or the signal handlers failed.
-    #[error("setting up signal handling: {0}")]
-    Signals(std::io::Error),
-    /// The server thread could not be started.
-    #[error("starting the server thread: {0}")]
-    Thread(std::io::Error),
-    /// The server thread panicked.
-    #[error("the clock server thread panicked")]
-    Panicked,
-}
-
-impl From<ListenError> for ServeError {
-    fn from(e: ListenError) -> ServeError {
-        // The socket code is the name server's, and so are its messages; say "clock".
-        match e {
-            ListenError::AlreadyRunning(p) => ServeError::AlreadyRunning(p),
-            e => ServeError::Listen(e),
-        }
-    }
-}
-
-/// Messages handled per wake-up before looking at the timer again.
-const BATCH: usize = 64;
+pub use ictus_server::ServeError;
 
 /// What waits in the queue.
 #[derive(Debug)]
@@ -365,9 +316,20 @@ impl State {
     }
 }
 
+/// The interface's methods, on the shared state.
+#[derive(Debug)]
+struct Methods(Arc<State>);
+
+impl std::ops::Deref for Methods {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
 /// The clock port's methods. Rights a request brings belong to the method: an alarm's
 /// port is kept while the alarm is pending and released when it is refused.
-impl Clock for Arc<State> {
+impl Clock for Methods {
     fn read(&self) -> Result<(WireTime, WireTime), ClockError> {
         Ok((WireTime::from_time(clock::now()), WireTime::from_time(clock::wall())))
     }
@@ -415,7 +377,7 @@ impl Clock for Arc<State> {
     }
 }
 
-impl ClockControl for Arc<State> {
+impl ClockControl for Methods {
     fn set_resolution(&self, resolution: WireTime) -> Result<WireTime, ClockError> {
         let d = resolution.to_duration()?;
         if d > MAX_RESOLUTION {
@@ -444,7 +406,7 @@ impl ClockControl for Arc<State> {
 /// can wait.
 struct ClockService {
     state: Arc<State>,
-    generated: ClockServer<Arc<State>>,
+    generated: ClockServer<Methods>,
 }
 
 impl Service for ClockService {
@@ -471,18 +433,59 @@ impl StatsHandle {
     }
 }
 
-/// The clock server: its ports, its queue and its timer. See the module documentation.
+/// What the skeleton runs: the queue, the timer, and a demultiplexer per port.
 #[derive(Debug)]
-pub struct Server {
-    space: Space,
-    pid: u32,
+pub struct Core {
     state: Arc<State>,
     clock_requests: ictus_idl::Server,
     control_requests: ictus_idl::Server,
-    timer: crate::timer::Timer,
-    counts: ictus_idl::ReceiveCounts,
-    // Last: dropped after `Drop for Server` has released the pending rights.
-    ports: ServicePorts<2>,
+    timer: ictus_clock_api::timer::Timer,
+}
+
+impl Serve for Core {
+    const NAME: &'static str = "clock-server";
+
+    fn request(&mut self, msg: &mut Received) -> Dispatched {
+        if msg.port == self.state.control {
+            self.control_requests.handle(msg)
+        } else {
+            self.clock_requests.handle(msg)
+        }
+    }
+
+    fn dead_name(&mut self, name: Name) {
+        self.state.dead_name(name);
+    }
+
+    fn prepare(&mut self) -> Result<Wait, ServeError> {
+        let next = self.state.table().queue.next_deadline();
+        self.timer.arm(next).map_err(|e| ServeError::setup("timer", e))?;
+        Ok(Wait::Until(None))
+    }
+
+    fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        vec![self.timer.as_fd()]
+    }
+
+    fn ready(&mut self, _timer: usize) -> Result<(), ServeError> {
+        self.timer.clear();
+        self.state.fire(clock::now());
+        Ok(())
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // Pending rights first (sleepers see their call fail when the reply rights go);
+        // the ports go with the loop afterwards.
+        self.state.release_all();
+    }
+}
+
+/// The clock server: its ports, its queue and its timer. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    inner: Loop<Core, 2>,
 }
 
 impl Server {
@@ -505,150 +508,66 @@ impl Server {
             control: ports.service(1),
             table: Mutex::new(table),
         });
-        let service = || ClockService { state: Arc::clone(&state), generated: ClockServer(Arc::clone(&state)) };
+        let service =
+            || ClockService { state: Arc::clone(&state), generated: ClockServer(Methods(Arc::clone(&state))) };
         // Replies never wait: a client that stops reading must not stall the clock.
         let clock_requests =
             ictus_idl::Server::new(&space, ports.set()).with(service()).with_reply_timeout(Duration::ZERO);
         let control_requests = ictus_idl::Server::new(&space, ports.set())
             .with(service())
-            .with(ClockControlServer(Arc::clone(&state)))
+            .with(ClockControlServer(Methods(Arc::clone(&state))))
             .with_reply_timeout(Duration::ZERO);
-        let timer = crate::timer::Timer::new().map_err(ServeError::Timer)?;
-        Ok(Server {
-            space,
-            pid: std::process::id(),
-            state,
-            clock_requests,
-            control_requests,
-            timer,
-            counts: ictus_idl::ReceiveCounts::default(),
-            ports,
-        })
+        let timer = ictus_clock_api::timer::Timer::new().map_err(|e| ServeError::setup("timer", e))?;
+        let core = Core { state, clock_requests, control_requests, timer };
+        Ok(Server { inner: Loop::new(&space, ports, core) })
     }
 
     /// The space the server's rights live in.
     pub fn space(&self) -> &Space {
-        &self.space
+        self.inner.space()
     }
 
     /// The clock port's receive right, in [`Server::space`].
     pub fn clock_port(&self) -> Name {
-        self.ports.service(0)
+        self.inner.ports().service(0)
     }
 
     /// The clock-control port's receive right, in [`Server::space`].
     pub fn control_port(&self) -> Name {
-        self.ports.service(1)
+        self.inner.ports().service(1)
     }
 
     /// The counters.
     pub fn stats(&self) -> ClockStats {
-        self.state.table().stats()
+        self.inner.server().state.table().stats()
     }
 
     /// A handle to the counters for other threads.
     pub fn stats_handle(&self) -> StatsHandle {
-        StatsHandle(Arc::clone(&self.state))
+        StatsHandle(Arc::clone(&self.inner.server().state))
     }
 
     /// Malformed messages received (and destroyed by the nucleus) so far.
     pub fn malformed(&self) -> u64 {
-        self.counts.malformed
+        self.inner.malformed()
     }
 
     /// Serve until `stop` becomes readable (a byte written, or its peer closed): ports,
     /// the timer, and the control socket if there is one.
     pub fn run(&mut self, control: Option<&Listener>, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
-        let ports = self.space.pollable_fd(self.ports.set())?;
-        let mut rcv = Received::new();
-        loop {
-            let next = self.state.table().queue.next_deadline();
-            self.timer.arm(next).map_err(ServeError::Timer)?;
-            let (stop_ready, ports_ready, timer_ready, listen_ready) = {
-                let mut fds = vec![
-                    PollFd::from_borrowed_fd(stop, PollFlags::IN),
-                    PollFd::new(&ports, PollFlags::IN),
-                    PollFd::from_borrowed_fd(self.timer.as_fd(), PollFlags::IN),
-                ];
-                if let Some(l) = control {
-                    fds.push(PollFd::from_borrowed_fd(l.as_fd(), PollFlags::IN));
-                }
-                match poll(&mut fds, None) {
-                    Ok(_) => {}
-                    Err(Errno::INTR) => continue,
-                    Err(e) => return Err(ServeError::Poll(e)),
-                }
-                let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-                (ready(0), ready(1), ready(2), ready(3))
-            };
-            if stop_ready {
-                return Ok(());
-            }
-            if timer_ready {
-                self.timer.clear();
-                self.state.fire(clock::now());
-            }
-            if ports_ready {
-                self.handle_pending(&mut rcv, BATCH)?;
-            }
-            if let (true, Some(l)) = (listen_ready, control) {
-                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service(1)).ok());
-                if refused > 0 {
-                    eprintln!(
-                        "ictus clock-server: refused the control port to {refused} connection(s) from another user"
-                    );
-                }
-            }
-        }
+        self.inner.run(control.map(|listener| Door { listener, port: 1 }), stop)
     }
 
     /// Receive and handle up to `max` messages that are already waiting; returns how
     /// many were handled.
     pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
-        let mut counts = self.counts;
-        let result = self.ports.handle_pending(
-            rcv,
-            max,
-            &mut counts,
-            |m| {
-                self.handle(m);
-            },
-            |n, e| {
-                if n.is_power_of_two() {
-                    eprintln!("ictus clock-server: dropped a malformed message ({n} so far): {e}");
-                }
-            },
-        );
-        self.counts = counts;
-        result.map_err(ServeError::Receive)
+        self.inner.handle_pending(rcv, max)
     }
 
     /// Handle one received message: a notification on the notify port, a request on
     /// the clock or control port.
-    pub fn handle(&self, msg: &mut Received) -> Dispatched {
-        if msg.port == self.ports.notify() {
-            // Only this process's notifier sends here; the kernel stamps the pid.
-            if msg.sender.pid == self.pid && msg.id == NotifyId::DeadName.id() {
-                if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
-                    self.state.dead_name(name);
-                }
-            }
-            ictus_idl::release_rights(&self.space, msg);
-            return Dispatched::OneWay;
-        }
-        if msg.port == self.ports.service(1) {
-            self.control_requests.handle(msg)
-        } else {
-            self.clock_requests.handle(msg)
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Pending rights first (sleepers see their call fail when the reply rights go);
-        // the ports go with `self.ports` afterwards.
-        self.state.release_all();
+    pub fn handle(&mut self, msg: &mut Received) -> Dispatched {
+        self.inner.handle(msg)
     }
 }
 
@@ -675,8 +594,7 @@ impl std::fmt::Debug for Options {
 #[derive(Debug)]
 #[must_use = "dropping a Running stops the server"]
 pub struct Running {
-    thread: Option<JoinHandle<Result<(), ServeError>>>,
-    stop: Option<UnixStream>,
+    inner: ictus_server::Running,
     space: Space,
     clock: Name,
     control: Name,
@@ -687,24 +605,20 @@ pub struct Running {
 /// Start a server on a new thread, its ports in `space`. When this returns the control
 /// socket (if any) is listening.
 pub fn spawn(space: Space, options: Options) -> Result<Running, ServeError> {
-    let listener = options.control_socket.as_deref().map(Listener::bind).transpose()?;
+    let listener = options.control_socket.as_deref().map(|p| Listener::bind(p, "clock server")).transpose()?;
     let mut server = Server::new(space.clone())?;
     let (clock, control, stats) = (server.clock_port(), server.control_port(), server.stats_handle());
-    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
     let setup = options.setup;
-    let thread = std::thread::Builder::new()
-        .name("ictus-clock-server".into())
-        .spawn(move || {
-            if let Some(f) = setup {
-                f();
-            }
-            let r = server.run(listener.as_ref(), stop_r.as_fd());
-            drop(server);
-            drop(listener);
-            r
-        })
-        .map_err(ServeError::Thread)?;
-    Ok(Running { thread: Some(thread), stop: Some(stop_w), space, clock, control, stats, path: options.control_socket })
+    let inner = ictus_server::Running::spawn("ictus-clock-server", move |stop| {
+        if let Some(f) = setup {
+            f();
+        }
+        let r = server.run(listener.as_ref(), stop);
+        drop(server);
+        drop(listener);
+        r
+    })?;
+    Ok(Running { inner, space, clock, control, stats, path: options.control_socket })
 }
 
 impl Running {
@@ -746,21 +660,7 @@ impl Running {
 
     /// Stop the server, wait for its thread, and report how it ended. Its ports die
     /// (sleeping clients' calls fail with `ServerDied`) and its socket path is removed.
-    pub fn stop(mut self) -> Result<(), ServeError> {
-        self.stop_inner()
-    }
-
-    fn stop_inner(&mut self) -> Result<(), ServeError> {
-        drop(self.stop.take());
-        match self.thread.take() {
-            Some(t) => t.join().map_err(|_| ServeError::Panicked)?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.stop_inner();
+    pub fn stop(self) -> Result<(), ServeError> {
+        self.inner.stop()
     }
 }

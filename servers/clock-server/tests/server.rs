@@ -4,13 +4,12 @@
 //!
 //! No test asserts a duration or a lateness; waits are bounded by generous watchdogs.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use ictus_clock_server::client::{Client, ClientError, ConnectError, Control};
 use ictus_clock_server::control::ControlError;
@@ -19,101 +18,49 @@ use ictus_clock_server::{AlarmMessage, ClockError};
 use ictus_idl::SendOnceRight;
 use ictus_ipc::*;
 use ictus_rt::{clock, AlarmId, Time, When};
+use ictus_testkit::{wait_until, NameServer, Proc, Role, TempDir, WATCHDOG};
 
-const WATCHDOG: Duration = Duration::from_secs(60);
-const ROLE: &str = "ICTUS_CLOCK_TEST_ROLE";
+const ROLE: Role = Role { env: "ICTUS_CLOCK_TEST_ROLE" };
 const NS_SOCK: &str = "ICTUS_CLOCK_TEST_NS";
 const CONTROL_SOCK: &str = "ICTUS_CLOCK_TEST_CONTROL";
 
-/// A directory of its own for each test, removed at the end.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "ictus-clock-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// This test binary, re-executed in `role`.
+/// This test binary, re-executed in `role`, its standard input and output piped.
 fn child(role: &str, env: &[(&str, &Path)]) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_role", "--nocapture", "--test-threads=1", "-q"]).env(ROLE, role);
+    let mut cmd = ROLE.command("child_role", role);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     cmd
 }
 
-/// Read lines from a child until one starts with `prefix`; return it.
-fn wait_line(child: &mut Child, prefix: &str) -> String {
-    let out = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let prefix = prefix.to_owned();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if line.starts_with(&prefix) {
-                let _ = tx.send(line);
-                break;
-            }
-        }
-    });
-    rx.recv_timeout(WATCHDOG).expect("watchdog: the child never said it was ready")
-}
-
-fn kill9(child: &mut Child) {
-    let pid = rustix::process::Pid::from_child(child);
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-    child.wait().unwrap();
-}
-
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WATCHDOG;
-    while !cond() {
-        assert!(Instant::now() < deadline, "watchdog: still waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A name server on a thread, a clock server in a child process.
+/// A name server on a thread, a clock server in a child process. The control socket is
+/// in a directory other users may enter, so that a test can show what refuses them.
 struct Fixture {
+    ns: NameServer,
     dir: TempDir,
-    ns: Option<ictus_name_server::Running>,
-    server: Child,
+    server: Proc,
 }
 
 impl Fixture {
     fn start() -> Fixture {
-        let dir = TempDir::new();
-        let ns_sock = dir.0.join("ns.sock");
-        let ns = ictus_name_server::server::spawn(Space::new(), Some(&ns_sock)).expect("name server starts");
-        let control = dir.0.join("control.sock");
-        let mut server = child("clock-server", &[(NS_SOCK, &ns_sock), (CONTROL_SOCK, &control)]).spawn().unwrap();
-        wait_line(&mut server, "ready");
-        Fixture { dir, ns: Some(ns), server }
+        let ns = NameServer::start();
+        let dir = TempDir::shared("clock");
+        let control = dir.join("control.sock");
+        let mut server = Proc::spawn(
+            "the clock server",
+            &mut child("clock-server", &[(NS_SOCK, &ns.socket()), (CONTROL_SOCK, &control)]),
+        );
+        server.wait_line("ready");
+        Fixture { ns, dir, server }
     }
 
     fn ns_sock(&self) -> PathBuf {
-        self.dir.0.join("ns.sock")
+        self.ns.socket()
     }
 
     fn control_sock(&self) -> PathBuf {
-        self.dir.0.join("control.sock")
+        self.dir.join("control.sock")
     }
 
     fn client(&self, space: &Space) -> Client {
@@ -126,17 +73,10 @@ impl Fixture {
 
     /// Stop the clock server cleanly (its stdin closes), then the name server.
     fn stop(mut self) {
-        drop(self.server.stdin.take());
-        let status = self.server.wait().unwrap();
+        drop(self.server.child().stdin.take());
+        let status = self.server.wait();
         assert!(status.success(), "the clock server exits cleanly: {status}");
-        self.ns.take().unwrap().stop().unwrap();
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
+        self.ns.stop();
     }
 }
 
@@ -153,14 +93,14 @@ fn receive_alarm(space: &Space, port: Name) -> AlarmMessage {
 /// Roles of the re-executed binary; does nothing in a normal test run.
 #[test]
 fn child_role() {
-    let Ok(role) = std::env::var(ROLE) else { return };
+    let Some(role) = ROLE.current() else { return };
     let env_path = |k: &str| PathBuf::from(std::env::var_os(k).expect("path in the environment"));
     match role.as_str() {
         "clock-server" => {
-            let listener = ictus_name_server::socket::Listener::bind(&env_path(CONTROL_SOCK)).unwrap();
+            let listener = ictus_server::Listener::bind(&env_path(CONTROL_SOCK), "clock server").unwrap();
             let space = Space::task();
             let mut server = ictus_clock_server::Server::new(space.clone()).unwrap();
-            let ns = ictus_name_server::Client::connect_socket(&space, &env_path(NS_SOCK)).unwrap();
+            let ns = ictus_name_api::Client::connect_socket(&space, &env_path(NS_SOCK)).unwrap();
             ns.register(protocol::SERVICE_NAME, server.clock_port()).unwrap();
             println!("ready");
             std::io::stdout().flush().unwrap();
@@ -296,8 +236,8 @@ fn a_dead_alarm_port_is_cleaned_up_and_others_cannot_cancel() {
     let space = Space::new();
     let control = fx.control(&space);
     let clock = fx.client(&space);
-    let mut victim = child("alarm-client", &[(NS_SOCK, &fx.ns_sock())]).spawn().unwrap();
-    let line = wait_line(&mut victim, "ready");
+    let mut victim = Proc::spawn("the alarm client", &mut child("alarm-client", &[(NS_SOCK, &fx.ns_sock())]));
+    let line = victim.wait_line("ready");
     let ids: Vec<u64> = line.split_whitespace().skip(1).map(|s| s.parse().unwrap()).collect();
     assert_eq!(ids.len(), 6);
     wait_until("the child's alarms and sleep to be pending", || {
@@ -309,7 +249,7 @@ fn a_dead_alarm_port_is_cleaned_up_and_others_cannot_cancel() {
     control.clock().cancel_alarm(AlarmId::from_raw(ids[0])).unwrap();
     assert_eq!(control.stats().unwrap().pending_alarms, 5);
 
-    kill9(&mut victim);
+    victim.kill9();
     // The dead-name notifications alone clean up: nothing is due for an hour.
     wait_until("the server to drop the dead client's alarms and sleep", || {
         let s = control.stats().unwrap();
@@ -378,14 +318,15 @@ fn the_control_port_is_only_for_its_holders() {
     // (None: uid 65534 cannot execute this test binary where it was built.)
     let verdict = |dir: &TempDir| -> Option<String> {
         let mut c = child("fetch-control", &[(CONTROL_SOCK, &fx.control_sock())]);
-        c.uid(65534).gid(65534).current_dir(&dir.0);
-        let mut c = match c.spawn() {
+        c.uid(65534).gid(65534).current_dir(dir.path());
+        let c = match c.spawn() {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return None,
             Err(e) => panic!("spawning the uid-65534 child: {e}"),
         };
-        let line = wait_line(&mut c, "verdict");
-        c.wait().unwrap();
+        let mut c = Proc::from_child("the uid-65534 child", c);
+        let line = c.wait_line("verdict");
+        c.wait();
         Some(line)
     };
     if !rustix::process::geteuid().is_root() {
@@ -495,7 +436,7 @@ fn a_killed_server_is_an_error_for_sleepers_not_a_hang() {
     let space = Space::new();
     let control = fx.control(&space);
     wait_until("three sleepers", || control.stats().unwrap().pending_sleeps == 3);
-    kill9(&mut fx.server);
+    fx.server.kill9();
     for _ in 0..3 {
         let r = rx.recv_timeout(WATCHDOG).expect("watchdog: a sleeper hangs after the server died");
         assert!(matches!(r, Some(Err(ClientError::ServerDied))), "{r:?}");
@@ -504,7 +445,7 @@ fn a_killed_server_is_an_error_for_sleepers_not_a_hang() {
     // Its registration vanished with its port.
     let r = Client::connect_socket(&space, &fx.ns_sock());
     assert!(matches!(r, Err(ConnectError::Lookup(_))), "{r:?}");
-    fx.ns.take().unwrap().stop().unwrap();
+    fx.ns.stop();
 }
 
 #[test]
@@ -528,11 +469,10 @@ fn a_stalled_server_is_a_timeout_not_a_hang() {
     let space = Space::new();
     let clock = fx.client(&space).with_timeout(Duration::from_millis(200));
     clock.read().unwrap();
-    let pid = rustix::process::Pid::from_child(&fx.server);
-    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    fx.server.stop_all_threads();
     let r = clock.read();
     let s = clock.sleep_for(Duration::from_millis(1));
-    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    fx.server.resume();
     assert!(matches!(r, Err(ClientError::TimedOut)), "{r:?}");
     assert!(matches!(s, Err(ClientError::TimedOut)), "{s:?}");
     assert!(ClientError::TimedOut.to_string().contains("did not answer in time"));

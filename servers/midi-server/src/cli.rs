@@ -1,14 +1,13 @@
 //! What `ictus midi-server` and `ictus midi monitor` do. The argument structs are
 //! `clap::Args`, so the `ictus` binary embeds them as they are.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use ictus_ipc::Space;
 use ictus_midi::device::DeviceSpec;
 use ictus_midi::Kind;
+use ictus_server::{serve_until_signalled, Registrar};
 
 use crate::monitor::{self, MonitorOptions, Source, Summary};
 use crate::protocol::{MidiInputClient, SERVICE_NAME};
@@ -45,20 +44,18 @@ pub enum CliError {
     #[error(transparent)]
     Serve(#[from] ServeError),
     /// The name server could not be reached.
-    #[error("reaching the name server: {0} (start `ictus name-server` first)")]
-    NameServer(#[from] ictus_name_server::ConnectError),
-    /// The name server refused the registration or look-up.
-    #[error("{what} {name:?} with the name server: {source}")]
-    Names {
-        /// Registering or looking up.
-        what: &'static str,
+    #[error("cannot find the MIDI input server: {0}")]
+    NameServer(#[from] ictus_name_api::ConnectError),
+    /// The name server refused the look-up.
+    #[error("cannot look up {name:?} with the name server: {source}")]
+    Lookup {
         /// The name.
         name: String,
         /// Why.
-        source: ictus_name_server::ClientError,
+        source: ictus_name_api::ClientError,
     },
     /// The server did not answer.
-    #[error("asking the MIDI input server: {0}")]
+    #[error("asking the MIDI input server failed: {0}")]
     Request(#[from] crate::client::RequestError),
     /// The monitor failed.
     #[error(transparent)]
@@ -68,60 +65,43 @@ pub enum CliError {
     Usage(String),
 }
 
-/// `ictus midi-server`: open the device, register with the name server, serve until
-/// `SIGINT` or `SIGTERM` (or print a running server's counters with `--stats`).
+/// `ictus midi-server`: open the device, register with the name server (again whenever
+/// the name server restarts), serve until `SIGINT` or `SIGTERM` (or print a running
+/// server's counters with `--stats`).
 pub fn serve(args: ServerArgs) -> Result<(), CliError> {
     if args.stats {
         return print_stats(&args);
     }
-    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
-    let mut ids = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop_w.try_clone().map_err(ServeError::Signals)?;
-        ids.push(signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?);
-    }
-    let result = serve_until(&args, &stop_r);
-    for id in ids {
-        signal_hook::low_level::unregister(id);
-    }
-    result
-}
-
-fn serve_until(args: &ServerArgs, stop: &UnixStream) -> Result<(), CliError> {
-    let spec = DeviceSpec::parse(&args.device)?;
-    let device = spec.open_input()?;
-    let space = Space::task();
-    let options = if args.timesharing { Options::timesharing() } else { Options::default() };
-    let mut server = Server::new(space.clone(), device, &options)?;
-    let ns = match &args.name_server {
-        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-        None => ictus_name_server::Client::connect(&space)?,
-    };
-    ns.register(&args.name, server.service_port()).map_err(|source| CliError::Names {
-        what: "registering",
-        name: args.name.clone(),
-        source,
-    })?;
-    eprintln!("ictus midi-server: reading {spec}, registered as {:?} (pid {})", args.name, std::process::id());
-    let result = server.run(stop.as_fd());
-    let _ = ns.unregister(&args.name);
-    let stats = server.stats();
-    drop(server);
-    eprintln!("ictus midi-server: stopped; {}", stats.to_json());
-    Ok(result?)
+    serve_until_signalled(|stop| {
+        let spec = DeviceSpec::parse(&args.device)?;
+        let device = spec.open_input()?;
+        let space = Space::task();
+        let options = if args.timesharing { Options::timesharing() } else { Options::default() };
+        let mut server = Server::new(space.clone(), device, &options)?;
+        let names = Registrar::start(
+            "midi-server",
+            args.name_server.as_deref(),
+            &space,
+            &[(&args.name, server.service_port())],
+        )
+        .map_err(ServeError::from)?;
+        eprintln!("ictus midi-server: reading {spec}, registered as {:?} (pid {})", args.name, std::process::id());
+        let result = server.run(stop);
+        names.stop();
+        let stats = server.stats();
+        drop(server);
+        eprintln!("ictus midi-server: stopped; {}", stats.to_json());
+        Ok(result?)
+    })
 }
 
 fn print_stats(args: &ServerArgs) -> Result<(), CliError> {
     let space = Space::task();
     let ns = match &args.name_server {
-        Some(p) => ictus_name_server::Client::connect_socket(&space, p)?,
-        None => ictus_name_server::Client::connect(&space)?,
+        Some(p) => ictus_name_api::Client::connect_socket(&space, p)?,
+        None => ictus_name_api::Client::connect(&space)?,
     };
-    let right = ns.lookup(&args.name).map_err(|source| CliError::Names {
-        what: "looking up",
-        name: args.name.clone(),
-        source,
-    })?;
+    let right = ns.lookup(&args.name).map_err(|source| CliError::Lookup { name: args.name.clone(), source })?;
     let stubs = MidiInputClient::new(&space, right).with_timeout(Duration::from_secs(10));
     let stats = stubs.stats()?;
     let device = stubs.device()?;

@@ -35,17 +35,44 @@
 //! an index. Its own counter is private; the shared `tail` is only what it tells the
 //! driver. The synchronisation is Release/Acquire on `head` and `tail` and a SeqCst
 //! pair on `head`/`waiting` (the sleeper's check and the waker's swap).
+//!
+//! Every byte of the page is reached through atomics of the mapping
+//! ([`ictus_sys::mm::Mapping::atomic_u64`]): a slot is written and copied out as sixteen
+//! relaxed 64-bit words, so whatever the other side does to the page is never a data
+//! race, and this module needs no `unsafe`. The memfd, its seals and the mapping are
+//! the OS layer's ([`ictus_sys::memfd`], [`ictus_sys::mm`]).
+//!
+//! # Why not the shared-memory channel's ring
+//!
+//! `ictus_shm::ring` is a ring of variable-size records between a server and a client
+//! it does not trust; this one is a lossy stream of timestamped bytes from a driver,
+//! and three of its needs are not that ring's:
+//!
+//! - **A corrupt slot loses its bytes, not the stream.** The channel's consumer treats
+//!   any inconsistency as the client's fault and ends the channel; MIDI input must go
+//!   on. Fixed-size slots are what make that possible: after a bad slot the next one is
+//!   at a known place, and after a wild head the consumer starts again at the
+//!   producer's. With variable-size records a bad header leaves no way to find the next.
+//! - **A full ring drops the newest bytes and counts them** in the page, as the
+//!   interrupt handler that cannot wait did; the channel's producer is told `Full` and
+//!   waits or refuses its caller.
+//! - **One sleeper, one waker, one bell.** The channel's wake-up flag is written only by
+//!   the server, because many untrusted clients wake it; here the one producer swaps a
+//!   "waiting" word the consumer sets, and rings an eventfd the server polls with its
+//!   ports.
+//!
+//! What they share is the discipline: counters copied once and checked, Release/Acquire
+//! on publication, SeqCst around the sleep decision, no lock.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ictus_rt::Time;
+use ictus_sys::memfd::{self, SealFlags};
+use ictus_sys::mm::{Mapping, Protection};
 use rustix::event::{eventfd, EventfdFlags};
-use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::io::Errno;
-use rustix::mm::{MapFlags, ProtFlags};
 
 /// Data bytes per slot.
 pub const SLOT_DATA: usize = 112;
@@ -86,49 +113,27 @@ fn os(what: &'static str) -> impl FnOnce(Errno) -> RingError {
 /// The mapped memfd and the bell; shared by the two ends.
 #[derive(Debug)]
 struct Shared {
-    ptr: NonNull<u8>,
-    len: usize,
+    map: Mapping,
     slots: usize,
     bell: OwnedFd,
     _memfd: OwnedFd,
 }
 
-// SAFETY: the mapping is plain shared memory that lives as long as `Shared`; every
-// access to the words that both ends touch goes through atomics, and each slot is
-// written by the producer only while it is unpublished and read by the consumer only
-// after it is published (Release/Acquire on `head`).
-unsafe impl Send for Shared {}
-// SAFETY: as above.
-unsafe impl Sync for Shared {}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are the mapping made in `ring`, unmapped only here, and
-        // no reference into it outlives `Shared` (both ends hold an `Arc<Shared>`).
-        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
 impl Shared {
     fn word64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset + 8 <= SLOTS_AT && offset.is_multiple_of(8));
-        // SAFETY: the offset is one of the header constants, inside the mapping and
-        // 8-byte aligned (the mapping is page aligned); `AtomicU64` has the layout of
-        // a `u64`, and the memory lives as long as `self`.
-        unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() }
+        debug_assert!(offset + 8 <= SLOTS_AT);
+        self.map.atomic_u64(offset)
     }
 
     fn word32(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset + 4 <= SLOTS_AT && offset.is_multiple_of(4));
-        // SAFETY: as in `word64`, for a 4-byte aligned header word.
-        unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU32>() }
+        debug_assert!(offset + 4 <= SLOTS_AT);
+        self.map.atomic_u32(offset)
     }
 
-    fn slot(&self, index: u64) -> *mut u8 {
+    /// Word `w` of the slot for counter `index`.
+    fn slot_word(&self, index: u64, w: usize) -> &AtomicU64 {
         let i = (index % self.slots as u64) as usize;
-        // SAFETY: `i < slots`, and the mapping holds `SLOTS_AT + slots * SLOT_SIZE`
-        // bytes, so the slot lies inside it.
-        unsafe { self.ptr.as_ptr().add(SLOTS_AT + i * SLOT_SIZE) }
+        self.map.atomic_u64(SLOTS_AT + i * SLOT_SIZE + w * 8)
     }
 }
 
@@ -139,21 +144,14 @@ pub fn ring(slots: usize) -> Result<(Producer, Consumer), RingError> {
         return Err(RingError::BadSize(slots));
     }
     let len = SLOTS_AT + slots * SLOT_SIZE;
-    let memfd = rustix::fs::memfd_create("ictus-midi-ring", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-        .map_err(os("memfd_create"))?;
-    rustix::fs::ftruncate(&memfd, len as u64).map_err(os("ftruncate"))?;
-    rustix::fs::fcntl_add_seals(&memfd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+    let memfd = memfd::create("ictus-midi-ring", len as u64).map_err(os("memfd_create"))?;
+    memfd::add_seals(memfd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
         .map_err(os("F_ADD_SEALS"))?;
-    // SAFETY: a fresh shared mapping of a memfd we just sized to `len`; nothing else
-    // refers to that address range. The kernel zero-fills it, so every counter starts
-    // at zero.
-    let ptr = unsafe {
-        rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &memfd, 0)
-    }
-    .map_err(os("mmap"))?;
-    let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(RingError::Os { what: "mmap", source: Errno::NOMEM })?;
+    // The kernel zero-fills the memfd, so every counter starts at zero; the size is
+    // sealed, so the mapping can never fault.
+    let map = Mapping::shared(memfd.as_fd(), len, Protection::ReadWrite).map_err(os("mmap"))?;
     let bell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(os("eventfd"))?;
-    let shared = Arc::new(Shared { ptr, len, slots, bell, _memfd: memfd });
+    let shared = Arc::new(Shared { map, slots, bell, _memfd: memfd });
     Ok((Producer { shared: Arc::clone(&shared), head: 0, rings: 0 }, Consumer { shared, tail: 0, corrupt: 0 }))
 }
 
@@ -179,15 +177,15 @@ impl Producer {
             if self.head.wrapping_sub(tail) >= s.slots as u64 {
                 break;
             }
-            let slot = s.slot(self.head);
-            // SAFETY: the slot is inside the mapping (`Shared::slot`) and unpublished
-            // (head − tail < slots), so the consumer does not read it now; the writes
-            // stay within its 128 bytes (16-byte header, at most 112 data bytes).
-            unsafe {
-                slot.cast::<u64>().write_unaligned(time.as_nanos().to_le());
-                slot.add(8).cast::<u32>().write_unaligned((chunk.len() as u32).to_le());
-                slot.add(12).cast::<u32>().write_unaligned(0);
-                std::ptr::copy_nonoverlapping(chunk.as_ptr(), slot.add(16), chunk.len());
+            // The slot is unpublished (head − tail < slots): the consumer does not read
+            // it until the head below says so.
+            let mut raw = [0u8; SLOT_SIZE];
+            raw[..8].copy_from_slice(&time.as_nanos().to_le_bytes());
+            raw[8..12].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+            raw[16..16 + chunk.len()].copy_from_slice(chunk);
+            for (w, bytes) in raw.chunks_exact(8).enumerate() {
+                let word = u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+                s.slot_word(self.head, w).store(word, Ordering::Relaxed);
             }
             self.head = self.head.wrapping_add(1);
             // SYNC POINT: Release on `head` — publishes the slot just written.
@@ -264,11 +262,12 @@ impl Consumer {
                 s.word64(TAIL).store(self.tail, Ordering::Release);
                 return None;
             }
+            // The slot is published (Acquire above): the producer does not write it until
+            // we advance `tail`. Copy it out, once, and look only at the copy.
             let mut raw = [0u8; SLOT_SIZE];
-            // SAFETY: the slot is inside the mapping and published (Acquire above), so
-            // the producer does not write it until we advance `tail`; we copy its 128
-            // bytes out and only look at the copy.
-            unsafe { std::ptr::copy_nonoverlapping(s.slot(self.tail), raw.as_mut_ptr(), SLOT_SIZE) };
+            for (w, bytes) in raw.chunks_exact_mut(8).enumerate() {
+                bytes.copy_from_slice(&s.slot_word(self.tail, w).load(Ordering::Relaxed).to_le_bytes());
+            }
             self.tail = self.tail.wrapping_add(1);
             // SYNC POINT: Release on `tail` — the slot may be reused.
             s.word64(TAIL).store(self.tail, Ordering::Release);
@@ -329,10 +328,9 @@ impl Consumer {
     /// Scribble a length into the slot at the consumer's position (for tests).
     #[doc(hidden)]
     pub fn corrupt_next_len_for_test(&self, len: u32) {
-        let slot = self.shared.slot(self.tail);
-        // SAFETY: the slot is inside the mapping; a test calls this with the producer
-        // idle, so nothing else touches it.
-        unsafe { slot.add(8).cast::<u32>().write_unaligned(len.to_le()) };
+        let word = self.shared.slot_word(self.tail, 1);
+        let old = word.load(Ordering::Relaxed);
+        word.store(old & !0xffff_ffff | u64::from(len), Ordering::Relaxed);
     }
 }
 

@@ -23,53 +23,27 @@
 //! dead-name request. Unsubscribing, purging and stopping release exactly what was
 //! taken.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ictus_abi::{Name, NotifyId};
-use ictus_idl::{Context, DeadNameWatches, Dispatched, SendRight, ServicePorts};
+use ictus_abi::Name;
+use ictus_idl::{Context, Dispatched, SendRight};
 use ictus_ipc::{Credentials, ReceiveError, Received, RightKind, RightsError, SendError, SendOptions, Space};
 use ictus_midi::device::Device;
 use ictus_midi::{Message, Parser};
 use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
 use ictus_rt::{clock, Time};
-use rustix::event::{poll, PollFd, PollFlags};
-use rustix::io::Errno;
+use ictus_server::{DeadNameWatches, Loop, Serve, ServicePorts, Wait};
 
 use crate::protocol::{
     Class, Delivery, InputStats, MidiError, MidiInput, MidiInputServer, MAX_PER_CLIENT, MAX_SUBSCRIPTIONS,
 };
-use crate::ring::{self, Consumer, Producer, RingError};
+use crate::ring::{self, Consumer, Producer};
 
-/// Why the server could not start or had to stop.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// Allocating or arranging the server's ports failed.
-    #[error("setting up the MIDI input server's ports: {0}")]
-    Rights(#[from] RightsError),
-    /// The ring could not be made.
-    #[error(transparent)]
-    Ring(#[from] RingError),
-    /// Receiving failed persistently.
-    #[error("receiving requests: {0}")]
-    Receive(ReceiveError),
-    /// Waiting for work failed.
-    #[error("waiting for work: {0}")]
-    Poll(Errno),
-    /// A thread could not be started.
-    #[error("starting a thread: {0}")]
-    Thread(std::io::Error),
-    /// Setting up the stop channel failed.
-    #[error("setting up the stop channel: {0}")]
-    Signals(std::io::Error),
-    /// The server thread panicked.
-    #[error("the MIDI input server thread panicked")]
-    Panicked,
-}
+pub use ictus_server::ServeError;
 
 /// How the server runs.
 #[derive(Clone, Debug)]
@@ -114,8 +88,6 @@ impl Options {
 
 /// Device read failures in a row after which the driver gives up instead of spinning.
 const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
-/// Messages handled per wake-up before looking at the ring again.
-const BATCH: usize = 64;
 /// How long a driver read waits before looking at the stop flag.
 const DRIVER_POLL: Duration = Duration::from_millis(100);
 
@@ -265,9 +237,20 @@ impl State {
     }
 }
 
+/// The interface's methods, on the shared state.
+#[derive(Debug)]
+struct Methods(Arc<State>);
+
+impl std::ops::Deref for Methods {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
 /// The interface's methods. Each `SendRight` argument is a reference the request
 /// brought: kept by a subscription, else released here.
-impl MidiInput for Arc<State> {
+impl MidiInput for Methods {
     fn subscribe(&self, cx: &Context, class: u8, port: SendRight) -> Result<(u32, u64), MidiError> {
         let result = (|| {
             let class = Class::from_wire(class).ok_or(MidiError::BadClass)?;
@@ -380,117 +363,18 @@ fn driver_thread(
     }
 }
 
-/// The input server. See the module documentation.
+/// What the skeleton runs: the ring's consumer, the parser, the subscriptions.
 #[derive(Debug)]
-pub struct Server {
-    space: Space,
+pub struct Core {
     state: Arc<State>,
     requests: ictus_idl::Server,
     consumer: Consumer,
     parser: Parser,
-    server_thread: ThreadRequest,
-    counts: ictus_idl::ReceiveCounts,
+    malformed: u64,
     _driver: Driver,
-    // Last: dropped after `Drop for Server` has released the subscriptions.
-    ports: ServicePorts<1>,
 }
 
-impl Server {
-    /// A server reading `device`, its ports in `space` ([`Space::task`] for a real
-    /// server). Starts the driver thread.
-    pub fn new(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Server, ServeError> {
-        let ports = ServicePorts::allocate(&space)?;
-        let (producer, consumer) = ring::ring(options.ring_slots)?;
-        let counters = Arc::new(DriverCounters::default());
-        let state = Arc::new(State {
-            space: space.clone(),
-            notify: ports.notify(),
-            pid: std::process::id(),
-            device: device.describe(),
-            table: Mutex::default(),
-            parse: Mutex::default(),
-            driver: Arc::clone(&counters),
-        });
-        let requests = ictus_idl::Server::new(&space, ports.set())
-            .with(MidiInputServer(Arc::clone(&state)))
-            // Replies never wait: a client that stops reading must not stall the only thread.
-            .with_reply_timeout(Duration::ZERO);
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = Arc::clone(&stop);
-            let req = options.driver_thread.clone();
-            std::thread::Builder::new()
-                .name("midi-driver".into())
-                .spawn(move || driver_thread(device, producer, &stop, &counters, &req))
-                .map_err(ServeError::Thread)?
-        };
-        Ok(Server {
-            space,
-            state,
-            requests,
-            consumer,
-            parser: Parser::with_max_sysex(options.max_sysex),
-            server_thread: options.server_thread.clone(),
-            counts: ictus_idl::ReceiveCounts::default(),
-            _driver: Driver { stop, thread: Some(thread) },
-            ports,
-        })
-    }
-
-    /// The space the server's rights live in.
-    pub fn space(&self) -> &Space {
-        &self.space
-    }
-
-    /// The service port's receive right in [`Server::space`].
-    pub fn service_port(&self) -> Name {
-        self.ports.service(0)
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> InputStats {
-        self.state.snapshot()
-    }
-
-    /// What the driver thread was granted by the scheduler (empty until it started).
-    pub fn driver_granted(&self) -> String {
-        self.state.driver.granted.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    /// Serve until `stop` becomes readable (a byte written, or its peer closed).
-    /// Applies [`Options::server_thread`] to the calling thread.
-    pub fn run(&mut self, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
-        configure_current_thread(&self.server_thread);
-        let set_fd: OwnedFd = self.space.pollable_fd(self.ports.set())?;
-        let mut rcv = Received::new();
-        loop {
-            self.drain_ring();
-            let handled = self.handle_pending(&mut rcv, BATCH)?;
-            if handled == BATCH || !self.consumer.prepare_sleep() {
-                continue;
-            }
-            let (stop_ready, bell_ready) = {
-                let bell = self.consumer.bell();
-                let mut fds = [
-                    PollFd::new(&stop, PollFlags::IN),
-                    PollFd::new(&bell, PollFlags::IN),
-                    PollFd::new(&set_fd, PollFlags::IN),
-                ];
-                match poll(&mut fds, None) {
-                    Ok(_) | Err(Errno::INTR) => {}
-                    Err(e) => return Err(ServeError::Poll(e)),
-                }
-                (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
-            };
-            if stop_ready {
-                return Ok(());
-            }
-            if bell_ready {
-                self.consumer.clear_bell();
-            }
-        }
-    }
-
+impl Core {
     /// Parse and deliver everything in the ring.
     fn drain_ring(&mut self) {
         let mut any = false;
@@ -517,40 +401,15 @@ impl Server {
             s.sysex_unterminated = p.sysex_unterminated;
             s.ring_overflow = self.consumer.overflow();
             s.ring_corrupt = self.consumer.corrupt();
-            s.refused = self.counts.malformed;
+            s.refused = self.malformed;
         }
     }
+}
 
-    /// Receive and handle up to `max` messages already waiting; how many.
-    pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
-        let mut counts = self.counts;
-        let result = self.ports.handle_pending(
-            rcv,
-            max,
-            &mut counts,
-            |m| {
-                self.handle(m);
-            },
-            |n, _| {
-                self.state.parse.lock().unwrap_or_else(PoisonError::into_inner).refused = n;
-            },
-        );
-        self.counts = counts;
-        result.map_err(ServeError::Receive)
-    }
+impl Serve for Core {
+    const NAME: &'static str = "midi-server";
 
-    /// Handle one message: a notification on the notify port, or a request.
-    pub fn handle(&self, msg: &mut Received) -> Dispatched {
-        if msg.port == self.ports.notify() {
-            // Only this process's notifier sends here; the kernel stamps the pid.
-            if msg.sender.pid == self.state.pid && msg.id == NotifyId::DeadName.id() {
-                if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
-                    self.state.dead_name(name);
-                }
-            }
-            ictus_idl::release_rights(&self.space, msg);
-            return Dispatched::OneWay;
-        }
+    fn request(&mut self, msg: &mut Received) -> Dispatched {
         let d = self.requests.handle(msg);
         if matches!(d, Dispatched::BadRequest(_) | Dispatched::NotMine) {
             self.state.table().stats.refused += 1;
@@ -558,22 +417,135 @@ impl Server {
         d
     }
 
+    fn dead_name(&mut self, name: Name) {
+        self.state.dead_name(name);
+    }
+
+    /// Drain the ring, then sleep on its bell only if it is still empty once the
+    /// driver has been told we sleep.
+    fn prepare(&mut self) -> Result<Wait, ServeError> {
+        self.drain_ring();
+        Ok(if self.consumer.prepare_sleep() { Wait::Until(None) } else { Wait::Again })
+    }
+
+    fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        vec![self.consumer.bell()]
+    }
+
+    fn ready(&mut self, _bell: usize) -> Result<(), ServeError> {
+        self.consumer.clear_bell();
+        Ok(())
+    }
+
+    fn malformed(&mut self, count: u64, _e: &ReceiveError) {
+        // Counted, not logged: the counters say it (`ictus midi-server --stats`).
+        self.malformed = count;
+        self.state.parse.lock().unwrap_or_else(PoisonError::into_inner).refused = count;
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // The subscriptions' rights first; the ports go with the loop afterwards.
+        self.state.release_all();
+    }
+}
+
+/// The input server. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    inner: Loop<Core, 1>,
+    server_thread: ThreadRequest,
+}
+
+impl Server {
+    /// A server reading `device`, its ports in `space` ([`Space::task`] for a real
+    /// server). Starts the driver thread.
+    pub fn new(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Server, ServeError> {
+        let ports = ServicePorts::allocate(&space)?;
+        let (producer, consumer) = ring::ring(options.ring_slots).map_err(|e| ServeError::setup("ring", e))?;
+        let counters = Arc::new(DriverCounters::default());
+        let state = Arc::new(State {
+            space: space.clone(),
+            notify: ports.notify(),
+            pid: std::process::id(),
+            device: device.describe(),
+            table: Mutex::default(),
+            parse: Mutex::default(),
+            driver: Arc::clone(&counters),
+        });
+        let requests = ictus_idl::Server::new(&space, ports.set())
+            .with(MidiInputServer(Methods(Arc::clone(&state))))
+            // Replies never wait: a client that stops reading must not stall the only thread.
+            .with_reply_timeout(Duration::ZERO);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let req = options.driver_thread.clone();
+            std::thread::Builder::new()
+                .name("midi-driver".into())
+                .spawn(move || driver_thread(device, producer, &stop, &counters, &req))
+                .map_err(ServeError::Thread)?
+        };
+        let core = Core {
+            state,
+            requests,
+            consumer,
+            parser: Parser::with_max_sysex(options.max_sysex),
+            malformed: 0,
+            _driver: Driver { stop, thread: Some(thread) },
+        };
+        Ok(Server { inner: Loop::new(&space, ports, core), server_thread: options.server_thread.clone() })
+    }
+
+    /// The space the server's rights live in.
+    pub fn space(&self) -> &Space {
+        self.inner.space()
+    }
+
+    /// The service port's receive right in [`Server::space`].
+    pub fn service_port(&self) -> Name {
+        self.inner.ports().service(0)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> InputStats {
+        self.inner.server().state.snapshot()
+    }
+
+    /// What the driver thread was granted by the scheduler (empty until it started).
+    pub fn driver_granted(&self) -> String {
+        self.inner.server().state.driver.granted.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Serve until `stop` becomes readable (a byte written, or its peer closed).
+    /// Applies [`Options::server_thread`] to the calling thread.
+    pub fn run(&mut self, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
+        configure_current_thread(&self.server_thread);
+        self.inner.run(None, stop)
+    }
+
+    /// Receive and handle up to `max` messages already waiting; how many.
+    pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
+        self.inner.handle_pending(rcv, max)
+    }
+
+    /// Handle one message: a notification on the notify port, or a request.
+    pub fn handle(&mut self, msg: &mut Received) -> Dispatched {
+        self.inner.handle(msg)
+    }
+
     /// Feed bytes to the parser as if the driver had read them at `time` (for tests of
     /// delivery without a device).
     #[doc(hidden)]
     pub fn inject_for_test(&mut self, bytes: &[u8], time: Time) {
+        let core = self.inner.server_mut();
         for &b in bytes {
-            for m in self.parser.feed(b, time) {
+            for m in core.parser.feed(b, time) {
                 let overflow = m.overflow();
-                self.state.deliver(&m, overflow);
+                core.state.deliver(&m, overflow);
             }
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.state.release_all();
     }
 }
 
@@ -582,8 +554,7 @@ impl Drop for Server {
 #[derive(Debug)]
 #[must_use = "dropping a Running stops the server"]
 pub struct Running {
-    thread: Option<JoinHandle<Result<(), ServeError>>>,
-    stop: Option<UnixStream>,
+    inner: ictus_server::Running,
     space: Space,
     service: Name,
     state: Arc<State>,
@@ -593,17 +564,13 @@ pub struct Running {
 pub fn spawn(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Running, ServeError> {
     let mut server = Server::new(space.clone(), device, options)?;
     let service = server.service_port();
-    let state = Arc::clone(&server.state);
-    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
-    let thread = std::thread::Builder::new()
-        .name("midi-server".into())
-        .spawn(move || {
-            let r = server.run(stop_r.as_fd());
-            drop(server);
-            r
-        })
-        .map_err(ServeError::Thread)?;
-    Ok(Running { thread: Some(thread), stop: Some(stop_w), space, service, state })
+    let state = Arc::clone(&server.inner.server().state);
+    let inner = ictus_server::Running::spawn("midi-server", move |stop| {
+        let r = server.run(stop);
+        drop(server);
+        r
+    })?;
+    Ok(Running { inner, space, service, state })
 }
 
 impl Running {
@@ -633,21 +600,7 @@ impl Running {
     }
 
     /// Stop the server and wait for it.
-    pub fn stop(mut self) -> Result<(), ServeError> {
-        self.stop_inner()
-    }
-
-    fn stop_inner(&mut self) -> Result<(), ServeError> {
-        drop(self.stop.take());
-        match self.thread.take() {
-            Some(t) => t.join().map_err(|_| ServeError::Panicked)?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.stop_inner();
+    pub fn stop(self) -> Result<(), ServeError> {
+        self.inner.stop()
     }
 }

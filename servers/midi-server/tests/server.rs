@@ -8,8 +8,7 @@
 //! watchdog and waits for an event; no test asserts a duration.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -22,10 +21,9 @@ use ictus_midi_server::client::Input;
 use ictus_midi_server::protocol::{Class, InputStats, MidiError, MidiInputClient};
 use ictus_midi_server::server::{self, Options};
 use ictus_midi_server::InputError;
+use ictus_testkit::{unique, NameServer, Proc, Role, WATCHDOG};
 
-const WATCHDOG: Duration = Duration::from_secs(40);
-const ROLE_ENV: &str = "ICTUS_MIDI_TEST_ROLE";
-const PARENT_ENV: &str = "ICTUS_MIDI_TEST_PARENT";
+const ROLE: Role = Role { env: "ICTUS_MIDI_TEST_ROLE" };
 const CABLE_ENV: &str = "ICTUS_MIDI_TEST_CABLE";
 const NS_ENV: &str = "ICTUS_MIDI_TEST_NS";
 const NAME_ENV: &str = "ICTUS_MIDI_TEST_NAME";
@@ -65,82 +63,22 @@ fn expected_sysex() -> Vec<(Kind, Vec<u8>)> {
 // ----- children -------------------------------------------------------------------
 
 fn child_role(role: &str) -> bool {
-    if std::env::var(ROLE_ENV).ok().as_deref() != Some(role) {
-        return false;
-    }
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL)).expect("PDEATHSIG");
-    let parent: i32 = std::env::var(PARENT_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    if rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get()) != parent {
-        std::process::exit(3);
-    }
-    true
+    ROLE.current().as_deref() == Some(role)
 }
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
 }
 
-/// A child that outlives nothing: killed and reaped on drop.
-struct ChildGuard(Option<Child>);
-
-impl ChildGuard {
-    fn spawn(test: &str, role: &str, vars: &[(&str, &str)]) -> ChildGuard {
-        ChildGuard::spawn_with(test, role, vars, |_| {})
+/// This test binary's test `test` in `role`, with `vars`, changed by `tweak`; killed
+/// and reaped if the test ends first.
+fn spawn_role(test: &str, role: &str, vars: &[(&str, &str)], tweak: impl FnOnce(&mut Command)) -> Proc {
+    let mut cmd = ROLE.command(test, role);
+    for (k, v) in vars {
+        cmd.env(k, v);
     }
-
-    fn spawn_with(test: &str, role: &str, vars: &[(&str, &str)], tweak: impl FnOnce(&mut Command)) -> ChildGuard {
-        let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
-        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, role)
-            .env(PARENT_ENV, std::process::id().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        for (k, v) in vars {
-            cmd.env(k, v);
-        }
-        tweak(&mut cmd);
-        ChildGuard(Some(cmd.spawn().unwrap_or_else(|e| panic!("spawn {role}: {e}"))))
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.as_ref().expect("running").id()
-    }
-
-    /// Wait for a child that exits by itself; it must succeed.
-    fn wait_success(mut self) {
-        let mut c = self.0.take().expect("running");
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            if let Some(st) = c.try_wait().expect("wait") {
-                assert!(st.success(), "child failed: {st}");
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!("watchdog: child hung");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn kill9(mut self) {
-        let mut c = self.0.take().expect("running");
-        c.kill().expect("kill -9");
-        let st = c.wait().expect("wait");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(st.signal(), Some(9));
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    tweak(&mut cmd);
+    Proc::spawn(role, &mut cmd)
 }
 
 /// The server child: `ictus midi-server` on the cable, registered with the test's
@@ -221,56 +159,30 @@ fn child_unprivileged() {
 
 // ----- the parent's side ---------------------------------------------------------
 
-fn unique(tag: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!("t-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(unique("ictus-midi"));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A name server on a temporary socket, and the MIDI server in a child process
 /// registered with it.
 struct World {
-    _dir: TempDir,
-    ns: ictus_name_server::Running,
+    ns: NameServer,
     sock: PathBuf,
     cable: String,
     name: String,
-    server: Option<ChildGuard>,
+    server: Option<Proc>,
 }
 
 impl World {
     fn start(tag: &str) -> World {
-        let dir = TempDir::new();
-        let sock = dir.0.join("ns.sock");
-        let ns = ictus_name_server::server::spawn(Space::new(), Some(&sock)).expect("name server");
+        let ns = NameServer::start();
+        let sock = ns.socket();
         let cable = unique(tag);
         let name = format!("midi-{cable}");
-        let server = ChildGuard::spawn(
+        let server = spawn_role(
             "child_server",
             "server",
             &[(CABLE_ENV, &cable), (NS_ENV, sock.to_str().unwrap()), (NAME_ENV, &name)],
+            |_| {},
         );
-        let w = World { _dir: dir, ns, sock, cable, name, server: Some(server) };
-        w.wait_until("the server to register", |w| {
-            let space = Space::new();
-            let Ok(c) = ictus_name_server::Client::connect_socket(&space, &w.sock) else { return false };
-            c.list().is_ok_and(|l| l.contains(&w.name))
-        });
+        let w = World { ns, sock, cable, name, server: Some(server) };
+        w.wait_until("the server to register", |w| w.ns.has(&w.name));
         w
     }
 
@@ -288,7 +200,7 @@ impl World {
 
     fn write(&self, bytes: &[u8]) {
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        ChildGuard::spawn("child_writer", "writer", &[(CABLE_ENV, &self.cable), (BYTES_ENV, &hex)]).wait_success();
+        spawn_role("child_writer", "writer", &[(CABLE_ENV, &self.cable), (BYTES_ENV, &hex)], |_| {}).wait_success();
     }
 
     fn stats(&self, input: &Input) -> InputStats {
@@ -373,7 +285,8 @@ fn a_client_killed_with_kill_9_is_dropped() {
     let w = World::start("kill-client");
     let space = Space::task();
     let me = w.input(&space, true, false);
-    let child = ChildGuard::spawn("child_client", "client", &[(NS_ENV, w.sock.to_str().unwrap()), (NAME_ENV, &w.name)]);
+    let mut child =
+        spawn_role("child_client", "client", &[(NS_ENV, w.sock.to_str().unwrap()), (NAME_ENV, &w.name)], |_| {});
     w.wait_until("the child's subscriptions", |w| w.stats(&me).subscribed == 3);
     let s = w.stats(&me);
     assert_eq!((s.normal_clients, s.sysex_clients), (2, 1));
@@ -425,7 +338,7 @@ fn without_real_time_privileges_the_server_runs_anyway() {
         return;
     }
     let cable = unique("unpriv");
-    let child = ChildGuard::spawn_with("child_unprivileged", "unprivileged", &[(CABLE_ENV, &cable)], |cmd| {
+    let mut child = spawn_role("child_unprivileged", "unprivileged", &[(CABLE_ENV, &cable)], |cmd| {
         use std::os::unix::process::CommandExt;
         // SAFETY: runs in the forked child before exec and only makes async-signal-safe
         // system calls (setrlimit, setgroups, setresgid, setresuid), allocating nothing.

@@ -1,15 +1,14 @@
 //! What `ictus name-server` and `ictus names` do.
 
 use std::io::Write;
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use ictus_ipc::Space;
+use ictus_server::{serve_until_signalled, Listener};
 
 use crate::client::{Client, ClientError, ConnectError};
 use crate::server::{ServeError, Server};
-use crate::socket::{self, Listener};
+use crate::socket;
 
 /// `ictus name-server [--socket PATH]`: serve in the foreground until `SIGINT` or
 /// `SIGTERM`, then remove the socket and return.
@@ -17,37 +16,24 @@ use crate::socket::{self, Listener};
 /// Without `--socket`, the socket is the default one ([`socket`] says where), its
 /// directory made private if missing.
 pub fn serve(socket: Option<PathBuf>) -> Result<(), ServeError> {
-    // Signals first: one that arrives while we start is then a clean stop, not a
-    // socket left behind.
-    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
-    let mut ids = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop_w.try_clone().map_err(ServeError::Signals)?;
-        ids.push(signal_hook::low_level::pipe::register(sig, w).map_err(ServeError::Signals)?);
-    }
-    let result = serve_until(socket, &stop_r);
-    for id in ids {
-        signal_hook::low_level::unregister(id);
-    }
-    result
-}
-
-fn serve_until(socket: Option<PathBuf>, stop: &UnixStream) -> Result<(), ServeError> {
-    let path = match socket {
-        Some(p) => p,
-        None => socket::prepare_default_socket_path()?,
-    };
-    let listener = Listener::bind(&path)?;
-    let mut server = Server::new(Space::task())?;
-    eprintln!("ictus name-server: serving on {} (pid {})", path.display(), std::process::id());
-    let result = server.run(Some(&listener), stop.as_fd());
-    drop(server);
-    drop(listener);
-    match &result {
-        Ok(()) => eprintln!("ictus name-server: stopped; removed {}", path.display()),
-        Err(e) => eprintln!("ictus name-server: stopping: {e}"),
-    }
-    result
+    serve_until_signalled(|stop| {
+        let path = match socket {
+            Some(p) => p,
+            None => socket::prepare_default_socket_path()?,
+        };
+        let listener = Listener::bind(&path, "name server")?;
+        let mut server = Server::new(Space::task())?;
+        let restart = if listener.reclaimed() { "; replaces one that died, recovering its names" } else { "" };
+        eprintln!("ictus name-server: serving on {} (pid {}){restart}", path.display(), std::process::id());
+        let result = server.run(Some(&listener), stop);
+        drop(server);
+        drop(listener);
+        match &result {
+            Ok(()) => eprintln!("ictus name-server: stopped; removed {}", path.display()),
+            Err(e) => eprintln!("ictus name-server: stopping: {e}"),
+        }
+        result
+    })
 }
 
 /// Why `ictus names` failed.

@@ -1,20 +1,17 @@
 //! The server: a table from names to send rights, kept honest by dead-name
 //! notifications.
 //!
-//! It receives on a port set holding two receive rights: the **service port**, to which
-//! clients hold send rights (from the bootstrap port or the well-known socket), and the
-//! **notify port**, whose only send rights are the ones the server itself gave its
+//! It is written on the server skeleton ([`ictus_server::Loop`]): one service port, to
+//! which clients hold send rights (from the bootstrap port or the well-known socket),
+//! and the notify port, whose only send rights are the ones the server itself gave its
 //! dead-name requests. Every message on the service port is an untrusted request; a
 //! message on the notify port is believed only if it is a dead-name notification whose
-//! kernel-verified sender is this very process.
+//! kernel-verified sender is this very process (the skeleton checks).
 //!
-//! Requests are the [`Names`] interface (see [`crate::protocol`]): the server's own
-//! loop receives on the port set, hands each request to the generated
-//! [`NamesServer`] through [`ictus_idl::Server::handle`] — which decodes it, calls the
-//! method, and sends the reply, or refuses it with `MIG_BAD_ID` / `MIG_BAD_ARGUMENTS` —
-//! and handles the notifications itself. It needs a loop of its own (not
-//! [`ictus_idl::Server::run`]) for the notify port, the well-known socket and the stop
-//! channel.
+//! Requests are the [`Names`] interface (see [`crate::protocol`]): the loop hands each
+//! to the generated [`NamesServer`] through [`ictus_idl::Server::handle`] — which
+//! decodes it, calls the method, and sends the reply, or refuses it with `MIG_BAD_ID` /
+//! `MIG_BAD_ARGUMENTS` — except a look-up held while the server recovers (below).
 //!
 //! # Rights and references
 //!
@@ -34,9 +31,8 @@
 //! the server holds leaves the server's own alone): send and send-once rights are
 //! deallocated, a receive right is destroyed (its port dies, which is what sending it to
 //! a name server deserves), out-of-line memory is unmapped. A reply right that is a send
-//! right rather than a send-once right is released after the reply. Replies are sent by
-//! the runtime, which waits at most a few seconds for room in the client's queue before
-//! dropping the reply.
+//! right rather than a send-once right is released after the reply. Replies are never
+//! waited for: a client whose queue is full loses its reply, not the server its time.
 //!
 //! # Who may unregister
 //!
@@ -45,51 +41,50 @@
 //! the request: its right coalesces to the registered right's name in the server's
 //! space, which the kernel's socket identity guarantees and nobody can forge. Others get
 //! `NoAccess` (`netname`'s `NETNAME_NOT_YOUR_ENTRY`).
+//!
+//! # Quotas
+//!
+//! One task (one kernel-verified pid) holds at most [`MAX_NAMES_PER_CLIENT`]
+//! registrations, and all tasks together [`MAX_REGISTRATIONS`]; over either a register
+//! is refused with `QuotaExceeded` or `NoSpace`, whose messages say which.
+//!
+//! # After a crash: recovering
+//!
+//! A name server that dies takes every registration with it. When a new one starts on a
+//! socket path where its predecessor left a socket behind (`kill -9`, a crash:
+//! [`ictus_server::Listener::reclaimed`]), the servers that had registered are about to
+//! register again (`ictus_server::Registrar`, within about 250 ms), and clients are
+//! about to look their names up again. For [`RECOVERY`] after it starts, the server
+//! *holds* a look-up of a name that is not registered instead of answering `NotFound`:
+//! it keeps the reply right and answers when the name is registered, or `NotFound` when
+//! the window closes. So a client never sees a name missing merely because the new
+//! server was quicker than the server that registers it. At most [`MAX_HELD`] look-ups
+//! are held at once (the rest are answered at once); a client that dies meanwhile only
+//! loses its reply.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::ops::RangeInclusive;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use ictus_abi::{Name, NotifyId};
-use ictus_idl::{Context, Dispatched, SendRight, ServerStats, ServicePorts};
-use ictus_ipc::{Credentials, Disposition, NotifyKind, PortArg, ReceiveError, Received, RightKind, RightsError, Space};
-use rustix::event::{poll, PollFd, PollFlags};
-use rustix::io::Errno;
+use ictus_abi::Name;
+use ictus_idl::{Context, Decode, Dispatched, Outcome, SendRight, ServerStats, Service};
+use ictus_ipc::{
+    Credentials, Disposition, NotifyKind, PortArg, Received, ReceivedRight, RightKind, RightsError, Space,
+};
+use ictus_server::{Door, Listener, Loop, Serve, ServicePorts, Wait};
 
-use crate::protocol::{validate_name, Names, NamesError, NamesServer, MAX_REGISTRATIONS};
-use crate::socket::{ListenError, Listener, PathError};
+use crate::protocol::{validate_name, Names, NamesError, NamesServer, LOOKUP, MAX_NAMES_PER_CLIENT, MAX_REGISTRATIONS};
 
-/// Why the server could not start or had to stop.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// Allocating or arranging the server's ports failed.
-    #[error("setting up the server's ports: {0}")]
-    Rights(#[from] RightsError),
-    /// The well-known socket could not be set up.
-    #[error(transparent)]
-    Listen(#[from] ListenError),
-    /// The default socket directory is unsafe or could not be made.
-    #[error(transparent)]
-    Path(#[from] PathError),
-    /// Receiving failed persistently.
-    #[error("receiving requests: {0}")]
-    Receive(ReceiveError),
-    /// Waiting for work failed.
-    #[error("waiting for requests: {0}")]
-    Poll(Errno),
-    /// Setting up the stop channel or the signal handlers failed.
-    #[error("setting up signal handling: {0}")]
-    Signals(std::io::Error),
-    /// The server thread could not be started.
-    #[error("starting the server thread: {0}")]
-    Thread(std::io::Error),
-    /// The server thread panicked.
-    #[error("the server thread panicked")]
-    Panicked,
-}
+pub use ictus_server::ServeError;
+
+/// How long a name server that replaced a crashed one holds look-ups of names not yet
+/// registered again (see the module documentation).
+pub const RECOVERY: Duration = Duration::from_secs(2);
+/// The most look-ups held at once while recovering.
+pub const MAX_HELD: usize = 1024;
 
 #[derive(Clone, Copy, Debug)]
 struct Registration {
@@ -99,15 +94,38 @@ struct Registration {
     owner: Credentials,
 }
 
-/// Messages handled per wake-up before looking at the socket and the stop channel.
-const BATCH: usize = 64;
+/// A look-up held while the server recovers.
+#[derive(Debug)]
+struct Held {
+    name: String,
+    reply: ReceivedRight,
+}
 
-/// The table: names to registrations, and how many registrations hold each right.
+/// The table: names to registrations, how many registrations hold each right, and how
+/// many each task holds.
 #[derive(Debug, Default)]
 struct Table {
     regs: BTreeMap<String, Registration>,
     /// Registrations per right name.
     by_right: HashMap<Name, usize>,
+    /// Registrations per registering pid.
+    per_client: HashMap<u32, usize>,
+    /// Until when look-ups of missing names are held, if the server is recovering.
+    recovering_until: Option<Instant>,
+    held: Vec<Held>,
+}
+
+impl Table {
+    fn remove_reg(&mut self, name: &str) -> Option<Registration> {
+        let reg = self.regs.remove(name)?;
+        if let Some(n) = self.per_client.get_mut(&reg.owner.pid) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_client.remove(&reg.owner.pid);
+            }
+        }
+        Some(reg)
+    }
 }
 
 /// The registrations, shared by the interface's methods ([`Names`], run through the
@@ -137,7 +155,10 @@ impl Registry {
 
     /// The port behind `right` died: drop every registration of it and the dead name.
     fn purge(&self, t: &mut Table, right: Name) {
-        t.regs.retain(|_, r| r.right != right);
+        let names: Vec<String> = t.regs.iter().filter(|(_, r)| r.right == right).map(|(n, _)| n.clone()).collect();
+        for n in names {
+            t.remove_reg(&n);
+        }
         t.by_right.remove(&right);
         if self.space.right_kinds(right).is_ok_and(|k| k == [RightKind::DeadName]) {
             let _ = self.space.destroy(right);
@@ -178,6 +199,9 @@ impl Registry {
         if t.regs.len() >= MAX_REGISTRATIONS {
             return Err(NamesError::Full);
         }
+        if t.per_client.get(&owner.pid).copied().unwrap_or(0) >= MAX_NAMES_PER_CLIENT {
+            return Err(NamesError::QuotaExceeded);
+        }
         if self.is_dead(right) {
             return Err(NamesError::BadRight);
         }
@@ -189,7 +213,23 @@ impl Registry {
             }
         }
         t.by_right.insert(right, count + 1);
+        *t.per_client.entry(owner.pid).or_insert(0) += 1;
         t.regs.insert(name.to_owned(), Registration { right, owner });
+        // Look-ups held for this name while recovering get their answer now.
+        if t.held.iter().any(|h| h.name == name) {
+            let (now, later): (Vec<Held>, Vec<Held>) =
+                std::mem::take(&mut t.held).into_iter().partition(|h| h.name == name);
+            t.held = later;
+            for h in now {
+                ictus_idl::reply_later::<SendRight, NamesError>(
+                    &self.space,
+                    h.reply,
+                    LOOKUP,
+                    Ok(SendRight::copy(right)),
+                    Duration::ZERO,
+                );
+            }
+        }
         Ok(())
     }
 
@@ -201,15 +241,69 @@ impl Registry {
         if !by_owner && presented != Some(reg.right) {
             return Err(NamesError::NotOwner);
         }
-        t.regs.remove(name);
+        t.remove_reg(name);
         self.drop_reference(&mut t, reg.right);
         Ok(())
     }
 
-    /// Let go of every registered right (the server is stopping).
+    /// Hold a look-up if the server is recovering and the name is not registered: keep
+    /// its reply right, and say so. Anything else (a registered name, a request that
+    /// does not decode, too many held) goes to the generated code as usual.
+    fn hold(&self, req: &mut Received) -> bool {
+        let mut t = self.table();
+        let recovering = t.recovering_until.is_some_and(|until| Instant::now() < until);
+        if !recovering
+            || t.held.len() >= MAX_HELD
+            || req.reply.is_none()
+            || !req.ports.is_empty()
+            || !req.ool.is_empty()
+        {
+            return false;
+        }
+        let name = {
+            let mut dec = ictus_idl::Decoder::new(req);
+            match String::decode(&mut dec).and_then(|n| dec.finish().map(|()| n)) {
+                Ok(n) => n,
+                Err(_) => return false,
+            }
+        };
+        if validate_name(name.as_bytes()).is_err() || t.regs.contains_key(&name) {
+            return false;
+        }
+        let Some(reply) = req.reply.take() else { return false };
+        t.held.push(Held { name, reply });
+        true
+    }
+
+    /// End the recovery window if it is over, answering what is still held; when the
+    /// loop should look again.
+    fn expire(&self, now: Instant) -> Option<Instant> {
+        let mut t = self.table();
+        let until = t.recovering_until?;
+        if now < until {
+            return Some(until);
+        }
+        t.recovering_until = None;
+        for h in std::mem::take(&mut t.held) {
+            ictus_idl::reply_later::<SendRight, NamesError>(
+                &self.space,
+                h.reply,
+                LOOKUP,
+                Err(NamesError::NotFound),
+                Duration::ZERO,
+            );
+        }
+        None
+    }
+
+    /// Let go of every registered right and held reply (the server is stopping).
     fn release_all(&self) {
         let mut t = self.table();
         t.regs.clear();
+        t.per_client.clear();
+        for h in std::mem::take(&mut t.held) {
+            let _ = self.space.deallocate(h.reply.name);
+        }
         for (right, count) in t.by_right.drain() {
             let _ = self.space.request_notification(right, NotifyKind::DeadName, None);
             if self.space.right_kinds(right).is_ok_and(|k| k == [RightKind::DeadName]) {
@@ -221,9 +315,20 @@ impl Registry {
     }
 }
 
+/// The interface's methods, on the shared registry.
+#[derive(Debug)]
+struct Methods(Arc<Registry>);
+
+impl std::ops::Deref for Methods {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        &self.0
+    }
+}
+
 /// The interface's methods. Each `SendRight` argument is a reference the request
 /// brought into the server's space: kept by a registration, else released here.
-impl Names for Arc<Registry> {
+impl Names for Methods {
     fn register(&self, cx: &Context, name: String, port: SendRight) -> Result<(), NamesError> {
         let result = self.add(&name, port.name, cx.sender);
         if result.is_err() {
@@ -264,17 +369,61 @@ impl Names for Arc<Registry> {
     }
 }
 
-/// The name server: its ports and its table. See the module documentation.
+/// The generated [`NamesServer`], with look-ups taken aside while the server recovers.
+struct NamesService {
+    registry: Arc<Registry>,
+    generated: NamesServer<Methods>,
+}
+
+impl Service for NamesService {
+    fn ids(&self) -> RangeInclusive<i32> {
+        self.generated.ids()
+    }
+
+    fn dispatch(&self, space: &Space, req: &mut Received) -> Outcome {
+        if req.id == LOOKUP && self.registry.hold(req) {
+            // Answered later, by `Registry::add` or `Registry::expire`.
+            return Outcome::OneWay;
+        }
+        self.generated.dispatch(space, req)
+    }
+}
+
+/// What the skeleton runs: the table and the generated demultiplexer.
 #[derive(Debug)]
-pub struct Server {
-    space: Space,
-    pid: u32,
+pub struct Core {
     registry: Arc<Registry>,
     /// The generated demultiplexer, [`NamesServer`], for requests on the service port.
     requests: ictus_idl::Server,
-    counts: ictus_idl::ReceiveCounts,
-    // Last: dropped after `Drop for Server` has released the registered rights.
-    ports: ServicePorts<1>,
+}
+
+impl Serve for Core {
+    const NAME: &'static str = "name-server";
+
+    fn request(&mut self, msg: &mut Received) -> Dispatched {
+        self.requests.handle(msg)
+    }
+
+    fn dead_name(&mut self, name: Name) {
+        self.registry.dead_name(name);
+    }
+
+    fn prepare(&mut self) -> Result<Wait, ServeError> {
+        Ok(Wait::Until(self.registry.expire(Instant::now())))
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // The registered rights first; the ports go with the loop afterwards.
+        self.registry.release_all();
+    }
+}
+
+/// The name server: its ports and its table. See the module documentation.
+#[derive(Debug)]
+pub struct Server {
+    inner: Loop<Core, 1>,
 }
 
 impl Server {
@@ -283,130 +432,67 @@ impl Server {
     pub fn new(space: Space) -> Result<Server, ServeError> {
         let ports = ServicePorts::allocate(&space)?;
         let registry = Arc::new(Registry { space: space.clone(), notify: ports.notify(), table: Mutex::default() });
+        let service =
+            NamesService { registry: Arc::clone(&registry), generated: NamesServer(Methods(Arc::clone(&registry))) };
         // Replies never wait: a client that stops reading must not stall the only thread.
-        let requests = ictus_idl::Server::new(&space, ports.set())
-            .with(NamesServer(Arc::clone(&registry)))
-            .with_reply_timeout(std::time::Duration::ZERO);
-        Ok(Server {
-            space,
-            pid: std::process::id(),
-            registry,
-            requests,
-            counts: ictus_idl::ReceiveCounts::default(),
-            ports,
-        })
+        let requests = ictus_idl::Server::new(&space, ports.set()).with(service).with_reply_timeout(Duration::ZERO);
+        Ok(Server { inner: Loop::new(&space, ports, Core { registry, requests }) })
+    }
+
+    /// Hold look-ups of names not (yet) registered for [`RECOVERY`] from now: this
+    /// server replaces one that crashed (see the module documentation).
+    pub fn recover(&self) {
+        self.inner.server().registry.table().recovering_until = Some(Instant::now() + RECOVERY);
     }
 
     /// The space the server's rights live in.
     pub fn space(&self) -> &Space {
-        &self.space
+        self.inner.space()
     }
 
     /// The service port's receive right, in [`Server::space`]. Make send rights from it
     /// to hand out (for example with [`Space::give_bootstrap`]).
     pub fn service_port(&self) -> Name {
-        self.ports.service(0)
+        self.inner.ports().service(0)
     }
 
     /// The registered names, sorted.
     pub fn names(&self) -> Vec<String> {
-        self.registry.table().regs.keys().cloned().collect()
+        self.inner.server().registry.table().regs.keys().cloned().collect()
     }
 
     /// Malformed messages received (and destroyed by the nucleus) so far.
     pub fn malformed(&self) -> u64 {
-        self.counts.malformed
+        self.inner.malformed()
     }
 
     /// The request counters: handled, refused (`MIG_BAD_ID`, `MIG_BAD_ARGUMENTS`),
     /// replies that could not be delivered.
     pub fn stats(&self) -> &ServerStats {
-        self.requests.stats()
+        self.inner.server().requests.stats()
     }
 
     /// Serve until `stop` becomes readable (a byte written, or its peer closed): ports,
-    /// and the well-known socket if there is one.
+    /// and the well-known socket if there is one. A listener that reclaimed a crashed
+    /// server's socket starts the recovery window ([`Server::recover`]).
     pub fn run(&mut self, listener: Option<&Listener>, stop: BorrowedFd<'_>) -> Result<(), ServeError> {
-        let ports = self.space.pollable_fd(self.ports.set())?;
-        let mut rcv = Received::new();
-        loop {
-            let (stop_ready, ports_ready, listen_ready) = {
-                let mut fds = vec![PollFd::from_borrowed_fd(stop, PollFlags::IN), PollFd::new(&ports, PollFlags::IN)];
-                if let Some(l) = listener {
-                    fds.push(PollFd::from_borrowed_fd(l.as_fd(), PollFlags::IN));
-                }
-                match poll(&mut fds, None) {
-                    Ok(_) => {}
-                    Err(Errno::INTR) => continue,
-                    Err(e) => return Err(ServeError::Poll(e)),
-                }
-                let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-                (ready(0), ready(1), ready(2))
-            };
-            if stop_ready {
-                return Ok(());
-            }
-            if ports_ready {
-                self.handle_pending(&mut rcv, BATCH)?;
-            }
-            if let (true, Some(l)) = (listen_ready, listener) {
-                let (_, refused) = l.serve_pending(|| self.space.send_right_fd(self.ports.service(0)).ok());
-                if refused > 0 {
-                    eprintln!("ictus name-server: refused {refused} connection(s) from another user");
-                }
-            }
+        if listener.is_some_and(Listener::reclaimed) {
+            self.recover();
         }
+        self.inner.run(listener.map(|listener| Door { listener, port: 0 }), stop)
     }
 
     /// Receive and handle up to `max` messages that are already waiting; returns how
     /// many were handled.
     pub fn handle_pending(&mut self, rcv: &mut Received, max: usize) -> Result<usize, ServeError> {
-        let mut counts = self.counts;
-        let result = self.ports.handle_pending(
-            rcv,
-            max,
-            &mut counts,
-            |m| {
-                self.handle(m);
-            },
-            |n, e| {
-                // Say so, but do not let a hostile sender flood the log.
-                if n.is_power_of_two() {
-                    eprintln!("ictus name-server: dropped a malformed message ({n} so far): {e}");
-                }
-            },
-        );
-        self.counts = counts;
-        result.map_err(ServeError::Receive)
+        self.inner.handle_pending(rcv, max)
     }
 
     /// Handle one received message: a notification on the notify port, or a request on
     /// the service port, which the generated [`NamesServer`] decodes, carries out and
     /// answers (or refuses). Whatever the message carried and nobody keeps is released.
-    pub fn handle(&self, msg: &mut Received) -> Dispatched {
-        if msg.port == self.ports.notify() {
-            self.handle_notification(msg);
-            ictus_idl::release_rights(&self.space, msg);
-            return Dispatched::OneWay;
-        }
-        self.requests.handle(msg)
-    }
-
-    fn handle_notification(&self, msg: &Received) {
-        // Only the notifier of this very process sends here; the kernel stamps the pid.
-        if msg.sender.pid != self.pid || msg.id != NotifyId::DeadName.id() {
-            return;
-        }
-        if let Some((name, _)) = NotifyId::parse_body(msg.data()) {
-            self.registry.dead_name(name);
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // The registered rights first; the ports go with `self.ports` afterwards.
-        self.registry.release_all();
+    pub fn handle(&mut self, msg: &mut Received) -> Dispatched {
+        self.inner.handle(msg)
     }
 }
 
@@ -415,32 +501,27 @@ impl Drop for Server {
 #[derive(Debug)]
 #[must_use = "dropping a Running stops the server"]
 pub struct Running {
-    thread: Option<JoinHandle<Result<(), ServeError>>>,
-    stop: Option<UnixStream>,
+    inner: ictus_server::Running,
     space: Space,
     service: Name,
     path: Option<PathBuf>,
 }
 
 /// Start a server on a new thread, its ports in `space`, listening on the well-known
-/// socket `socket` if given (see [`crate::socket`]). When this returns the socket is
+/// socket `socket` if given (see [`crate::socket`] and [`Listener`]). When this returns the socket is
 /// bound and listening, so clients can connect at once.
 pub fn spawn(space: Space, socket: Option<&Path>) -> Result<Running, ServeError> {
-    let listener = socket.map(Listener::bind).transpose()?;
+    let listener = socket.map(|p| Listener::bind(p, "name server")).transpose()?;
     let mut server = Server::new(space.clone())?;
     let service = server.service_port();
-    let (stop_r, stop_w) = UnixStream::pair().map_err(ServeError::Signals)?;
-    let thread = std::thread::Builder::new()
-        .name("ictus-name-server".into())
-        .spawn(move || {
-            let r = server.run(listener.as_ref(), stop_r.as_fd());
-            // Release the ports first, then the socket path.
-            drop(server);
-            drop(listener);
-            r
-        })
-        .map_err(ServeError::Thread)?;
-    Ok(Running { thread: Some(thread), stop: Some(stop_w), space, service, path: socket.map(Path::to_owned) })
+    let inner = ictus_server::Running::spawn("ictus-name-server", move |stop| {
+        let r = server.run(listener.as_ref(), stop);
+        // Release the ports first, then the socket path.
+        drop(server);
+        drop(listener);
+        r
+    })?;
+    Ok(Running { inner, space, service, path: socket.map(Path::to_owned) })
 }
 
 impl Running {
@@ -467,22 +548,7 @@ impl Running {
 
     /// Stop the server, wait for its thread, and report how it ended. Its ports die
     /// (clients' calls fail with `ServerDied`) and its socket path is removed.
-    pub fn stop(mut self) -> Result<(), ServeError> {
-        self.stop_inner()
-    }
-
-    fn stop_inner(&mut self) -> Result<(), ServeError> {
-        // Closing our end makes the server's end readable (end of file).
-        drop(self.stop.take());
-        match self.thread.take() {
-            Some(t) => t.join().map_err(|_| ServeError::Panicked)?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.stop_inner();
+    pub fn stop(self) -> Result<(), ServeError> {
+        self.inner.stop()
     }
 }

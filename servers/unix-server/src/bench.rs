@@ -16,17 +16,35 @@
 //! `unix_compile_vs_native`, `unix_compile_vs_proot`, `unix_andrew_vs_native`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use ictus_bench::conditions::Conditions;
+use ictus_bench::experiment::no_args;
 use ictus_bench::report::{Better, Headline, PaperFigure, Report};
 use ictus_bench::stats::{median, LatencyRecorder};
-use ictus_bench::BenchError;
+use ictus_bench::{BenchError, Experiment, Options, Outcome};
 use serde_json::json;
 
 use crate::launch::{run_session, Ended, RunOptions};
+
+/// The experiment, for the `ictus` binary's registry.
+pub static UNIX: Experiment = Experiment {
+    name: EXPERIMENT,
+    about: "Unix as an application (004 §5): the operation table, the compile test and the modified Andrew \
+            benchmark, native, under ictus and under proot, interleaved",
+    figures: &[15, 16, 17, 18, 19],
+    quick_s: 45.0,
+    full_s: 600.0,
+    roles: &[],
+    args: no_args,
+    run: run_experiment,
+};
+
+fn run_experiment(opts: &Options) -> Result<Outcome, BenchError> {
+    Ok(Outcome { report: run(opts.quick)?, plots: Vec::new() })
+}
 
 /// Experiment name, as in `ictus bench unix`.
 pub const EXPERIMENT: &str = "unix";
@@ -437,15 +455,5 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
         "modes interleaved, order rotating each round; {rounds} rounds per operation, {compile_rounds} compile rounds, {andrew_rounds} Andrew rounds; each ictus run starts a private server (its start-up is in the compile and Andrew times)"
     ));
     report.notes.push("no system-call sites are patched yet: every served call pays a SIGSYS trap plus a round trip to the server, and getpid runs natively (no state page yet)".into());
-    Ok(())
-}
-
-/// `ictus bench unix [--quick] [--json FILE]`.
-pub fn main(quick: bool, json: Option<PathBuf>) -> Result<(), BenchError> {
-    let report = run(quick)?;
-    report.print_table();
-    if let Some(path) = json {
-        report.write_json(&path).map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-    }
     Ok(())
 }

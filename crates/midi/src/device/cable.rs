@@ -45,16 +45,12 @@
 //! time (at most [`PACED_WRITE_MAX`] bytes per call), as a polled UART does.
 
 use std::io::{self, IoSliceMut};
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use ictus_rt::Time;
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags,
-    SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::{wait_fd, Device, OpenError};
 
@@ -111,10 +107,6 @@ pub struct CableIn {
     refused: u64,
 }
 
-/// Aligned room for one `SCM_CREDENTIALS` control message.
-#[repr(C, align(8))]
-struct CmsgSpace([MaybeUninit<u8>; rustix::cmsg_space!(ScmCredentials(1))]);
-
 impl CableIn {
     /// Take the receiving end of cable `name`. Fails with [`OpenError::CableBusy`] if
     /// another socket holds it.
@@ -156,26 +148,20 @@ impl CableIn {
     }
 
     /// One datagram from an allowed sender into `into`, without waiting. `Ok(None)`:
-    /// nothing queued.
+    /// nothing queued. Descriptors a sender attached are closed: a cable carries bytes.
     fn recv_one(sock: BorrowedFd<'_>, into: &mut [u8], refused: &mut u64) -> io::Result<Option<usize>> {
         let ours = euid();
         loop {
-            let mut space = CmsgSpace([MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))]);
-            let mut control = RecvAncillaryBuffer::new(&mut space.0);
-            let mut iov = [IoSliceMut::new(into)];
-            let msg = match rustix::net::recvmsg(sock, &mut iov, &mut control, RecvFlags::DONTWAIT) {
+            let mut fds = Vec::new();
+            let mut iov = [IoSliceMut::new(&mut *into)];
+            let msg = match ictus_sys::socket::recvmsg(sock, &mut iov, &mut fds, RecvFlags::DONTWAIT) {
                 Ok(m) => m,
                 Err(Errno::AGAIN) => return Ok(None),
                 Err(Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let mut uid = None;
-            for m in control.drain() {
-                if let RecvAncillaryMessage::ScmCredentials(c) = m {
-                    uid = Some(c.uid.as_raw());
-                }
-            }
-            match uid {
+            drop(fds);
+            match msg.creds.map(|c| c.uid) {
                 Some(u) if u == ours || u == 0 => {
                     if msg.bytes > 0 {
                         return Ok(Some(msg.bytes));

@@ -1,0 +1,726 @@
+//! `ictus bench alarm`: how late the clock's wake-ups are (000 §3.1, §5).
+//!
+//! Lateness is delivered − requested, for periodic wake-ups at 100 Hz and 1 kHz, by
+//! four mechanisms measured **in the same window** (they run at once, so each sees the
+//! same load, including the others):
+//!
+//! - **in-process sleep-until**: a thread sleeping with `clock_nanosleep(CLOCK_MONOTONIC,
+//!   TIMER_ABSTIME)` on a grid of absolute deadlines ([`ictus_clock_server::local`]),
+//!   lateness = `clock_gettime` after waking − deadline;
+//! - **clock-server alarm**: a thread receiving the clock server's alarm messages on a
+//!   port (the server in a child process of its own, benchmark role `clock-server`,
+//!   its thread one priority above the measuring threads). It
+//!   keeps a few alarms set ahead on the same grid; lateness = time after the receive −
+//!   the alarm's requested time. The server's own share (its `sent` stamp − requested)
+//!   is a row of its own;
+//! - **upcall**: a Real-Time Upcall with the same period ([`ictus_rt::runtime`]),
+//!   lateness = start of the function − release;
+//! - **cyclictest** (Debian `rt-tests`), the peer: one thread, the same interval, the
+//!   same scheduling class and priority, as many loops, its histogram parsed
+//!   (1 µs buckets, floored: this favours the peer by up to 1 µs).
+//!
+//! Our three grids are staggered by a third of a period, so that our own threads are
+//! not all woken at the same instant (they would then measure their queueing behind
+//! one another on a two-CPU machine rather than the mechanisms).
+//!
+//! Each window runs under timesharing (`SCHED_OTHER`) and under fixed priority
+//! (`SCHED_FIFO` 80), with no load and with each load of [`crate::load`] (quick mode:
+//! none and CPU). Headlines: `alarm_p99_vs_cyclictest` (in-process fixed-priority p99
+//! at 100 Hz under CPU load against cyclictest's p99 in the same window, target ≤ 1.5)
+//! and `clock_server_alarm_p99_vs_inprocess` (the clock server's alarm p99 against the
+//! in-process p99, same window, target ≤ 3).
+
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ictus_bench::child::{fd_arg, num_arg, reap, spawn_child};
+use ictus_bench::load;
+use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
+use ictus_bench::{BenchError, Conditions, Experiment, Options, Outcome, Role};
+use ictus_bench::{Better, Headline, LatencyRecorder, PaperFigure, Report};
+use ictus_clock_server::local::sleep_until;
+use ictus_clock_server::{AlarmMessage, Client, Server};
+use ictus_ipc::{Disposition, Message, Name, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space};
+use ictus_rt::runtime::{Runtime, RuntimeConfig};
+use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
+use ictus_rt::{clock, AdmissionPolicy, Time, UpcallSpec, When};
+
+use crate::peers::cyclictest::{self, parse_histogram};
+
+/// `ictus bench alarm`.
+pub static ALARM: Experiment = Experiment {
+    name: "alarm",
+    about: "Wake-up lateness (000 §3.1, §5): in-process sleep-until, clock-server alarm messages and upcalls at \
+            100 Hz and 1 kHz, timesharing and fixed priority, under loads, beside cyclictest in the same window",
+    figures: &[],
+    quick_s: 30.0,
+    full_s: 400.0,
+    roles: &[&CLOCK_SERVER_ROLE],
+    args,
+    run,
+};
+
+/// `--pin-clock-pair CPU`.
+fn args() -> Vec<clap::Arg> {
+    vec![clap::Arg::new("pin-clock-pair")
+        .long("pin-clock-pair")
+        .value_name("CPU")
+        .value_parser(clap::value_parser!(usize))
+        .help(
+            "Pin the clock server and its receiving client together on this CPU under fixed priority (not \
+             pinned by default; see doc/clock.md)",
+        )]
+}
+
+/// The fixed priority of the measuring threads and of cyclictest.
+pub const FIFO_PRIORITY: u8 = 80;
+/// Alarms the clock-server receiver keeps set ahead of the one it waits for.
+const ALARMS_AHEAD: u64 = 4;
+
+/// How the measuring threads are scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sched {
+    /// `SCHED_OTHER` nice 0.
+    Timesharing,
+    /// `SCHED_FIFO` at this priority.
+    Fixed(u8),
+}
+
+impl Sched {
+    fn name(self) -> &'static str {
+        match self {
+            Sched::Timesharing => "timesharing",
+            Sched::Fixed(_) => "fixed",
+        }
+    }
+
+    fn policy(self) -> Policy {
+        match self {
+            Sched::Timesharing => Policy::Other { nice: 0 },
+            Sched::Fixed(p) => Policy::Fifo { priority: p },
+        }
+    }
+
+    /// Put the calling thread in this class (as far as permitted); what it got.
+    fn apply(self) -> String {
+        self.apply_on(None)
+    }
+
+    /// The same, and on this CPU only.
+    fn apply_on(self, cpu: Option<usize>) -> String {
+        let req = ThreadRequest { policy: Some(self.policy()), cpus: cpu.map(|c| vec![c]), ..ThreadRequest::default() };
+        let granted = configure_current_thread(&req);
+        match (cpu, &granted.cpus) {
+            (Some(c), Some(cpus)) if cpus == &[c] => format!("{} on CPU {c}", granted.describe()),
+            _ => granted.describe(),
+        }
+    }
+}
+
+/// What was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mechanism {
+    /// `clock_nanosleep(TIMER_ABSTIME)` in the measuring thread.
+    InProcess,
+    /// Alarm messages from the clock server, as received.
+    ClockServer,
+    /// The clock server's send time of the same messages.
+    ClockServerSent,
+    /// A Real-Time Upcall.
+    Upcall,
+    /// cyclictest, the peer.
+    Cyclictest,
+}
+
+impl Mechanism {
+    /// The name in rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::InProcess => "in-process sleep-until",
+            Mechanism::ClockServer => "clock-server alarm",
+            Mechanism::ClockServerSent => "clock-server alarm (sent)",
+            Mechanism::Upcall => "upcall",
+            Mechanism::Cyclictest => "cyclictest",
+        }
+    }
+}
+
+/// Options of the experiment.
+#[derive(Clone, Debug, Default)]
+pub struct AlarmOptions {
+    /// Seconds per window instead of tens of seconds, and only no load and CPU load.
+    pub quick: bool,
+    /// Print progress to standard error.
+    pub progress: bool,
+    /// Pin the clock server and its receiving client together on this CPU under fixed
+    /// priority (`None`, the default: no pinning). Sharing a CPU spares the alarm an
+    /// interprocessor wake-up (tens of µs on a VM) but leaves the pair nowhere to go
+    /// when that CPU stalls; see `doc/clock.md`.
+    pub pin_clock_pair: Option<usize>,
+}
+
+/// `ictus bench alarm [--pin-clock-pair CPU]`.
+pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
+    run_with(&AlarmOptions { quick: opts.quick, progress: opts.progress, pin_clock_pair: opts.arg("pin-clock-pair") })
+}
+
+/// One window's distributions.
+struct Window {
+    load: &'static str,
+    sched: Sched,
+    rate_hz: u64,
+    results: Vec<(Mechanism, LatencyRecorder, String)>,
+}
+
+impl Window {
+    fn get(&self, m: Mechanism) -> Option<&LatencyRecorder> {
+        self.results.iter().find(|(mm, r, _)| *mm == m && r.count() > 0).map(|(_, r, _)| r)
+    }
+}
+
+/// Start cyclictest for `loops` wake-ups at `interval`, scheduled as `sched`.
+fn start_cyclictest(sched: Sched, interval: Duration, loops: u64) -> std::io::Result<std::process::Child> {
+    let (prio, policy) = match sched {
+        Sched::Timesharing => (0, "other"),
+        Sched::Fixed(p) => (p, "fifo"),
+    };
+    cyclictest::spawn_histogram(policy, prio, interval, loops)
+}
+
+/// The in-process sleeper: deadlines `t0 + k·interval`, k = 1..=loops, missed ones
+/// skipped as cyclictest does.
+fn in_process(sched: Sched, t0: Time, interval: Duration, loops: u64) -> (Vec<u64>, String) {
+    let granted = sched.apply();
+    let mut samples = Vec::with_capacity(loops as usize);
+    let mut k = 1u64;
+    while k <= loops {
+        let deadline = t0 + interval * k as u32;
+        sleep_until(deadline);
+        let now = clock::now();
+        samples.push((now - deadline).as_nanos() as u64);
+        k += 1;
+        while k <= loops && t0 + interval * k as u32 <= now {
+            k += 1;
+        }
+    }
+    (samples, granted)
+}
+
+/// The clock-server receiver: alarms on the same grid, a few set ahead.
+fn server_alarms(
+    sched: Sched,
+    cpu: Option<usize>,
+    clock_fd: std::os::fd::OwnedFd,
+    t0: Time,
+    interval: Duration,
+    loops: u64,
+) -> Result<(Vec<u64>, Vec<u64>, String), String> {
+    let granted = sched.apply_on(cpu);
+    let space = Space::new();
+    let right = space.insert_send_fd(clock_fd).map_err(|e| e.to_string())?;
+    let client = Client::from_right(&space, right).with_timeout(Duration::from_secs(10));
+    let port = space.allocate_port().map_err(|e| e.to_string())?;
+    let at = |k: u64| t0 + interval * k as u32;
+    let mut next = 1u64;
+    while next <= loops.min(ALARMS_AHEAD) {
+        client.set_alarm(When::At(at(next)), port, next).map_err(|e| e.to_string())?;
+        next += 1;
+    }
+    let (mut received, mut sent) = (Vec::with_capacity(loops as usize), Vec::with_capacity(loops as usize));
+    let mut msg = Received::new();
+    let opts = ReceiveOptions { timeout: Some(Duration::from_secs(10)), ..ReceiveOptions::default() };
+    for _ in 0..loops {
+        space.receive(port, &mut msg, opts).map_err(|e| format!("waiting for an alarm: {e}"))?;
+        let now = clock::now();
+        let alarm = AlarmMessage::parse(&msg).map_err(|e| e.to_string())?;
+        received.push((now - alarm.requested).as_nanos() as u64);
+        sent.push((alarm.sent - alarm.requested).as_nanos() as u64);
+        if next <= loops {
+            client.set_alarm(When::At(at(next)), port, next).map_err(|e| e.to_string())?;
+            next += 1;
+        }
+    }
+    Ok((received, sent, granted))
+}
+
+/// The clock server's role.
+pub static CLOCK_SERVER_ROLE: Role = Role { name: "clock-server", run: clock_server_role };
+
+/// The benchmark child role `clock-server`: a clock server in a process of its own.
+/// Arguments: a descriptor holding a send right to the parent's port (the server sends
+/// a send right to its clock port there), a descriptor whose end of file stops it, the
+/// `SCHED_FIFO` priority of its thread (0: timesharing) and the CPU to run on.
+pub fn clock_server_role(args: &[String]) -> i32 {
+    let run = || -> Result<(), String> {
+        let reply = fd_arg(args.first().map_or("", String::as_str)).map_err(|e| format!("reply fd: {e}"))?;
+        let stop = fd_arg(args.get(1).map_or("", String::as_str)).map_err(|e| format!("stop fd: {e}"))?;
+        let priority = num_arg(args, 2, "priority").map_err(|e| e.to_string())?;
+        let sched = match u8::try_from(priority) {
+            Ok(0) => Sched::Timesharing,
+            Ok(p) => Sched::Fixed(p.min(99)),
+            Err(_) => return Err(format!("bad priority {priority}")),
+        };
+        // "none": not pinned.
+        let cpu = num_arg(args, 3, "cpu").ok();
+        sched.apply_on(cpu);
+        let space = Space::task();
+        let mut server = Server::new(space.clone()).map_err(|e| e.to_string())?;
+        let parent = space.insert_send_fd(reply).map_err(|e| e.to_string())?;
+        let mut msg = Message {
+            id: 1,
+            ports: vec![PortArg::new(server.clock_port(), Disposition::MakeSend)],
+            ..Message::default()
+        };
+        space
+            .send(parent, &mut msg, SendOptions { timeout: Some(Duration::from_secs(10)) })
+            .map_err(|e| format!("handing the clock port over: {e}"))?;
+        let _ = space.deallocate(parent);
+        server.run(None, stop.as_fd()).map_err(|e| e.to_string())
+    };
+    match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("clock-server role: {e}");
+            1
+        }
+    }
+}
+
+/// A clock server in a child process, and a send right to its clock port.
+struct ServerProcess {
+    child: Child,
+    stop: Option<UnixStream>,
+    space: Space,
+    clock: Name,
+}
+
+impl ServerProcess {
+    /// Start one whose thread runs as `sched` on `cpu`.
+    fn start(sched: Sched, cpu: Option<usize>) -> Result<ServerProcess, BenchError> {
+        let err = |what: &str, e: String| {
+            BenchError::io(format!("starting the clock server: {what}"), std::io::Error::other(e))
+        };
+        let space = Space::new();
+        let port = space.allocate_port().map_err(|e| err("port", e.to_string()))?;
+        let reply = space.send_right_fd(port).map_err(|e| err("right", e.to_string()))?;
+        let (stop, stop_child) = UnixStream::pair().map_err(|e| BenchError::io("stop channel", e))?;
+        let priority = match sched {
+            Sched::Fixed(p) => p.saturating_add(1).min(99),
+            Sched::Timesharing => 0,
+        };
+        let args = [
+            reply.as_raw_fd().to_string(),
+            stop_child.as_raw_fd().to_string(),
+            priority.to_string(),
+            cpu.map_or_else(|| "none".to_string(), |c| c.to_string()),
+        ];
+        let child = spawn_child(&CLOCK_SERVER_ROLE, &args, &[reply.as_fd(), stop_child.as_fd()])
+            .map_err(|e| BenchError::io("spawning the clock server", e))?;
+        drop((reply, stop_child));
+        let mut msg = Received::new();
+        let opts = ReceiveOptions { timeout: Some(Duration::from_secs(30)), ..ReceiveOptions::default() };
+        let received = space.receive(port, &mut msg, opts);
+        let clock = match (received, msg.ports.first()) {
+            (Ok(()), Some(r)) if r.kind == RightKind::Send && msg.ports.len() == 1 => r.name,
+            (r, _) => {
+                let mut p = ServerProcess { child, stop: Some(stop), space, clock: Name::NULL };
+                p.stop_now();
+                return Err(err("no clock port came back", format!("{r:?}")));
+            }
+        };
+        let _ = space.mod_refs(port, RightKind::Receive, -1);
+        Ok(ServerProcess { child, stop: Some(stop), space, clock })
+    }
+
+    /// A new send right to the clock port, as a descriptor.
+    fn clock_fd(&self) -> Result<OwnedFd, BenchError> {
+        self.space
+            .send_right_fd(self.clock)
+            .map_err(|e| BenchError::io("clock right", std::io::Error::other(e.to_string())))
+    }
+
+    fn stop_now(&mut self) {
+        drop(self.stop.take());
+        reap(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// Run one window: every mechanism at once, on grids staggered by a third of the
+/// period.
+fn window(
+    sched: Sched,
+    rate_hz: u64,
+    secs: u64,
+    server_cpu: Option<usize>,
+    clock_fd: std::os::fd::OwnedFd,
+    notes: &mut Vec<String>,
+) -> Window {
+    let interval = Duration::from_nanos(1_000_000_000 / rate_hz);
+    let loops = secs * rate_hz;
+    // Our three grids are staggered by a third of the period: woken at one instant, our
+    // threads would queue behind one another on two CPUs, and that is not what any of
+    // them costs. (cyclictest's phase is its own.)
+    let t0 = clock::now() + Duration::from_millis(100);
+    let t_server = t0 + interval / 3;
+    let t_upcall = t0 + interval * 2 / 3;
+    let end = t_upcall + interval * loops as u32;
+
+    let cyclictest = start_cyclictest(sched, interval, loops);
+    let sleeper = std::thread::spawn(move || in_process(sched, t0, interval, loops));
+    let receiver = std::thread::spawn(move || server_alarms(sched, server_cpu, clock_fd, t_server, interval, loops));
+    let upcall = Upcall::start(sched, interval, t_upcall, end, notes);
+    sleep_until(end + interval);
+    let (upcall_samples, upcall_granted) = upcall.finish();
+
+    let mut results = Vec::new();
+    let (ours, granted) = sleeper.join().unwrap_or_else(|_| (Vec::new(), "panicked".into()));
+    results.push((Mechanism::InProcess, recorded(&ours), granted));
+    match receiver.join() {
+        Ok(Ok((received, sent, granted))) => {
+            results.push((Mechanism::ClockServer, recorded(&received), granted));
+            let on = server_cpu.map_or_else(String::new, |c| format!(" on CPU {c}"));
+            let server = match sched {
+                Sched::Fixed(p) => format!("server: SCHED_FIFO {}{on}", p.saturating_add(1).min(99)),
+                Sched::Timesharing => format!("server: SCHED_OTHER nice 0{on}"),
+            };
+            results.push((Mechanism::ClockServerSent, recorded(&sent), server));
+        }
+        Ok(Err(e)) => notes.push(format!("clock-server alarms ({} {rate_hz} Hz): {e}", sched.name())),
+        Err(_) => notes.push("the clock-server receiver panicked".into()),
+    }
+    results.push((Mechanism::Upcall, recorded(&upcall_samples), upcall_granted));
+    match cyclictest {
+        Ok(child) => match cyclictest_histogram(child) {
+            Ok(recorder) => {
+                let policy = match sched {
+                    Sched::Timesharing => "SCHED_OTHER".to_string(),
+                    Sched::Fixed(p) => format!("SCHED_FIFO {p}"),
+                };
+                results.push((Mechanism::Cyclictest, recorder, policy));
+            }
+            Err(e) => notes.push(format!("cyclictest ({} {rate_hz} Hz): {e}", sched.name())),
+        },
+        Err(e) => notes.push(format!("cyclictest could not run ({e}); install Debian rt-tests (scripts/setup.sh)")),
+    }
+    Window { load: "none", sched, rate_hz, results }
+}
+
+fn recorded(samples: &[u64]) -> LatencyRecorder {
+    let mut r = LatencyRecorder::new();
+    r.record_all(samples);
+    r
+}
+
+/// cyclictest's latencies, once it has finished.
+fn cyclictest_histogram(mut child: Child) -> Result<LatencyRecorder, String> {
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut text);
+    }
+    let _ = child.wait();
+    parse_histogram(&text).map(|h| h.recorder())
+}
+
+/// The upcall of a window: its dispatcher in the window's class, released on its grid
+/// from `t_upcall`; lateness = start of the function − release, for releases before
+/// `end`.
+struct Upcall {
+    runtime: Option<Runtime>,
+    samples: Arc<Mutex<Vec<u64>>>,
+    granted: String,
+}
+
+impl Upcall {
+    fn start(sched: Sched, interval: Duration, t_upcall: Time, end: Time, notes: &mut Vec<String>) -> Upcall {
+        let config = RuntimeConfig {
+            admission: AdmissionPolicy::BestEffort,
+            use_deadline: false,
+            fifo_priority: match sched {
+                Sched::Fixed(p) => Some(p),
+                Sched::Timesharing => None,
+            },
+            ..RuntimeConfig::default()
+        };
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let rt = match Runtime::start(config) {
+            Ok(rt) => rt,
+            Err(e) => {
+                notes.push(format!("upcall runtime could not start: {e}"));
+                return Upcall { runtime: None, samples, granted: "not started".into() };
+            }
+        };
+        let granted = rt.granted().map_or_else(|| "unknown".into(), |g| g.describe());
+        let shared = Arc::clone(&samples);
+        let created = rt.create(UpcallSpec::periodic(interval), move |job| {
+            let now = clock::now();
+            if job.release < end {
+                shared.lock().unwrap_or_else(|p| p.into_inner()).push((now - job.release).as_nanos() as u64);
+            }
+        });
+        match created {
+            Ok(id) => {
+                sleep_until(t_upcall);
+                if let Err(e) = rt.resume(id) {
+                    notes.push(format!("upcall could not run: {e}"));
+                }
+            }
+            Err(e) => notes.push(format!("upcall could not be created: {e}")),
+        }
+        Upcall { runtime: Some(rt), samples, granted }
+    }
+
+    /// Stops the dispatcher; the latencies and the class it obtained.
+    fn finish(self) -> (Vec<u64>, String) {
+        drop(self.runtime);
+        let samples = std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()));
+        (samples, self.granted)
+    }
+}
+
+/// The classes the measuring threads run in, each window.
+const SCHEDS: [Sched; 2] = [Sched::Timesharing, Sched::Fixed(FIFO_PRIORITY)];
+/// The rates of the windows, Hz.
+const RATES: [u64; 2] = [100, 1000];
+
+/// Seconds per window by rate: 300 wake-ups at 100 Hz in quick mode (a p99 that is the
+/// third-worst sample: a smoke test), 2000 in full; more at 1 kHz in less time.
+fn secs_for(quick: bool, rate: u64) -> u64 {
+    match (quick, rate) {
+        (true, 100) => 3,
+        (true, _) => 1,
+        (false, 100) => 20,
+        (false, _) => 10,
+    }
+}
+
+/// Runs the experiment with options of its own.
+pub fn run_with(opts: &AlarmOptions) -> Result<Outcome, BenchError> {
+    let mut conditions = Conditions::capture_before();
+    let mut notes = Vec::new();
+
+    // The measured windows: per load, per class, a window per rate.
+    let per_load =
+        Duration::from_secs(SCHEDS.len() as u64 * RATES.iter().map(|&r| secs_for(opts.quick, r) + 3).sum::<u64>() + 10);
+    let mut windows = Vec::new();
+    load::each_load(
+        &load::standard_loads(opts.quick),
+        &mut notes,
+        |kind| load::spawn(kind, per_load),
+        |load, notes| {
+            for sched in SCHEDS {
+                windows.extend(class_windows(load::load_name(load), sched, opts, notes)?);
+            }
+            Ok::<_, BenchError>(())
+        },
+    )?;
+
+    // Rows, headlines, the paper's figures.
+    let rt = ictus_rt::thread::rt_privileges();
+    conditions.rt_privileges = rt;
+    conditions.pinned = match opts.pin_clock_pair {
+        Some(cpu) => format!("fixed priority: clock server and its receiving client on CPU {cpu}; the rest unpinned"),
+        None => "none".to_string(),
+    };
+    let mut report = Report::new("alarm", "000 §3.1, §5 (Table 1); 001 §4.5", opts.quick, conditions.finish());
+    report.conditions.policy =
+        format!("measuring threads SCHED_OTHER and SCHED_FIFO {FIFO_PRIORITY} (see rows' granted)");
+    if !rt {
+        notes.push("real-time scheduling was refused: the fixed-priority rows ran timesharing (see granted)".into());
+    }
+    add_rows(&mut report, &windows);
+    add_headlines(&mut report, &windows);
+    add_paper_figures(&mut report, &windows);
+    notes.push(format!(
+        "{} s per 100 Hz window, {} s per 1 kHz window; the four mechanisms run at once in each window, so each is \
+         part of the others' load",
+        secs_for(opts.quick, 100),
+        secs_for(opts.quick, 1000)
+    ));
+    notes.push(
+        "cyclictest sets /dev/cpu_dma_latency to 0 while it runs, for every mechanism in its window alike".into(),
+    );
+    notes.push(
+        "the machine is shared with other builds: absolute numbers are noisy, ratios from one window less so".into(),
+    );
+    report.notes = notes;
+    Ok(Outcome::new(report, plot(&windows)))
+}
+
+/// The windows of one load and class: one clock server process of that class, its
+/// thread one priority above the clients, then a window per rate. The server and its
+/// client are pinned together only if asked, and only under fixed priority, where the
+/// pair always preempts whatever else runs on its CPU.
+fn class_windows(
+    load: &'static str,
+    sched: Sched,
+    opts: &AlarmOptions,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Window>, BenchError> {
+    let pin = match sched {
+        Sched::Fixed(_) => opts.pin_clock_pair,
+        Sched::Timesharing => None,
+    };
+    let server = ServerProcess::start(sched, pin)?;
+    let mut windows = Vec::new();
+    for rate in RATES {
+        let secs = secs_for(opts.quick, rate);
+        if opts.progress {
+            eprintln!("alarm: load {load}, {}, {rate} Hz, {secs} s", sched.name());
+        }
+        let fd = server.clock_fd()?;
+        let mut w = window(sched, rate, secs, pin, fd, notes);
+        w.load = load;
+        windows.push(w);
+    }
+    Ok(windows)
+}
+
+/// A row per window and mechanism.
+fn add_rows(report: &mut Report, windows: &[Window]) {
+    for w in windows {
+        for (m, r, granted) in &w.results {
+            let case = format!("{} {} {} Hz: {}", w.load, w.sched.name(), w.rate_hz, m.name());
+            let row = r
+                .row(case)
+                .with("load", w.load)
+                .with("sched", w.sched.name())
+                .with("rate_hz", w.rate_hz)
+                .with("mechanism", m.name())
+                .with("granted", granted.as_str());
+            report.rows.push(row.to_value());
+        }
+    }
+    report.hidden_in_table =
+        vec!["load".into(), "sched".into(), "rate_hz".into(), "mechanism".into(), "mean_ns".into()];
+}
+
+/// The window a headline or figure reads.
+fn find<'w>(windows: &'w [Window], load: &str, sched: Sched, rate: u64) -> Option<&'w Window> {
+    windows.iter().find(|w| w.load == load && w.sched.name() == sched.name() && w.rate_hz == rate)
+}
+
+/// `alarm_p99_vs_cyclictest` and `clock_server_alarm_p99_vs_inprocess`, from the
+/// fixed-priority 100 Hz window under CPU load.
+fn add_headlines(report: &mut Report, windows: &[Window]) {
+    let fixed = Sched::Fixed(FIFO_PRIORITY);
+    if let Some(w) = find(windows, "cpu", fixed, 100) {
+        if let (Some(ours), Some(peer)) = (w.get(Mechanism::InProcess), w.get(Mechanism::Cyclictest)) {
+            report.headline.push(
+                Headline::new(
+                    "alarm_p99_vs_cyclictest",
+                    ours.quantile(0.99) as f64,
+                    peer.quantile(0.99) as f64,
+                    format!("cyclictest (rt-tests) SCHED_FIFO {FIFO_PRIORITY}, 10 ms interval, same window, CPU load"),
+                    "ns",
+                    Better::Lower,
+                )
+                .with_target(1.5),
+            );
+        }
+        if let (Some(ours), Some(peer)) = (w.get(Mechanism::ClockServer), w.get(Mechanism::InProcess)) {
+            report.headline.push(
+                Headline::new(
+                    "clock_server_alarm_p99_vs_inprocess",
+                    ours.quantile(0.99) as f64,
+                    peer.quantile(0.99) as f64,
+                    "in-process clock_nanosleep(TIMER_ABSTIME), same window (SCHED_FIFO, 100 Hz, CPU load)",
+                    "ns",
+                    Better::Lower,
+                )
+                .with_target(3.0),
+            );
+        }
+    }
+}
+
+/// The paper's Table 1 beside the clock-server alarms' worst delays.
+fn add_paper_figures(report: &mut Report, windows: &[Window]) {
+    // The paper's Table 1 (MIDI output at 100 Hz driven by the clock's alarms), as
+    // context: the worst delay seen.
+    let fixed = Sched::Fixed(FIFO_PRIORITY);
+    let worst = |load: &str, sched: Sched| {
+        find(windows, load, sched, 100).and_then(|w| w.get(Mechanism::ClockServer)).map(|r| r.quantile(1.0) as f64)
+    };
+    for (quantity, paper, paper_ns, load, sched) in [
+        ("worst delay, fixed priority, no load", ">6 ms", 6e6, "none", fixed),
+        ("worst delay, timesharing, no load", ">11 ms", 11e6, "none", Sched::Timesharing),
+        ("worst delay, fixed priority, computation load", ">6 ms", 6e6, "cpu", fixed),
+        ("worst delay, timesharing, computation load", ">200 ms", 200e6, "cpu", Sched::Timesharing),
+    ] {
+        let f = PaperFigure::new(quantity, paper, Some(paper_ns), "ns", Better::Lower);
+        report.paper_figures.push(match worst(load, sched) {
+            Some(v) => f.ours(Some(v), format!("clock-server alarm max {}", ictus_bench::format_ns(v))),
+            None => f,
+        });
+    }
+}
+
+/// The lateness tails (one wake-up in N later than x) of the headline window, with the
+/// timesharing in-process sleeper of the same load for contrast.
+fn plot(windows: &[Window]) -> String {
+    let mut series = Vec::new();
+    let tail = |r: &LatencyRecorder| -> Vec<(f64, f64)> {
+        let n = r.count().max(1) as f64;
+        let mut pts: Vec<(f64, f64)> = [0.5, 0.9, 0.99, 0.999, 0.9999]
+            .iter()
+            .filter(|q| 1.0 - **q >= 1.0 / n)
+            .map(|q| (r.quantile(*q) as f64, 1.0 - q))
+            .collect();
+        pts.push((r.quantile(1.0) as f64, 1.0 / n));
+        pts
+    };
+    let load = if windows.iter().any(|w| w.load == "cpu") { "cpu" } else { "none" };
+    for w in windows.iter().filter(|w| w.load == load && w.rate_hz == 100) {
+        for (m, r, _) in &w.results {
+            let wanted = match w.sched {
+                Sched::Fixed(_) => *m != Mechanism::ClockServerSent,
+                Sched::Timesharing => matches!(m, Mechanism::InProcess | Mechanism::Cyclictest),
+            };
+            if wanted && r.count() > 0 {
+                let class = if w.sched == Sched::Timesharing { "TS" } else { "FIFO" };
+                series.push(Series { name: format!("{} {class}", m.name()), points: tail(r) });
+            }
+        }
+    }
+    Plot {
+        title: format!("Wake-up lateness at 100 Hz, load {load}: fraction of wake-ups later than x"),
+        x: Axis {
+            label: "lateness (delivered − requested)".into(),
+            scale: Scale::Log10,
+            ticks: TickFormat::Nanoseconds,
+        },
+        y: Axis { label: "fraction later".into(), scale: Scale::Log10, ticks: TickFormat::Plain },
+        series,
+    }
+    .render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plot_is_well_formed() {
+        let mut r = LatencyRecorder::new();
+        r.record_all(&[1_000, 2_000, 50_000]);
+        let w = Window {
+            load: "cpu",
+            sched: Sched::Fixed(FIFO_PRIORITY),
+            rate_hz: 100,
+            results: vec![(Mechanism::InProcess, r.clone(), String::new()), (Mechanism::Cyclictest, r, String::new())],
+        };
+        let svg = plot(&[w]);
+        ictus_bench::plot::check_well_formed(&svg).unwrap();
+        assert!(svg.contains("cyclictest"));
+    }
+}

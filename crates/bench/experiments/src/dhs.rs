@@ -1,0 +1,667 @@
+//! The `dhs` experiment: the Distributed Hartstone task sets DHScl and DHSpq (paper 003
+//! §5.2, Tables 1 and 2), breakdown utilization per IPC policy.
+//!
+//! Five periodic clients with harmonic periods (DHScl 80…1280 ms, DHSpq twice that) and
+//! workloads of 1, 1, 2, 2 and 8 work units each send a request to one aperiodic server
+//! and wait for its reply before doing their own work. The server does `X` of work per
+//! request; `X` grows (binary search) until some client misses a deadline. All threads
+//! run on CPU 0 at `SCHED_FIFO` with rate-monotonic priorities (shorter period, higher
+//! priority), the server below every client. The breakdown utilization is
+//! `Σ (w_i + X) / P_i` at the largest `X` with no miss, from the calibrated cost of the
+//! work, as Hartstone reports it.
+//!
+//! The work unit is a Whetstone-style kernel (the paper used kilo-Whetstones) calibrated
+//! on this machine: one unit is 1 ms of it (125 µs with `--quick`, whose periods are
+//! scaled down by 8 as well). Modes: a plain ictus port (`Space::call`; the server keeps
+//! its priority, as Mach IPC), and real-time ports FIFO/OFF, PRIO/ON and BPI/ON.
+//!
+//! Without real-time privileges the experiment cannot schedule rate-monotonically and
+//! reports why instead of numbers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use ictus_bench::experiment::no_args;
+use ictus_bench::pin;
+use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
+use ictus_bench::{BenchError, Conditions, Experiment, Options, Outcome};
+use ictus_bench::{Better, Headline, PaperFigure, Report};
+use ictus_ipc::{Message, Name, ReceiveOptions, Received, SendOptions as IpcSend, Space};
+use ictus_rt::thread::Policy;
+use ictus_rtipc::{PortAttrs, RtSpace, SendOptions};
+use serde_json::json;
+
+/// `ictus bench dhs`.
+pub static DHS: Experiment = Experiment {
+    name: "dhs",
+    about: "Distributed Hartstone (003 Table 2): breakdown utilization of DHScl and DHSpq on one CPU for plain \
+            ports, FIFO/OFF, PRIO/ON and BPI/ON",
+    figures: &[14],
+    quick_s: 25.0,
+    full_s: 540.0,
+    roles: &[],
+    args: no_args,
+    run,
+};
+
+/// Workloads of T1…T5, in work units (Table 1).
+pub const WORKLOADS: [u64; 5] = [1, 1, 2, 2, 8];
+/// DHScl periods in ms (Table 1).
+pub const PERIODS_CL: [u64; 5] = [80, 160, 320, 640, 1280];
+/// DHSpq periods in ms (Table 1).
+pub const PERIODS_PQ: [u64; 5] = [160, 320, 640, 1280, 2560];
+/// Rate-monotonic priorities of T1…T5.
+pub const CLIENT_PRIOS: [u8; 5] = [60, 58, 56, 54, 52];
+/// The server's own priority: below every client.
+pub const SERVER_PRIO: u8 = 45;
+/// The paper's Table 2: (mode, DHScl %, DHSpq %).
+pub const PAPER: [(&str, f64, f64); 4] =
+    [("plain port", 60.6, 55.3), ("FIFO/OFF", 60.6, 55.3), ("PRIO/ON", 94.0, 90.5), ("BPI/ON", 93.4, 88.3)];
+const MODES: [&str; 4] = ["plain port", "FIFO/OFF", "PRIO/ON", "BPI/ON"];
+const WATCHDOG: Duration = Duration::from_secs(30);
+const STOP: u64 = u64::MAX;
+
+/// `n` blocks of a Whetstone-style kernel: the arithmetic, trigonometric and
+/// standard-function modules of the Whetstone benchmark, 8 passes per block. Each block
+/// starts from the same values, so every block costs the same (the modules' cost depends
+/// on the values, which would otherwise drift as the loop runs).
+pub fn whetstone(n: u64) -> f64 {
+    let t = 0.499_975f64;
+    let t2 = 2.0f64;
+    let mut sum = 0.0f64;
+    for _ in 0..n {
+        let (mut x1, mut x2, mut x3, mut x4) = std::hint::black_box((1.0f64, -1.0f64, -1.0f64, -1.0f64));
+        let (mut x, mut y) = std::hint::black_box((0.5f64, 0.5f64));
+        for _ in 0..8 {
+            // Module 1: simple identifiers.
+            x1 = (x1 + x2 + x3 - x4) * t;
+            x2 = (x1 + x2 - x3 + x4) * t;
+            x3 = (x1 - x2 + x3 + x4) * t;
+            x4 = (-x1 + x2 + x3 + x4) * t;
+            // Module 7: trigonometric functions.
+            x = t * (t2 * x.sin() * x.cos() / ((x + y).cos() + (x - y).cos() - 1.0)).atan();
+            y = t * (t2 * y.sin() * y.cos() / ((x + y).cos() + (x - y).cos() - 1.0)).atan();
+            // Module 11: standard functions.
+            x = (((x.abs() + 1e-3).ln() / t).exp()).sqrt().min(1.0);
+        }
+        sum += x1 + x2 + x3 + x4 + x + y;
+    }
+    sum
+}
+
+/// Nanoseconds per [`whetstone`] block on this CPU: the median of 31 timed runs of about
+/// 1 ms each, at the calling thread's priority.
+pub fn calibrate() -> f64 {
+    let n = 1_000;
+    let mut runs: Vec<f64> = (0..31)
+        .map(|_| {
+            let t0 = Instant::now();
+            std::hint::black_box(whetstone(std::hint::black_box(n)));
+            t0.elapsed().as_nanos() as f64 / n as f64
+        })
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+/// Real-time threads of other processes (not kernel threads), e.g. another benchmark,
+/// with the CPU time they have used (clock ticks): they take the CPU from ours whatever
+/// our priorities, so the report names those that ran during the experiment.
+pub fn foreign_rt_threads() -> Vec<(String, u64)> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return found };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        for t in tasks.flatten() {
+            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { continue };
+            let Some(close) = stat.rfind(')') else { continue };
+            let comm = stat[..close].split_once('(').map_or("?", |(_, c)| c);
+            let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+            // Fields from 3 (state) on: ppid is 4, policy 41.
+            let (Some(ppid), Some(policy)) = (fields.get(1), fields.get(38)) else { continue };
+            let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+            if *ppid == "2" || pid == 2 {
+                continue; // a kernel thread
+            }
+            let class = match *policy {
+                "1" => "SCHED_FIFO",
+                "2" => "SCHED_RR",
+                "6" => "SCHED_DEADLINE",
+                _ => continue,
+            };
+            found.push((format!("{comm} (pid {pid}, {class})"), ticks));
+        }
+    }
+    found
+}
+
+/// Which IPC the task set uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Rt(PortAttrs),
+}
+
+fn mode_for(name: &str) -> Mode {
+    match name {
+        "FIFO/OFF" => Mode::Rt(PortAttrs::FIFO_OFF),
+        "PRIO/ON" => Mode::Rt(PortAttrs::PRIO_ON),
+        "BPI/ON" => Mode::Rt(PortAttrs::BPI_ON),
+        _ => Mode::Plain,
+    }
+}
+
+/// One task set, scaled.
+#[derive(Debug, Clone, Copy)]
+struct TaskSet {
+    name: &'static str,
+    periods_ns: [u64; 5],
+    unit_ns: f64,
+}
+
+impl TaskSet {
+    fn base_utilization(&self) -> f64 {
+        (0..5).map(|i| WORKLOADS[i] as f64 * self.unit_ns / self.periods_ns[i] as f64).sum()
+    }
+    fn per_x(&self) -> f64 {
+        self.periods_ns.iter().map(|&p| 1.0 / p as f64).sum()
+    }
+    /// Utilization with `x_ns` of server work per request.
+    fn utilization(&self, x_ns: f64) -> f64 {
+        self.base_utilization() + x_ns * self.per_x()
+    }
+    fn hyperperiod_ns(&self) -> u64 {
+        self.periods_ns[4]
+    }
+}
+
+/// The outcome of one run of the task set.
+#[derive(Debug, Clone, Copy)]
+struct Trial {
+    x_ns: f64,
+    utilization: f64,
+    misses: u64,
+    jobs: u64,
+}
+
+fn set_fifo(priority: u8) -> bool {
+    ictus_rtipc::sys::set_current_policy(Policy::Fifo { priority }).is_ok()
+}
+
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn sleep_until_ns(t: u64) {
+    let ts = rustix::time::Timespec { tv_sec: (t / 1_000_000_000) as i64, tv_nsec: (t % 1_000_000_000) as i64 };
+    while let Err(rustix::io::Errno::INTR) =
+        rustix::thread::clock_nanosleep_absolute(rustix::thread::ClockId::Monotonic, &ts)
+    {}
+}
+
+/// Runs the task set once with `x_iters` of server work per request; returns misses.
+fn run_trial(
+    set: &TaskSet,
+    mode: Mode,
+    cpu: usize,
+    x_iters: u64,
+    iters_per_unit: u64,
+    hyper: u64,
+) -> Result<Trial, String> {
+    let space = Space::new();
+    let rt = RtSpace::new(space.clone());
+    let (port, plain) = match mode {
+        Mode::Rt(attrs) => {
+            (rt.allocate(PortAttrs { buffer_size: 64, buffers: 16, ..attrs }).map_err(|e| e.to_string())?, None)
+        }
+        Mode::Plain => {
+            let p = space.allocate_port_with_send().map_err(|e| e.to_string())?;
+            (p, Some(p))
+        }
+    };
+    let ready = Arc::new(Barrier::new(7));
+    let server = {
+        let (rt, space, ready) = (rt.clone(), space.clone(), ready.clone());
+        std::thread::spawn(move || -> Result<(), String> {
+            pin::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+            set_fifo(SERVER_PRIO);
+            match plain {
+                Some(p) => serve_plain(&space, p, &ready),
+                None => serve_rt(&rt, port, &ready),
+            }
+        })
+    };
+    let start = Arc::new(AtomicU64::new(0));
+    let go = Arc::new(Barrier::new(6));
+    let mut clients = Vec::new();
+    for i in 0..5 {
+        let (rt, space, ready, go, start) = (rt.clone(), space.clone(), ready.clone(), go.clone(), start.clone());
+        let period = set.periods_ns[i];
+        let work = WORKLOADS[i] * iters_per_unit;
+        let jobs = hyper * set.hyperperiod_ns() / period;
+        clients.push(std::thread::spawn(move || -> Result<(u64, u64), String> {
+            pin::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+            set_fifo(CLIENT_PRIOS[i]);
+            let mut rt_client = match plain {
+                None => Some(rt.connect(port).map_err(|e| e.to_string())?),
+                Some(_) => None,
+            };
+            ready.wait();
+            go.wait();
+            let t0 = start.load(Ordering::SeqCst);
+            let body = x_iters.to_le_bytes();
+            let mut reply = [0u8; 16];
+            let mut received = Received::new();
+            let mut msg = Message::new(1, body.to_vec());
+            let mut misses = 0;
+            for k in 0..jobs {
+                let release = t0 + k * period;
+                sleep_until_ns(release);
+                match &mut rt_client {
+                    Some(c) => {
+                        let o = SendOptions { timeout: Some(WATCHDOG), ..SendOptions::default() };
+                        c.call(&body, &mut reply, o).map_err(|e| e.to_string())?;
+                    }
+                    None => {
+                        let ro = ReceiveOptions { timeout: Some(WATCHDOG), ..Default::default() };
+                        space.call(port, &mut msg, &mut received, IpcSend::default(), ro).map_err(|e| e.to_string())?;
+                    }
+                }
+                std::hint::black_box(whetstone(work));
+                if now_ns() > release + period {
+                    misses += 1;
+                }
+            }
+            Ok((misses, jobs))
+        }));
+    }
+    ready.wait();
+    // All clients are connected and the server waits: release them together a little
+    // later (the critical instant), on a fresh period boundary.
+    start.store(now_ns() + 5_000_000, Ordering::SeqCst);
+    go.wait();
+    let mut misses = 0;
+    let mut jobs = 0;
+    let mut err = None;
+    for c in clients {
+        match c.join() {
+            Ok(Ok((m, j))) => {
+                misses += m;
+                jobs += j;
+            }
+            Ok(Err(e)) => err = Some(e),
+            Err(_) => err = Some("client panicked".to_string()),
+        }
+    }
+    // Stop the server.
+    match plain {
+        Some(p) => {
+            let _ = space.send(p, &mut Message::new(2, Vec::new()), IpcSend::NONBLOCKING);
+        }
+        None => {
+            if let Ok(mut c) = rt.connect(port) {
+                let _ = c.send(&STOP.to_le_bytes(), SendOptions { nonblocking: true, ..SendOptions::default() });
+            }
+        }
+    }
+    let _ = server.join();
+    let _ = rt.destroy(port);
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(Trial { x_ns: 0.0, utilization: 0.0, misses, jobs })
+}
+
+fn serve_rt(rt: &RtSpace, port: Name, ready: &Barrier) -> Result<(), String> {
+    let mut r = rt.associate(port, None).map_err(|e| e.to_string())?;
+    let mut req = r.request_buffer();
+    ready.wait();
+    loop {
+        r.receive(&mut req, Some(WATCHDOG)).map_err(|e| e.to_string())?;
+        let x = req.data().get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+        if x == STOP {
+            return Ok(());
+        }
+        std::hint::black_box(whetstone(x));
+        if req.sync {
+            let _ = r.reply(&mut req, &x.to_le_bytes());
+        }
+    }
+}
+
+fn serve_plain(space: &Space, port: Name, ready: &Barrier) -> Result<(), String> {
+    let mut r = Received::new();
+    let mut reply = Message::new(101, vec![0u8; 8]);
+    ready.wait();
+    loop {
+        let ro = ReceiveOptions { timeout: Some(WATCHDOG), ..Default::default() };
+        space.receive(port, &mut r, ro).map_err(|e| e.to_string())?;
+        if r.id == 2 {
+            return Ok(());
+        }
+        let x = r.data().get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+        std::hint::black_box(whetstone(x));
+        if let Some(rr) = r.reply {
+            let _ = space.send(rr.name, &mut reply, IpcSend::default());
+        }
+    }
+}
+
+/// Binary search for the largest server work with no deadline miss.
+fn breakdown(
+    set: &TaskSet,
+    mode: Mode,
+    cpu: usize,
+    ns_per_iter: f64,
+    steps: usize,
+    hyper: u64,
+    trace: &mut Vec<Trial>,
+) -> Result<Option<f64>, String> {
+    let iters_per_unit = (set.unit_ns / ns_per_iter).round().max(1.0) as u64;
+    let x_max = (1.0 - set.base_utilization()) / set.per_x();
+    let (mut lo, mut hi) = (0.0f64, x_max * 1.02);
+    let attempt = |x_ns: f64, trace: &mut Vec<Trial>| -> Result<bool, String> {
+        let x_iters = (x_ns / ns_per_iter).round() as u64;
+        // A miss is confirmed by a second run: on a shared machine another task's
+        // real-time work (or the hypervisor) can steal a moment from one trial, and one
+        // such moment must not end the search. A pass needs no confirmation: a task set
+        // that meets every deadline once had the time it needed.
+        for _ in 0..2 {
+            let mut t = run_trial(set, mode, cpu, x_iters, iters_per_unit, hyper)?;
+            t.x_ns = x_iters as f64 * ns_per_iter;
+            t.utilization = set.utilization(t.x_ns);
+            if std::env::var_os("ICTUS_DHS_TRACE").is_some() {
+                eprintln!("dhs: {} {mode:?} U={:.1}% misses {}/{}", set.name, t.utilization * 100.0, t.misses, t.jobs);
+            }
+            trace.push(t);
+            // Let the CPU rest between trials, so that the kernel's real-time throttling
+            // (950 ms of every 1 s by default) never cuts into a trial.
+            std::thread::sleep(Duration::from_nanos(set.hyperperiod_ns() * hyper / 3));
+            if t.misses == 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    if !attempt(0.0, trace)? {
+        return Ok(None);
+    }
+    let mut best = set.utilization(0.0);
+    for _ in 0..steps {
+        let mid = (lo + hi) / 2.0;
+        if attempt(mid, trace)? {
+            lo = mid;
+            best = set.utilization(mid);
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(best))
+}
+
+/// One task set under one mode: its breakdown utilization (none if no point was
+/// schedulable, or the search stopped) and every trial of the search.
+struct Search {
+    set: &'static str,
+    mode: &'static str,
+    breakdown: Option<f64>,
+    trials: Vec<Trial>,
+}
+
+/// Runs the experiment.
+pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
+    let started = Instant::now();
+    let mut conditions = Conditions::capture_before();
+    let mut notes = Vec::new();
+    let cpu = opts.pin.map_or(0, |p| p.client);
+    conditions.pinned = format!("all threads on CPU {cpu}");
+    if !ictus_rt::thread::rt_privileges() {
+        let mut report = Report::new("dhs", "003 §5.2, Tables 1-2", opts.quick, conditions.finish());
+        report.notes.push(
+            "could not run: SCHED_FIFO is refused here (needs root, CAP_SYS_NICE or RLIMIT_RTPRIO); without fixed \
+             priorities there is no rate-monotonic schedule to break down"
+                .to_string(),
+        );
+        let svg = plot_svg(&report);
+        return Ok(Outcome::new(report, svg));
+    }
+
+    // Set-up: the work unit's cost, measured where the work runs.
+    let foreign_before = foreign_rt_threads();
+    let ns_per_iter = calibrate_on(cpu)?;
+    let scale = if opts.quick { 8 } else { 1 };
+    let (steps, hyper) = if opts.quick { (6, 1) } else { (8, 2) };
+    let unit_ns = 1_000_000.0 / scale as f64;
+    let sets = [
+        TaskSet { name: "DHScl", periods_ns: PERIODS_CL.map(|p| p * 1_000_000 / scale), unit_ns },
+        TaskSet { name: "DHSpq", periods_ns: PERIODS_PQ.map(|p| p * 1_000_000 / scale), unit_ns },
+    ];
+
+    // The measured windows: a breakdown search per task set and mode.
+    let mut searches = Vec::new();
+    {
+        let _affinity = pin::AffinityGuard::save()?;
+        for set in &sets {
+            for mode in MODES {
+                let mut trials = Vec::new();
+                let breakdown = match breakdown(set, mode_for(mode), cpu, ns_per_iter, steps, hyper, &mut trials) {
+                    Ok(u) => u,
+                    Err(e) => {
+                        notes.push(format!("{} {mode} stopped: {e}", set.name));
+                        None
+                    }
+                };
+                searches.push(Search { set: set.name, mode, breakdown, trials });
+            }
+        }
+    }
+    notes.extend(foreign_warning(&foreign_before));
+
+    // Rows, the paper's figures and the headline.
+    let mut report = Report::new("dhs", "003 §5.2, Tables 1-2", opts.quick, conditions.finish());
+    report.conditions.policy =
+        format!("clients SCHED_FIFO {:?} (rate monotonic), server SCHED_FIFO {SERVER_PRIO}", CLIENT_PRIOS);
+    add_rows_and_figures(&mut report, &sets, &searches);
+    add_headline(&mut report, &searches, &mut notes);
+    add_notes(&mut notes, unit_ns, ns_per_iter, cpu, opts.quick, steps, hyper);
+    notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
+    report.notes.extend(notes);
+    for s in &searches {
+        report.rows.push(json!({
+            "case": format!("{} {} trials", s.set, s.mode),
+            "trace": s.trials.iter().map(|t| json!({"utilization_pct": (t.utilization * 1000.0).round() / 10.0, "misses": t.misses})).collect::<Vec<_>>(),
+        }));
+    }
+    let svg = plot_svg(&report);
+    Ok(Outcome::new(report, svg))
+}
+
+/// How the numbers were made.
+fn add_notes(
+    notes: &mut Vec<String>,
+    unit_ns: f64,
+    ns_per_iter: f64,
+    cpu: usize,
+    quick: bool,
+    steps: usize,
+    hyper: u64,
+) {
+    notes.push(format!(
+        "work unit: {:.0} µs of a Whetstone-style kernel ({:.1} ns per block, calibrated at SCHED_FIFO on CPU \
+         {cpu}); periods {}; {} hyperperiod(s) per trial, {steps} bisection steps, a miss confirmed by a second trial; utilization is computed from the \
+         calibrated work, as Hartstone does",
+        unit_ns / 1000.0,
+        ns_per_iter,
+        if quick { "scaled down by 8 (--quick)" } else { "as in Table 1" },
+        hyper,
+    ));
+    notes.push(
+        "all threads in one process on one CPU (the paper's DHS also ran clients and server on one machine); the \
+         real-time ports move every request through the kernel (sockets, PI futexes), as between processes"
+            .to_string(),
+    );
+    notes.push(
+        "the kernel's real-time throttling (sched_rt_runtime_us 950000 of 1000000 by default) caps any CPU's \
+         real-time share at 95 %; trials are separated by idle gaps so that it does not cut into them"
+            .to_string(),
+    );
+    notes.push(
+        "the machine is a shared 2-CPU VM: the other CPU takes other work; these threads are SCHED_FIFO on theirs"
+            .to_string(),
+    );
+}
+
+/// [`calibrate`] on `cpu` at the top client priority, where the work runs; the
+/// thread's affinity and class are restored after.
+fn calibrate_on(cpu: usize) -> Result<f64, BenchError> {
+    let _affinity = pin::AffinityGuard::save()?;
+    let saved_policy = ictus_rt::thread::current_policy();
+    pin::pin_current_thread(cpu).map_err(|e| BenchError::io("pinning", e))?;
+    set_fifo(CLIENT_PRIOS[0]);
+    let ns_per_iter = calibrate();
+    let _ = ictus_rtipc::sys::set_current_policy(saved_policy);
+    Ok(ns_per_iter)
+}
+
+/// A warning naming the real-time threads of other processes that ran during the
+/// experiment (see [`foreign_rt_threads`]).
+fn foreign_warning(before: &[(String, u64)]) -> Option<String> {
+    let mut foreign: Vec<String> = foreign_rt_threads()
+        .into_iter()
+        .filter(|(name, after)| {
+            let before = before.iter().find(|(n, _)| n == name).map_or(0, |(_, t)| *t);
+            *after > before
+        })
+        .map(|(name, _)| name)
+        .collect();
+    foreign.sort();
+    foreign.dedup();
+    (!foreign.is_empty()).then(|| {
+        format!(
+            "WARNING: other processes ran real-time threads during this run, which take CPU time from these \
+             SCHED_FIFO threads whatever their priority (a SCHED_DEADLINE thread preempts them all), so the \
+             breakdown utilizations are lower than this machine can do: {}",
+            foreign.join(", ")
+        )
+    })
+}
+
+/// A row per task set and mode beside the paper's Table 2, and the same as figures.
+fn add_rows_and_figures(report: &mut Report, sets: &[TaskSet], searches: &[Search]) {
+    for (set_i, set) in sets.iter().enumerate() {
+        for (mode, cl, pq) in PAPER {
+            let Some(search) = searches.iter().find(|s| s.set == set.name && s.mode == mode) else { continue };
+            let ours = search.breakdown;
+            let paper = if set_i == 0 { cl } else { pq };
+            report.rows.push(json!({
+                "case": format!("{} {mode}", set.name),
+                "breakdown_pct": ours.map(|u| (u * 1000.0).round() / 10.0),
+                "paper_pct": paper,
+                "base_pct": (set.base_utilization() * 1000.0).round() / 10.0,
+                "server_work_ms": ours.map(|u| ((u - set.base_utilization()) / set.per_x() / 1e6 * 1000.0).round() / 1000.0),
+                "trials": search.trials.len(),
+                "jobs_per_trial": search.trials.first().map_or(0, |t| t.jobs),
+            }));
+            let figure = PaperFigure::new(
+                format!("{} breakdown utilization, {mode}", set.name),
+                format!("{paper} %"),
+                Some(paper),
+                "%",
+                Better::Higher,
+            );
+            report.paper_figures.push(match ours {
+                Some(u) => figure.ours(Some(u * 100.0), format!("{:.1} %", u * 100.0)),
+                None => figure.ours(None, "no schedulable point found".to_string()),
+            });
+        }
+    }
+}
+
+/// `dhs_cl_prio_on_vs_fifo`: PRIO/ON's breakdown utilization of DHScl against
+/// FIFO/OFF's, same run.
+fn add_headline(report: &mut Report, searches: &[Search], notes: &mut Vec<String>) {
+    let get =
+        |set: &str, mode: &str| searches.iter().find(|s| s.set == set && s.mode == mode).and_then(|s| s.breakdown);
+    match (get("DHScl", "PRIO/ON"), get("DHScl", "FIFO/OFF")) {
+        (Some(ours), Some(peer)) => {
+            report.headline.push(
+                Headline::new(
+                    "dhs_cl_prio_on_vs_fifo",
+                    ours * 100.0,
+                    peer * 100.0,
+                    "FIFO/OFF breakdown utilization, DHScl, same run",
+                    "%",
+                    Better::Higher,
+                )
+                .with_target(1.4),
+            );
+            notes.push(format!(
+                "PRIO/ON DHScl breakdown {:.1} % against the 90 % target: {}",
+                ours * 100.0,
+                if ours >= 0.9 { "met" } else { "NOT met" }
+            ));
+        }
+        _ => notes.push("headline dhs_cl_prio_on_vs_fifo omitted: a mode found no schedulable point".to_string()),
+    }
+}
+
+/// Deadline misses against the utilization tried, one series per task set and mode.
+pub fn plot_svg(report: &Report) -> String {
+    let mut series = Vec::new();
+    for row in &report.rows {
+        let (Some(case), Some(trace)) =
+            (row.get("case").and_then(|v| v.as_str()), row.get("trace").and_then(|v| v.as_array()))
+        else {
+            continue;
+        };
+        let mut points: Vec<(f64, f64)> = trace
+            .iter()
+            .filter_map(|t| Some((t.get("utilization_pct")?.as_f64()?, t.get("misses")?.as_f64()?)))
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        series.push(Series { name: case.trim_end_matches(" trials").to_string(), points });
+    }
+    Plot {
+        title: format!("dhs: deadline misses vs utilization tried{}", if report.quick { " [quick]" } else { "" }),
+        x: Axis { label: "utilization (%)".to_string(), scale: Scale::Linear, ticks: TickFormat::Plain },
+        y: Axis { label: "deadline misses in the trial".to_string(), scale: Scale::Linear, ticks: TickFormat::Plain },
+        series,
+    }
+    .render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_sets_match_table_1() {
+        let set = TaskSet { name: "DHScl", periods_ns: PERIODS_CL.map(|p| p * 1_000_000), unit_ns: 1e6 };
+        assert!((set.base_utilization() - 0.034375).abs() < 1e-9);
+        // Harmonic: every period divides the next.
+        assert!(PERIODS_CL.windows(2).all(|w| w[1] % w[0] == 0));
+        assert!(PERIODS_PQ.iter().zip(PERIODS_CL).all(|(pq, cl)| *pq == 2 * cl));
+        assert!((set.utilization((1.0 - set.base_utilization()) / set.per_x()) - 1.0).abs() < 1e-9);
+        assert!(CLIENT_PRIOS.windows(2).all(|w| w[0] > w[1]) && SERVER_PRIO < CLIENT_PRIOS[4]);
+    }
+
+    #[test]
+    fn whetstone_is_finite_and_calibrates() {
+        assert!(whetstone(1000).is_finite());
+        assert!(calibrate() > 0.0);
+    }
+
+    #[test]
+    fn plot_is_well_formed() {
+        let mut report = Report::new("dhs", "003", true, Conditions::capture_before());
+        report.rows.push(json!({"case": "DHScl PRIO/ON trials", "trace": [{"utilization_pct": 50.0, "misses": 0}]}));
+        ictus_bench::plot::check_well_formed(&plot_svg(&report)).expect("well formed");
+    }
+}

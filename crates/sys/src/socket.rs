@@ -1,0 +1,290 @@
+//! Messages on Unix-domain sockets with descriptors and credentials: `sendmsg(2)` and
+//! `recvmsg(2)` with `SCM_RIGHTS` and `SCM_CREDENTIALS`.
+//!
+//! Two things go wrong with control messages unless they are done with care, and both
+//! leak descriptors:
+//!
+//! - **Alignment.** A control buffer must be aligned for `struct cmsghdr`. rustix aligns
+//!   an unaligned buffer by skipping its first bytes, which leaves a length that is not
+//!   a multiple of the alignment, and glibc's `CMSG_NXTHDR` then refuses a full
+//!   `SCM_RIGHTS` message: the descriptors in it stay installed in the process, owned by
+//!   nobody. The buffers here are aligned by their type.
+//! - **Room.** A sender may attach up to `SCM_MAX_FD` (253) descriptors. With less
+//!   room the kernel installs what fits, sets `MSG_CTRUNC` and drops the rest; a
+//!   receiver that then refuses the message must still close what was installed.
+//!   [`recvmsg`] always has room for 253 descriptors and a credential, takes ownership
+//!   of every descriptor the kernel installed (as [`OwnedFd`]s, close-on-exec) before
+//!   it looks at anything else, and reports truncation of data and control separately:
+//!   the caller decides, and whatever it decides, nothing is left unowned.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+
+/// The kernel's limit on descriptors in one `SCM_RIGHTS` message (`SCM_MAX_FD` in
+/// `include/net/scm.h`).
+pub const SCM_MAX_FD: usize = 253;
+
+/// A sender's identity as the kernel stamped it on a message (`struct ucred`).
+///
+/// A process cannot claim another's pid, uid or gid unless it holds `CAP_SYS_ADMIN`
+/// (pid) or `CAP_SETUID`/`CAP_SETGID` (ids), as `unix(7)` describes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ucred {
+    /// Process id (thread group id); 0 for a sender in a pid namespace the receiver
+    /// cannot see.
+    pub pid: u32,
+    /// Effective user id.
+    pub uid: u32,
+    /// Effective group id.
+    pub gid: u32,
+}
+
+/// What one [`recvmsg`] produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvMsg {
+    /// Bytes placed in the buffers (for a truncated datagram, fewer than were sent).
+    pub bytes: usize,
+    /// The sender's credentials, if the socket has `SO_PASSCRED` on.
+    pub creds: Option<Ucred>,
+    /// `MSG_TRUNC`: the datagram was longer than the buffers; the rest is lost.
+    pub truncated: bool,
+    /// `MSG_CTRUNC`: the control data did not fit; descriptors beyond the room were
+    /// closed by the kernel. Cannot happen for `SCM_RIGHTS` within the kernel's limit.
+    pub control_truncated: bool,
+}
+
+/// A control-message buffer aligned for `struct cmsghdr`.
+#[repr(C, align(8))]
+struct Aligned<const N: usize>([MaybeUninit<u8>; N]);
+
+/// Room for [`SCM_MAX_FD`] descriptors.
+const SEND_CONTROL: usize = rustix::cmsg_space!(ScmRights(SCM_MAX_FD));
+/// Room for [`SCM_MAX_FD`] descriptors and one credential.
+const RECV_CONTROL: usize = rustix::cmsg_space!(ScmRights(SCM_MAX_FD), ScmCredentials(1));
+
+/// `sendmsg(fd, &{ .msg_iov = bufs, .msg_control = SCM_RIGHTS(fds) }, flags)`: send the
+/// bytes of `bufs`, gathered, with the descriptors `fds`.
+///
+/// Returns the number of bytes sent. `EINVAL` for more than [`SCM_MAX_FD`]
+/// descriptors, as the kernel would. Nothing is retried: `EINTR` and `EAGAIN` go to the
+/// caller, who knows whether to wait.
+///
+/// # References
+/// - [`sendmsg(2)`](https://man7.org/linux/man-pages/man2/sendmsg.2.html)
+/// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SCM_RIGHTS`
+/// - [`cmsg(3)`](https://man7.org/linux/man-pages/man3/cmsg.3.html)
+pub fn sendmsg(
+    fd: BorrowedFd<'_>,
+    bufs: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+    flags: SendFlags,
+) -> rustix::io::Result<usize> {
+    if fds.len() > SCM_MAX_FD {
+        return Err(Errno::INVAL);
+    }
+    let mut space = Aligned([MaybeUninit::<u8>::uninit(); SEND_CONTROL]);
+    let mut control = SendAncillaryBuffer::new(&mut space.0);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        // Cannot happen: the buffer is aligned and sized for SCM_MAX_FD descriptors.
+        return Err(Errno::INVAL);
+    }
+    rustix::net::sendmsg(fd, bufs, &mut control, flags)
+}
+
+/// `recvmsg(fd, &{ .msg_iov = bufs, .msg_control = room for SCM_RIGHTS(253) and
+/// SCM_CREDENTIALS }, flags | MSG_CMSG_CLOEXEC)`: receive one message into `bufs`,
+/// appending every descriptor that came with it to `fds`.
+///
+/// Every descriptor the kernel installed is owned by `fds` when this returns, also when
+/// the message was truncated, so a caller that refuses the message closes them all by
+/// dropping them. They are close-on-exec (`MSG_CMSG_CLOEXEC` is always added), so none
+/// leaks into a program another thread executes meanwhile. No sender address is asked
+/// for: an `AF_UNIX` socket with `SO_PASSCRED` is auto-bound, so the kernel would copy
+/// one out on every message for nothing (rustix's `recvmsg` always asks). The raw
+/// system call is made, not glibc's wrapper, which also switches thread cancellation on
+/// and off around it.
+///
+/// A zero-length result with no descriptors is either an empty datagram or, on a
+/// connection, the peer's hang-up; only the caller can tell (`poll` for `POLLHUP`).
+/// Nothing is retried: `EINTR` and `EAGAIN` go to the caller.
+///
+/// # References
+/// - [`recvmsg(2)`](https://man7.org/linux/man-pages/man2/recvmsg.2.html)
+/// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SCM_RIGHTS`,
+///   `SCM_CREDENTIALS`, `SO_PASSCRED`
+/// - [`cmsg(3)`](https://man7.org/linux/man-pages/man3/cmsg.3.html)
+pub fn recvmsg(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [IoSliceMut<'_>],
+    fds: &mut Vec<OwnedFd>,
+    flags: RecvFlags,
+) -> rustix::io::Result<RecvMsg> {
+    let mut space = Aligned([MaybeUninit::<u8>::uninit(); RECV_CONTROL]);
+    // SAFETY: an all-zero msghdr is a valid empty one (no name, no buffers).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSliceMut` is ABI-compatible with `iovec` (std guarantees it on Unix).
+    msg.msg_iov = bufs.as_mut_ptr().cast();
+    msg.msg_iovlen = bufs.len() as _;
+    msg.msg_control = space.0.as_mut_ptr().cast();
+    msg.msg_controllen = RECV_CONTROL as _;
+    let flags = flags.bits() as libc::c_int | libc::MSG_CMSG_CLOEXEC;
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated length for
+    // the duration of the call: the iovecs to `bufs` (each slice writable for its
+    // length), the control buffer to `space`. recvmsg(2) writes only within them.
+    let n = unsafe { libc::syscall(libc::SYS_recvmsg, fd.as_raw_fd(), &mut msg as *mut libc::msghdr, flags) };
+    if n < 0 {
+        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+    }
+    let mut creds = None;
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, staying
+    // within `msg_controllen` (which the kernel set to what it wrote); the buffer is
+    // aligned for cmsghdr. Each SCM_RIGHTS entry is a descriptor the kernel has just
+    // installed in this process for this call, owned by nobody else: taking it as an
+    // OwnedFd is what makes it closed whatever the caller does next.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let level = (*c).cmsg_level;
+            let kind = (*c).cmsg_type;
+            let data = libc::CMSG_DATA(c);
+            let payload = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+                let p = data.cast::<libc::c_int>();
+                for i in 0..payload / std::mem::size_of::<libc::c_int>() {
+                    fds.push(OwnedFd::from_raw_fd(p.add(i).read_unaligned()));
+                }
+            } else if level == libc::SOL_SOCKET
+                && kind == libc::SCM_CREDENTIALS
+                && payload >= std::mem::size_of::<libc::ucred>()
+            {
+                let u = data.cast::<libc::ucred>().read_unaligned();
+                creds = Some(Ucred { pid: u.pid as u32, uid: u.uid, gid: u.gid });
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(RecvMsg {
+        bytes: n as usize,
+        creds,
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        control_truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    use std::os::fd::AsFd;
+
+    fn pair(kind: SocketType) -> (OwnedFd, OwnedFd) {
+        rustix::net::socketpair(AddressFamily::UNIX, kind, SocketFlags::CLOEXEC, None).expect("socketpair")
+    }
+
+    #[test]
+    fn descriptors_and_credentials_cross() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        rustix::net::sockopt::set_socket_passcred(&b, true).unwrap();
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let sent = sendmsg(
+            a.as_fd(),
+            &[IoSlice::new(b"he"), IoSlice::new(b"llo")],
+            &[r.as_fd(), w.as_fd()],
+            SendFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(sent, 5);
+        let mut buf = [0u8; 16];
+        let mut fds = Vec::new();
+        let m = recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
+        assert_eq!((m.bytes, m.truncated, m.control_truncated), (5, false, false));
+        assert_eq!(&buf[..5], b"hello");
+        assert_eq!(fds.len(), 2);
+        let me = Ucred {
+            pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        };
+        assert_eq!(m.creds, Some(me));
+        // The received write end reaches the original read end.
+        rustix::io::write(&fds[1], b"x").unwrap();
+        let mut one = [0u8; 1];
+        assert_eq!(rustix::io::read(&r, &mut one).unwrap(), 1);
+        // Close-on-exec, whatever the caller passed.
+        assert!(rustix::io::fcntl_getfd(&fds[0]).unwrap().contains(rustix::io::FdFlags::CLOEXEC));
+    }
+
+    #[test]
+    fn scattered_receive_and_no_credentials_without_passcred() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        sendmsg(a.as_fd(), &[IoSlice::new(b"headbody")], &[], SendFlags::empty()).unwrap();
+        let (mut head, mut body) = ([0u8; 4], [0u8; 8]);
+        let mut fds = Vec::new();
+        let m = recvmsg(
+            b.as_fd(),
+            &mut [IoSliceMut::new(&mut head), IoSliceMut::new(&mut body)],
+            &mut fds,
+            RecvFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!((m.bytes, m.creds), (8, None));
+        assert_eq!((&head, &body[..4]), (b"head", &b"body"[..]));
+    }
+
+    /// 253 copies of a pipe's read end arrive, all owned: once they and the original
+    /// are dropped, no read end is open anywhere, which the write end sees (`EPIPE`).
+    #[test]
+    fn the_kernel_limit_of_descriptors_is_received_and_owned() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let many: Vec<BorrowedFd<'_>> = (0..SCM_MAX_FD).map(|_| r.as_fd()).collect();
+        sendmsg(a.as_fd(), &[IoSlice::new(b"x")], &many, SendFlags::empty()).unwrap();
+        let too_many = [many.as_slice(), &[r.as_fd()]].concat();
+        assert_eq!(sendmsg(a.as_fd(), &[IoSlice::new(b"x")], &too_many, SendFlags::empty()), Err(Errno::INVAL));
+        let mut buf = [0u8; 1];
+        let mut fds = Vec::new();
+        let m = recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
+        assert!(!m.control_truncated);
+        assert_eq!(fds.len(), SCM_MAX_FD);
+        drop((too_many, many));
+        drop(r);
+        assert!(rustix::io::write(&w, b"x").is_ok(), "the received read ends are open");
+        drop(fds);
+        assert_eq!(rustix::io::write(&w, b"x"), Err(Errno::PIPE), "every received read end closed by its owner");
+    }
+
+    #[test]
+    fn a_truncated_datagram_is_reported_and_its_descriptors_owned() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        sendmsg(a.as_fd(), &[IoSlice::new(&[7u8; 100])], &[r.as_fd()], SendFlags::empty()).unwrap();
+        let mut buf = [0u8; 10];
+        let mut fds = Vec::new();
+        let m = recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
+        assert!(m.truncated);
+        assert_eq!((m.bytes, fds.len()), (10, 1));
+    }
+
+    #[test]
+    fn errors_and_hang_ups() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        let mut buf = [0u8; 4];
+        let mut fds = Vec::new();
+        assert_eq!(
+            recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT),
+            Err(Errno::AGAIN)
+        );
+        drop(a);
+        let m = recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
+        assert_eq!((m.bytes, fds.len()), (0, 0), "a hang-up reads as zero bytes");
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        assert_eq!(
+            recvmsg(r.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT),
+            Err(Errno::NOTSOCK)
+        );
+    }
+}
