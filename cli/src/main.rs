@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi"],
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "unix"],
             "names are stable: CI and the testbed use them"
         );
     }
