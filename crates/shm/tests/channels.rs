@@ -5,7 +5,7 @@
 mod common;
 
 use std::os::fd::AsFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use ictus_shm::{CloseReason, Event, RecvError, SendError, ServerConfig, SleepMode, WaitConfig};
@@ -77,6 +77,18 @@ fn blocking_waits_on_both_sides_and_poll_mode_server() {
         for n in 0..200u32 {
             let (tag, back) = round_trip(&mut c, n, &n.to_le_bytes());
             assert_eq!((tag, back), (n + 1, n.to_le_bytes().to_vec()));
+        }
+        // On a loaded machine the two sides can ping-pong for ever without the server
+        // ever falling asleep (the client's next record lands before it sleeps). Give
+        // it the chance between trips until one trip has found it asleep.
+        let deadline = Instant::now() + WATCHDOG;
+        let mut n = 200u32;
+        while c.stats().wakeups == 0 {
+            assert!(Instant::now() < deadline, "watchdog: a sleeping server was never woken: {:?}", c.stats());
+            std::thread::sleep(Duration::from_millis(5));
+            let (tag, back) = round_trip(&mut c, n, &n.to_le_bytes());
+            assert_eq!((tag, back), (n + 1, n.to_le_bytes().to_vec()));
+            n += 1;
         }
         assert!(c.stats().wakeups > 0, "a sleeping server was woken: {:?}", c.stats());
         assert!(c.stats().wakeups <= c.stats().sent);
