@@ -31,6 +31,10 @@ fn main() {
         "debuginfo=1",
         "-C",
         "relocation-model=static",
+        // Baseline x86-64 (SSE2, no VEX encodings): the patched path saves exactly the
+        // x87/SSE state the library can touch (fxsave64).
+        "-C",
+        "target-cpu=x86-64",
     ];
     run(Command::new(&rustc)
         .args(common)
@@ -52,7 +56,19 @@ fn main() {
     println!("cargo:rustc-env=ICTUS_UNIX_LOADER_BUILT={}", loader.display());
     println!("cargo:rerun-if-changed=loader/main.rs");
     println!("cargo:rerun-if-changed=../../crates/unix-emul/src");
-    for f in ["lib.rs", "conn.rs", "elf.rs", "handler.rs", "loader.rs", "sys.rs", "sysno.rs", "wire.rs"] {
+    for f in [
+        "lib.rs",
+        "cache.rs",
+        "conn.rs",
+        "elf.rs",
+        "handler.rs",
+        "loader.rs",
+        "patch.rs",
+        "state.rs",
+        "sys.rs",
+        "sysno.rs",
+        "wire.rs",
+    ] {
         println!("cargo:rerun-if-changed=../../crates/unix-emul/src/{f}");
     }
 }

@@ -50,6 +50,18 @@ pub fn generation() -> Option<u64> {
     (!p.is_null()).then(|| unsafe { (*p).load(Ordering::Acquire) })
 }
 
+/// Whether the policy refuses call `n` (the server's bitmap on the page).
+pub fn refused(n: u32) -> bool {
+    let p = PAGE.load(Ordering::Acquire);
+    if p.is_null() || n >= crate::sysno::MAX_KNOWN {
+        return false;
+    }
+    // SAFETY: the page is mapped read-only for the life of the image; the bitmap is
+    // inside it (checked in wire).
+    let byte = unsafe { core::ptr::read_volatile((p as *const u8).add(crate::wire::GEN_REFUSED_AT + n as usize / 8)) };
+    byte & (1 << (n % 8)) != 0
+}
+
 /// The working directory changed: relative entries no longer apply.
 pub fn cwd_changed() {
     CWD.fetch_add(1, Ordering::AcqRel);

@@ -16,10 +16,16 @@ use crate::conn::{self, CallError};
 use crate::sys::{self, syscall6};
 use crate::sysno::{self as nr, errno, ArgCheck, Class};
 use crate::wire::{self, CONN_HI, INTERP_FD, PROG_FD, RESERVED_LO};
+use crate::{patch, state};
 
 /// `SIGSYS`.
 pub const SIGSYS: u64 = 31;
-const SIGSYS_BIT: u64 = 1 << (SIGSYS - 1);
+/// `SIGTRAP`: the library's too, for the moments a call site is being patched.
+pub const SIGTRAP: u64 = 5;
+/// The signals the library owns, which the program may neither block nor handle
+/// (its actions for them are kept virtually).
+const LIBRARY_SIGNALS: u64 = (1 << (SIGSYS - 1)) | (1 << (SIGTRAP - 1));
+const SI_KERNEL: i32 = 0x80;
 const SA_SIGINFO: u64 = 4;
 const SA_ONSTACK: u64 = 0x0800_0000;
 const SA_NODEFER: u64 = 0x4000_0000;
@@ -38,10 +44,25 @@ const REG_RDI: usize = 8;
 const REG_RSI: usize = 9;
 const REG_RDX: usize = 12;
 const REG_RAX: usize = 13;
+const REG_RIP: usize = 16;
 
-/// The program's own SIGSYS action (handler, flags, restorer, mask): SIGSYS belongs
-/// to the library, so the program's `rt_sigaction(SIGSYS)` lands here.
-static VIRTUAL_SIGSYS: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+const CLONE_VM: u64 = 0x100;
+const CLONE_VFORK: u64 = 0x4000;
+const CLONE_THREAD: u64 = 0x10000;
+
+/// The program's own SIGSYS and SIGTRAP actions (handler, flags, restorer, mask):
+/// those signals belong to the library, so the program's `rt_sigaction` of them lands
+/// here.
+static VIRTUAL_SIGSYS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static VIRTUAL_SIGTRAP: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+fn virtual_action(sig: u64) -> Option<&'static [AtomicU64; 4]> {
+    match sig {
+        SIGSYS => Some(&VIRTUAL_SIGSYS),
+        SIGTRAP => Some(&VIRTUAL_SIGTRAP),
+        _ => None,
+    }
+}
 
 core::arch::global_asm!(".globl ictus_unix_restorer", "ictus_unix_restorer:", "mov eax, 15", "syscall", "ud2",);
 
@@ -49,16 +70,20 @@ extern "C" {
     fn ictus_unix_restorer();
 }
 
-/// Install the SIGSYS handler (each new image, by the loader).
+/// Install the SIGSYS and SIGTRAP handlers (each new image, by the loader).
 pub fn install() -> i64 {
-    let act: [u64; 4] = [
-        sigsys as *const () as usize as u64,
-        SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTORER,
-        ictus_unix_restorer as *const () as usize as u64,
-        0,
-    ];
-    // SAFETY: act is a valid kernel sigaction (rt_sigaction(2)), sigsetsize 8.
-    unsafe { syscall6(sys::SYS_RT_SIGACTION, SIGSYS, act.as_ptr() as u64, 0, 8, 0, 0) }
+    let flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTORER;
+    let restorer = ictus_unix_restorer as *const () as usize as u64;
+    let sys_act: [u64; 4] = [sigsys as *const () as usize as u64, flags, restorer, 0];
+    let trap_act: [u64; 4] = [sigtrap as *const () as usize as u64, flags, restorer, 0];
+    // SAFETY: valid kernel sigactions (rt_sigaction(2)), sigsetsize 8.
+    unsafe {
+        let r = syscall6(sys::SYS_RT_SIGACTION, SIGSYS, sys_act.as_ptr() as u64, 0, 8, 0, 0);
+        if r < 0 {
+            return r;
+        }
+        syscall6(sys::SYS_RT_SIGACTION, SIGTRAP, trap_act.as_ptr() as u64, 0, 8, 0, 0)
+    }
 }
 
 unsafe fn greg(uc: *mut u8, i: usize) -> *mut u64 {
@@ -75,12 +100,13 @@ unsafe extern "C" fn sigsys(sig: i32, info: *mut u8, uc: *mut u8) {
     let (si_errno, si_code) = unsafe { (*(info.add(4) as *const i32), *(info.add(8) as *const i32)) };
     if si_code != SYS_SECCOMP_CODE || si_errno != wire::TRAP_DATA as i32 {
         // SAFETY: forwarding the kernel's own arguments.
-        unsafe { forward(sig, info, uc) };
+        unsafe { forward(&VIRTUAL_SIGSYS, SIGSYS, sig, info, uc) };
         return;
     }
     // SAFETY: uc is the kernel's ucontext (registers at the trap).
     unsafe {
         let n = *greg(uc, REG_RAX) as u32;
+        let rip = *greg(uc, REG_RIP);
         let a = [
             *greg(uc, REG_RDI),
             *greg(uc, REG_RSI),
@@ -89,14 +115,88 @@ unsafe extern "C" fn sigsys(sig: i32, info: *mut u8, uc: *mut u8) {
             *greg(uc, REG_R8),
             *greg(uc, REG_R9),
         ];
+        if matches!(n, nr::VFORK | nr::CLONE | nr::CLONE3) && !refused(n) {
+            clone_trap(uc, n, a, rip);
+            return;
+        }
         let r = if n == nr::RT_SIGPROCMASK { sigprocmask_in_frame(uc, a) } else { dispatch(n, a) };
         *greg(uc, REG_RAX) = r as u64;
+        // Next time, this site calls the library without a trap.
+        patch::maybe_patch(rip, n);
     }
+}
+
+/// The SIGTRAP handler: an `int3` of a call site being patched (see [`patch`]) does
+/// what the `mov` it covers would have done; anything else is the program's.
+///
+/// # Safety
+/// Called by the kernel with a valid `siginfo_t` and `ucontext_t`.
+unsafe extern "C" fn sigtrap(sig: i32, info: *mut u8, uc: *mut u8) {
+    // SAFETY: info is the kernel's siginfo_t; uc its ucontext.
+    unsafe {
+        if *(info.add(8) as *const i32) == SI_KERNEL {
+            let rip = *greg(uc, REG_RIP);
+            if let Some(n) = patch::patching_int3(rip) {
+                *greg(uc, REG_RAX) = n as u64;
+                *greg(uc, REG_RIP) = rip - 1 + 5;
+                return;
+            }
+        }
+        forward(&VIRTUAL_SIGTRAP, SIGTRAP, sig, info, uc);
+    }
+}
+
+/// `vfork`, `clone` with `CLONE_VM` but not `CLONE_THREAD`, and every `clone3`,
+/// trapped: counted if the child will share this memory (the pid on the state page
+/// must not be its answer), then made from an entry of the library (the filter
+/// allows them there) with the program's own registers: the handler returns to the
+/// entry's `syscall`, and parent and child go back to the site from there.
+unsafe fn clone_trap(uc: *mut u8, n: u32, a: [u64; 6], rip: u64) {
+    let flags = match n {
+        nr::VFORK => CLONE_VM | CLONE_VFORK,
+        nr::CLONE => a[0],
+        _ => {
+            let mut f = [0u8; 8];
+            if a[1] < 8 || sys::read_own(&mut f, a[0]) != 8 {
+                // The kernel's answer for a struct it cannot read.
+                // SAFETY: uc is the kernel's ucontext.
+                unsafe { *greg(uc, REG_RAX) = -(if a[1] < 8 { errno::EINVAL } else { errno::EFAULT } as i64) as u64 };
+                return;
+            }
+            u64::from_le_bytes(f)
+        }
+    };
+    let shares = flags & CLONE_VM != 0 && flags & CLONE_THREAD == 0;
+    let decrement = shares && flags & CLONE_VFORK != 0;
+    if shares {
+        state::shared_child_begin();
+    }
+    let target = if n == nr::VFORK { patch::maybe_patch(rip, n) } else { None };
+    match target.or_else(|| patch::trampoline(rip, decrement)) {
+        // SAFETY: uc is the kernel's ucontext; the entry is the library's code.
+        Some(t) => unsafe {
+            *greg(uc, REG_RIP) = t;
+            *greg(uc, REG_RAX) = n as u64;
+        },
+        None => {
+            if decrement {
+                state::shared_child_done();
+            }
+            // SAFETY: as above.
+            unsafe { *greg(uc, REG_RAX) = -(errno::EAGAIN as i64) as u64 };
+        }
+    }
+}
+
+/// Whether the policy refuses call `n` (the server's bitmap on the generation page):
+/// then the library answers nothing itself, the server refuses and counts.
+pub fn refused(n: u32) -> bool {
+    crate::cache::refused(n)
 }
 
 /// Offset of `uc_sigmask` in the kernel's `struct ucontext` (x86_64).
 const UC_SIGMASK: usize = 296;
-const UNBLOCKABLE: u64 = SIGSYS_BIT | (1 << (9 - 1)) | (1 << (19 - 1));
+const UNBLOCKABLE: u64 = LIBRARY_SIGNALS | (1 << (9 - 1)) | (1 << (19 - 1));
 
 /// `rt_sigprocmask(how, set, oldset, 8)` trapped: the mask the program has is the one
 /// saved in the signal frame, which `rt_sigreturn` will install when this handler
@@ -133,19 +233,19 @@ unsafe fn sigprocmask_in_frame(uc: *mut u8, a: [u64; 6]) -> i64 {
     0
 }
 
-/// A SIGSYS that is not ours (a filter the program installed itself): to the
-/// program's own action.
-unsafe fn forward(sig: i32, info: *mut u8, uc: *mut u8) {
-    let handler = VIRTUAL_SIGSYS[0].load(Ordering::Acquire);
-    let flags = VIRTUAL_SIGSYS[1].load(Ordering::Acquire);
+/// A SIGSYS or SIGTRAP that is not ours (a filter the program installed itself, a
+/// breakpoint, a signal sent): to the program's own action.
+unsafe fn forward(action: &[AtomicU64; 4], signo: u64, sig: i32, info: *mut u8, uc: *mut u8) {
+    let handler = action[0].load(Ordering::Acquire);
+    let flags = action[1].load(Ordering::Acquire);
     match handler {
         0 => {
             // SIG_DFL: end as the kernel would.
             let dfl = [0u64; 4];
             // SAFETY: a valid sigaction; then a signal to ourselves.
             unsafe {
-                syscall6(sys::SYS_RT_SIGACTION, SIGSYS, dfl.as_ptr() as u64, 0, 8, 0, 0);
-                syscall6(sys::SYS_TGKILL, sys::getpid() as u64, sys::gettid() as u64, SIGSYS, 0, 0, 0);
+                syscall6(sys::SYS_RT_SIGACTION, signo, dfl.as_ptr() as u64, 0, 8, 0, 0);
+                syscall6(sys::SYS_TGKILL, sys::getpid() as u64, sys::gettid() as u64, signo, 0, 0, 0);
             }
         }
         1 => {}
@@ -173,11 +273,11 @@ unsafe fn native(n: u32, a: [u64; 6]) -> i64 {
     unsafe { syscall6(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
 }
 
-/// Copy a signal mask from the program with SIGSYS removed.
+/// Copy a signal mask from the program with the library's signals removed.
 unsafe fn stripped_mask(ptr: u64) -> u64 {
     // SAFETY: the program passed a sigset_t here (a bad pointer faults as in the
     // program itself).
-    unsafe { core::ptr::read_unaligned(ptr as *const u64) & !SIGSYS_BIT }
+    unsafe { core::ptr::read_unaligned(ptr as *const u64) & !LIBRARY_SIGNALS }
 }
 
 /// Answer one trapped call.
@@ -186,6 +286,10 @@ unsafe fn stripped_mask(ptr: u64) -> u64 {
 /// `a` are the program's arguments; pointers among them are dereferenced as the
 /// kernel would (a bad one faults instead of returning `EFAULT`).
 pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
+    if refused(n) {
+        // SAFETY: the program's own arguments, not dereferenced.
+        return unsafe { ask(n, a) };
+    }
     // SAFETY: each arm passes on the program's own arguments, as documented above.
     unsafe {
         match nr::class(n) {
@@ -197,6 +301,9 @@ pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
                 }
                 r
             }
+            Class::Library if state::is_state_call(n) => state::answer(n),
+            // Made on the trap path only (clone_trap), never from here.
+            Class::Library if matches!(n, nr::VFORK | nr::CLONE3) => -(errno::ENOSYS as i64),
             Class::Library => {
                 // rt_sigsuspend(mask, size)
                 if a[1] != 8 {
@@ -273,6 +380,8 @@ unsafe fn arg_check(n: u32, check: ArgCheck, a: [u64; 6]) -> i64 {
                 native(n, [a[0], &m as *const u64 as u64, a[2], a[3], 0, 0])
             }
             ArgCheck::SigAction => sigaction(a),
+            // Made on the trap path only (clone_trap), never from here.
+            ArgCheck::CloneVm => -(errno::ENOSYS as i64),
             ArgCheck::PidZero => {
                 if a[0] as u32 as i32 == sys::getpid() {
                     native(n, [0, a[1], a[2], a[3], 0, 0])
@@ -289,16 +398,16 @@ unsafe fn sigaction(a: [u64; 6]) -> i64 {
         // SAFETY: an invalid request: the kernel's own answer.
         return unsafe { native(nr::RT_SIGACTION, a) };
     }
-    if a[0] == SIGSYS {
+    if let Some(virt) = virtual_action(a[0]) {
         if a[2] != 0 {
-            let old: [u64; 4] = core::array::from_fn(|i| VIRTUAL_SIGSYS[i].load(Ordering::Acquire));
+            let old: [u64; 4] = core::array::from_fn(|i| virt[i].load(Ordering::Acquire));
             // SAFETY: the program passed a struct sigaction to fill.
             unsafe { core::ptr::write_unaligned(a[2] as *mut [u64; 4], old) };
         }
         if a[1] != 0 {
             // SAFETY: the program passed a struct sigaction.
             let new = unsafe { core::ptr::read_unaligned(a[1] as *const [u64; 4]) };
-            for (slot, v) in VIRTUAL_SIGSYS.iter().zip(new) {
+            for (slot, v) in virt.iter().zip(new) {
                 slot.store(v, Ordering::Release);
             }
         }
@@ -310,7 +419,7 @@ unsafe fn sigaction(a: [u64; 6]) -> i64 {
     }
     // SAFETY: the program passed a struct sigaction.
     let mut act = unsafe { core::ptr::read_unaligned(a[1] as *const [u64; 4]) };
-    act[3] &= !SIGSYS_BIT;
+    act[3] &= !LIBRARY_SIGNALS;
     // SAFETY: our copy, and the program's old-action pointer.
     unsafe { native(nr::RT_SIGACTION, [a[0], act.as_ptr() as u64, a[2], 8, 0, 0]) }
 }

@@ -6,7 +6,8 @@
 //!   library's dispatcher both read.
 //! - [`wire`]: the requests and replies between library and server, and the numbers
 //!   both agree on. [`elf`]: the ELF fields a loader reads. Both pure.
-//! - `loader`, `handler`, `conn`, `sys` (x86_64 Linux only): the library itself —
+//! - `loader`, `handler`, `conn`, `cache`, `state`, `patch`, `sys` (x86_64 Linux
+//!   only): the library itself —
 //!   `no_std`, no allocator, no thread-local storage, raw system calls from its own
 //!   image only. It is linked into the `ictus-unix-loader` executable (in
 //!   `servers/unix-server`) at a fixed address.
@@ -31,6 +32,12 @@ pub mod handler;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[allow(unsafe_code)]
 pub mod loader;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[allow(unsafe_code)]
+pub mod patch;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[allow(unsafe_code)]
+pub mod state;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[allow(unsafe_code)]
 pub mod sys;

@@ -207,6 +207,8 @@ pub unsafe extern "C" fn start(sp: *mut u64) -> ! {
         sys::fatal(&[b"installing the SIGSYS handler failed"], 127);
     }
     crate::cache::map_generation();
+    crate::state::map();
+    crate::patch::map_table();
     if !is_open(PROG_FD) {
         sys::fatal(&[b"no program to load: start programs with `ictus unix run`"], 127);
     }

@@ -48,6 +48,7 @@ pub const SYS_MUNMAP: u32 = 11;
 pub const SYS_RT_SIGACTION: u32 = 13;
 pub const SYS_RT_SIGPROCMASK: u32 = 14;
 pub const SYS_PREAD64: u32 = 17;
+pub const SYS_MADVISE: u32 = 28;
 pub const SYS_DUP2: u32 = 33;
 pub const SYS_GETPID: u32 = 39;
 pub const SYS_SENDMSG: u32 = 46;
@@ -62,6 +63,7 @@ pub const SYS_EXIT_GROUP: u32 = 231;
 pub const SYS_TGKILL: u32 = 234;
 pub const SYS_KCMP: u32 = 312;
 pub const SYS_SECCOMP: u32 = 317;
+pub const SYS_MEMBARRIER: u32 = 324;
 pub const SYS_EXECVEAT: u32 = 322;
 pub const SYS_CLOSE_RANGE: u32 = 436;
 

@@ -66,6 +66,10 @@ pub const CHMOD: u32 = 90;
 pub const CHOWN: u32 = 92;
 pub const LCHOWN: u32 = 94;
 pub const PTRACE: u32 = 101;
+pub const GETUID: u32 = 102;
+pub const GETGID: u32 = 104;
+pub const GETEUID: u32 = 107;
+pub const GETEGID: u32 = 108;
 pub const SYSLOG: u32 = 103;
 pub const SETUID: u32 = 105;
 pub const SETGID: u32 = 106;
@@ -269,6 +273,10 @@ pub enum ArgCheck {
     /// `prlimit64(pid, …)`: another process's limits go to the library (it lets only
     /// the caller's own through).
     PidZero,
+    /// `clone(flags, …)`: a child sharing the memory but not a thread (`CLONE_VM`
+    /// without `CLONE_THREAD`, as `vfork`) goes to the library, which must know (the
+    /// pid on its state page is not that child's).
+    CloneVm,
 }
 
 /// The class of `nr`.
@@ -288,9 +296,12 @@ pub const fn class(nr: u32) -> Class {
         EPOLL_PWAIT | EPOLL_PWAIT2 => NativeIf(SigmaskArg(4)),
         PSELECT6 | IO_PGETEVENTS => NativeIf(SigmaskArg(5)),
         PRLIMIT64 => NativeIf(PidZero),
+        CLONE => NativeIf(CloneVm),
         // fchdir: the library's cache of failed lookups keys relative paths by the
-        // working directory.
-        RT_SIGSUSPEND | FCHDIR => Library,
+        // working directory. The getters: answered from the library's state page.
+        // vfork and clone3 (whose flags the filter cannot read): the library counts
+        // the children that share the memory.
+        RT_SIGSUSPEND | FCHDIR | GETPID | GETUID | GETEUID | GETGID | GETEGID | VFORK | CLONE3 => Library,
         // Every call that names a path, and exec.
         OPEN | STAT | LSTAT | ACCESS | EXECVE | TRUNCATE | GETCWD | CHDIR | RENAME | MKDIR | RMDIR | CREAT | LINK
         | UNLINK | SYMLINK | READLINK | CHMOD | CHOWN | LCHOWN | UTIME | MKNOD | STATFS | SETXATTR | LSETXATTR
@@ -395,8 +406,11 @@ const NAMES: &[(u32, &str)] = &[
     (95, "umask"),
     (101, "ptrace"),
     (102, "getuid"),
+    (104, "getgid"),
     (105, "setuid"),
     (106, "setgid"),
+    (107, "geteuid"),
+    (108, "getegid"),
     (110, "getppid"),
     (112, "setsid"),
     (126, "capset"),
@@ -457,7 +471,15 @@ mod tests {
         assert_eq!(class(MAX_KNOWN), Class::Refused(errno::ENOSYS));
         assert_eq!(class(u32::MAX), Class::Refused(errno::ENOSYS));
         assert_eq!(class(READ), Class::Native);
-        assert_eq!(class(CLONE3), Class::Native);
+        assert_eq!(class(FORK), Class::Native);
+        // The library must see the children that share its memory, and answers the
+        // getters from its state page.
+        assert_eq!(class(CLONE3), Class::Library);
+        assert_eq!(class(VFORK), Class::Library);
+        assert_eq!(class(CLONE), Class::NativeIf(ArgCheck::CloneVm));
+        for nr in [GETPID, GETUID, GETEUID, GETGID, GETEGID] {
+            assert_eq!(class(nr), Class::Library, "{nr}");
+        }
     }
 
     #[test]

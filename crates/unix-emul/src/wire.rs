@@ -37,6 +37,26 @@ pub const LIB_LO: u64 = 0x0500_0000;
 /// One past the library's highest address.
 pub const LIB_HI: u64 = 0x0510_0000;
 
+/// The library's process-state page ([`crate::state`]): the same address in every
+/// process, inside the library's range.
+pub const STATE_ADDR: u64 = 0x050e_0000;
+/// The jump table of patched call sites: slot `k` at `PATCH_TABLE + 8k`. Its
+/// address's two high bytes are `0f 05` — `syscall` — so that a patched site's
+/// `jmp qword ptr [PATCH_TABLE + 8k]` ends with the bytes it replaced
+/// (see `patch`).
+pub const PATCH_TABLE: u64 = 0x050f_0000;
+/// Slots of the table: patched sites and trampolines per process.
+pub const PATCH_SLOTS: usize = 2048;
+const _: () = assert!(PATCH_TABLE >> 16 == 0x050f && (PATCH_TABLE & 0xffff) + 8 * PATCH_SLOTS as u64 <= 0x1_0000);
+const _: () = assert!(LIB_LO <= STATE_ADDR && PATCH_TABLE + 8 * PATCH_SLOTS as u64 <= LIB_HI);
+
+/// Where, on the generation page, the policy's refused calls are: one bit per
+/// system call number below [`crate::sysno::MAX_KNOWN`], written by the server before
+/// any program runs. The library asks the server about a refused call instead of
+/// answering it itself, so the refusal is applied and counted.
+pub const GEN_REFUSED_AT: usize = 64;
+const _: () = assert!(GEN_REFUSED_AT + (crate::sysno::MAX_KNOWN as usize).div_ceil(8) <= 4096);
+
 /// A system call number no kernel has, for which the session's filter answers
 /// [`PROBE_ERRNO`]: how the loader tells whether the filter is already installed.
 pub const PROBE_NR: u32 = 0x3fff_0001;

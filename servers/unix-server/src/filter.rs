@@ -29,6 +29,9 @@ const JMP_JA: u16 = 0x05;
 const JMP_JEQ_K: u16 = 0x15;
 const JMP_JGE_K: u16 = 0x35;
 const JMP_JGT_K: u16 = 0x25;
+const JMP_JSET_K: u16 = 0x45;
+const CLONE_VM: u32 = 0x100;
+const CLONE_THREAD: u32 = 0x10000;
 const RET_K: u16 = 0x06;
 
 const OFF_NR: u32 = 0;
@@ -184,6 +187,7 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
         ArgCheck::SigprocMask,
         ArgCheck::SigAction,
         ArgCheck::PidZero,
+        ArgCheck::CloneVm,
     ]
     .into_iter()
     .map(|c| (c, a.label()))
@@ -299,11 +303,22 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
                 a.push(Ins::J(JMP_JEQ_K, 1, ok, to_lib));
             }
             ArgCheck::SigAction => {
+                // SIGSYS and SIGTRAP are the library's: even a query goes to it.
                 let other = a.label();
+                let not_trap = a.label();
                 a.push(Ins::Ld(arg_lo(0)));
                 a.push(Ins::J(JMP_JEQ_K, 31, to_lib, other));
                 a.at(other);
+                a.push(Ins::J(JMP_JEQ_K, 5, to_lib, not_trap));
+                a.at(not_trap);
                 null_ptr(&mut a, 1, ok, to_lib);
+            }
+            ArgCheck::CloneVm => {
+                let vm = a.label();
+                a.push(Ins::Ld(arg_lo(0)));
+                a.push(Ins::J(JMP_JSET_K, CLONE_VM, vm, ok));
+                a.at(vm);
+                a.push(Ins::J(JMP_JSET_K, CLONE_THREAD, ok, to_lib));
             }
             ArgCheck::PidZero => {
                 null_ptr(&mut a, 0, ok, no);
@@ -362,6 +377,7 @@ pub(crate) fn run(prog: &[u8], nr: u32, ip: u64, args: [u64; 6]) -> u32 {
             JMP_JEQ_K => pc += if acc == k { jt } else { jf },
             JMP_JGE_K => pc += if acc >= k { jt } else { jf },
             JMP_JGT_K => pc += if acc > k { jt } else { jf },
+            JMP_JSET_K => pc += if acc & k != 0 { jt } else { jf },
             _ => panic!("unknown instruction {code:#x}"),
         }
     }
@@ -437,6 +453,20 @@ mod tests {
         assert_eq!(run(&f, nr::RT_SIGACTION, PROG, [2, 0, 0x1000, 8, 0, 0]), RET_ALLOW);
         assert_eq!(run(&f, nr::RT_SIGACTION, PROG, [2, 0x1000, 0, 8, 0, 0]), TRAP);
         assert_eq!(run(&f, nr::RT_SIGACTION, PROG, [31, 0, 0x1000, 8, 0, 0]), TRAP);
+        assert_eq!(run(&f, nr::RT_SIGACTION, PROG, [5, 0, 0x1000, 8, 0, 0]), TRAP);
+        assert_eq!(run(&f, nr::RT_SIGACTION, LIB, [5, 0x1000, 0, 8, 0, 0]), RET_ALLOW);
+        // clone: threads and fork-like children are native; a child sharing the
+        // memory but not a thread (vfork-like) goes to the library.
+        let (vm, thread, vfork) = (0x100u64, 0x10000u64, 0x4000u64);
+        assert_eq!(run(&f, nr::CLONE, PROG, [0x11, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&f, nr::CLONE, PROG, [vm | thread | 0xf00, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&f, nr::CLONE, PROG, [vm | vfork | 0x11, 0, 0, 0, 0, 0]), TRAP);
+        assert_eq!(run(&f, nr::CLONE, LIB, [vm | vfork | 0x11, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&f, nr::CLONE3, PROG, [0x1000, 88, 0, 0, 0, 0]), TRAP);
+        assert_eq!(run(&f, nr::CLONE3, LIB, [0x1000, 88, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&f, nr::VFORK, PROG, [0; 6]), TRAP);
+        assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);
+        assert_eq!(run(&f, nr::GETPID, LIB, [0; 6]), RET_ALLOW);
         assert_eq!(run(&f, nr::PPOLL, PROG, [0, 0, 0, 0x1000, 8, 0]), TRAP);
         assert_eq!(run(&f, nr::PPOLL, PROG, [0, 0, 0, 0, 8, 0]), RET_ALLOW);
         assert_eq!(run(&f, nr::PRLIMIT64, PROG, [77, 7, 0, 0, 0, 0]), TRAP);

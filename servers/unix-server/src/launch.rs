@@ -144,13 +144,15 @@ pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
     let c = sys::cpath(&loader_path).map_err(|e| RunError::Setup(io(e)))?;
     let loader =
         sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
+    let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
+    generation.set_refused(policy.refused.iter().map(|r| r.0));
     let session = Arc::new(Session {
         view: View::new(&policy),
         policy,
         loader,
         stats: Stats::default(),
         exes: Default::default(),
-        generation: sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?,
+        generation,
     });
     let server = Server::start(session).map_err(|e| RunError::Setup(io(e)))?;
     Ok((server, loader_path))

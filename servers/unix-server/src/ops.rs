@@ -412,6 +412,13 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
                 if empty_with_fd(0, AT_EMPTY_PATH) {
                     return sys::readlinkat(fd_of[0].map(|f| f.as_fd()), c"");
                 }
+                // /proc/self and /proc/thread-self are links to the caller (the walk's
+                // HostFs says the same); rewritten, they would name a directory.
+                match req.path1 {
+                    Some(b"/proc/self") => return Ok(pid.to_string().into_bytes()),
+                    Some(b"/proc/thread-self") => return Ok(format!("{pid}/task/{pid}").into_bytes()),
+                    _ => {}
+                }
                 let p = locate(s, pid, &arg1(0), false)?;
                 let Some(r) = &p.walked else {
                     // The kernel's walk; /proc/PID/exe shows the program, not the loader.

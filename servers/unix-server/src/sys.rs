@@ -333,6 +333,21 @@ impl GenerationPage {
         unsafe { self.page.as_ref() }.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
+    /// Mark the calls the policy refuses (a bit each at
+    /// [`GEN_REFUSED_AT`](ictus_unix_emul::wire::GEN_REFUSED_AT)): the libraries ask
+    /// the server about them instead of answering themselves. Before any program runs.
+    pub fn set_refused(&self, calls: impl IntoIterator<Item = u32>) {
+        let base = self.page.as_ptr().cast::<std::sync::atomic::AtomicU8>();
+        for n in calls {
+            if n >= ictus_unix_emul::sysno::MAX_KNOWN {
+                continue;
+            }
+            // SAFETY: inside the page (wire checks the bitmap fits); bytes as atomics.
+            let byte = unsafe { &*base.add(ictus_unix_emul::wire::GEN_REFUSED_AT + n as usize / 8) };
+            byte.fetch_or(1 << (n % 8), std::sync::atomic::Ordering::Release);
+        }
+    }
+
     /// The descriptor to hand to the session's first process.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

@@ -108,6 +108,42 @@ fn threads_signals_fork_vfork_exec_and_the_new_calls_match_native() {
     }
 }
 
+/// Patched call sites, from the program's side (`tests/c/patch.c`): registers, flags,
+/// red zone and SSE state kept through the trap that patches and the patched path;
+/// threads running sites while they are patched; a site met in the middle of its
+/// patch; pids after fork, vfork and posix_spawn; the program's own SIGTRAP.
+#[test]
+fn patched_call_sites_keep_every_register_and_answer_right() {
+    let d = scratch();
+    for static_ in [false, true] {
+        let p = c_program(&d, "patch", static_);
+        let out = d.join("patch.txt");
+        let (ended, _) = sh_under(None, &d, &format!("{} > {}", p.display(), out.display()));
+        assert_eq!(ended, Ended::Code(0), "static: {static_}");
+        let text = read(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        for want in [
+            "registers 0: ok",
+            "registers 1: ok",
+            "registers 2: ok",
+            "getpid ok",
+            "getuid ok",
+            "threads while patching: ok",
+            "fork child pid ok",
+            "vfork child pid ok",
+            "parent pid after vfork ok",
+            "posix_spawn ok",
+            "posix_spawn of a missing program ENOENT",
+            "parent pid after posix_spawn ok",
+            "handler ok",
+            "a site met mid-patch ok",
+            "own SIGTRAP handler ok",
+        ] {
+            assert!(lines.iter().any(|l| l.starts_with(want)), "static {static_}: no {want:?} in:\n{text}");
+        }
+    }
+}
+
 #[test]
 fn busybox_static_runs() {
     let d = scratch();
