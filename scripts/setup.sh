@@ -5,12 +5,14 @@ set -euo pipefail
 
 need_apt=()
 # Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
-# experiments (alarm, midi); proot is the peer of `ictus bench unix` (ptrace-based
-# user-space chroot); busybox-static is the static binary the Unix server's tests
-# run (a program with raw syscall instructions and no dynamic loader); gcc and make
-# build the C programs those tests and the compile benchmarks use.
-# ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests proot busybox-static gcc make ${ICTUS_APT_PACKAGES:-}; do
+# experiments (alarm, midi); openttd-openmsx gives real multi-track MIDI files (GPL-2,
+# read in place by crates/midi/tests/smf_damaged.rs, never copied into the repository),
+# whose every prefix the Standard MIDI File reader must refuse; proot is the peer of
+# `ictus bench unix` (ptrace-based user-space chroot); busybox-static is the static
+# binary the Unix server's tests run (a program with raw syscall instructions and no
+# dynamic loader); gcc and make build the C programs those tests and the compile
+# benchmarks use. ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests openttd-openmsx proot busybox-static gcc make ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

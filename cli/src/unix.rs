@@ -26,16 +26,17 @@ enum UnixCommand {
         #[arg(long)]
         quiet: bool,
         /// Print the server's counts (requests served, refused by call, connections)
-        /// on standard error when the program ends (private server only).
-        #[arg(long)]
+        /// on standard error when the program ends (private server only: the
+        /// long-lived server's are `ictus unix stats`).
+        #[arg(long, conflicts_with = "server")]
         stats: bool,
         /// Run under the long-lived `ictus unix-server` instead of a private server
         /// (its policy applies; --policy is refused).
         #[arg(long, conflicts_with = "policy")]
         server: bool,
         /// The long-lived server's control socket [default: unix-server.sock in
-        /// $XDG_RUNTIME_DIR/ictus, or /tmp/ictus-$EUID].
-        #[arg(long)]
+        /// $XDG_RUNTIME_DIR/ictus, or /tmp/ictus-$EUID] (with --server only).
+        #[arg(long, requires = "server")]
         socket: Option<PathBuf>,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
