@@ -32,6 +32,7 @@ pub const SHMCTL: u32 = 31;
 pub const DUP2: u32 = 33;
 pub const GETPID: u32 = 39;
 pub const SOCKET: u32 = 41;
+pub const SOCKETPAIR: u32 = 53;
 pub const CONNECT: u32 = 42;
 pub const BIND: u32 = 49;
 pub const CLONE: u32 = 56;
@@ -260,7 +261,10 @@ pub enum ArgCheck {
     /// `ioctl(fd, req)`: reserved descriptors go to the library; `TIOCSTI` (type
     /// characters into a terminal: the classic sandbox escape) is refused.
     Ioctl,
-    /// `socket(domain, …)`: families other than `AF_UNIX` when the network is off.
+    /// `socket(domain, type, …)` and `socketpair`: families other than `AF_UNIX`
+    /// when the network is off; `AF_UNIX` datagram sockets when the view confines
+    /// paths (a datagram's destination path is resolved by the kernel in
+    /// `sendto`/`sendmsg`, which the filter cannot see into: see doc/unix.md).
     Socket,
     /// Argument N is a signal mask pointer: non-null goes to the library (SIGSYS must
     /// never be blocked, or the kernel kills the program at its next trapped call).
@@ -289,7 +293,7 @@ pub const fn class(nr: u32) -> Class {
         IOCTL => NativeIf(Ioctl),
         DUP2 | DUP3 => NativeIf(Fd1Reserved),
         CLOSE_RANGE => NativeIf(CloseRange),
-        SOCKET => NativeIf(Socket),
+        SOCKET | SOCKETPAIR => NativeIf(Socket),
         RT_SIGACTION => NativeIf(SigAction),
         RT_SIGPROCMASK => NativeIf(SigprocMask),
         PPOLL => NativeIf(SigmaskArg(3)),
@@ -377,6 +381,7 @@ const NAMES: &[(u32, &str)] = &[
     (45, "recvfrom"),
     (49, "bind"),
     (50, "listen"),
+    (53, "socketpair"),
     (56, "clone"),
     (57, "fork"),
     (58, "vfork"),

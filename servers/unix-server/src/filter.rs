@@ -50,6 +50,9 @@ const fn arg_hi(i: u8) -> u32 {
 pub struct FilterPolicy {
     /// Network families other than `AF_UNIX` allowed.
     pub network: bool,
+    /// `AF_UNIX` datagram sockets allowed (the view is the host's tree: see
+    /// [`Policy::confines_paths`](crate::policy::Policy::confines_paths)).
+    pub unix_datagrams: bool,
     /// Calls the policy refuses besides the table's own refusals (trapped, so the
     /// server can count them and answer the policy's errno).
     pub refused: Vec<u32>,
@@ -80,7 +83,7 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
     }
     match sysno::class(nr) {
         Class::Native => Act::Allow,
-        Class::NativeIf(ArgCheck::Socket) if p.network => Act::Allow,
+        Class::NativeIf(ArgCheck::Socket) if p.network && p.unix_datagrams => Act::Allow,
         Class::NativeIf(c) => Act::Check(c),
         Class::Library => Act::Lib,
         Class::Server | Class::Refused(_) => Act::Trap,
@@ -291,8 +294,20 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
                 a.push(Ins::J(JMP_JGE_K, wire::RESERVED_LO as u32, to_lib, ok));
             }
             ArgCheck::Socket => {
+                // AF_UNIX (1): stream and seqpacket always; datagrams (SOCK_DGRAM 2,
+                // and SOCK_RAW 3, which AF_UNIX makes a datagram socket) only if the
+                // view allows them. Types with bit 1 or 3 set (0xa) are neither
+                // stream (1) nor seqpacket (5); the flags above 0xf are ignored.
+                let unix = a.label();
                 a.push(Ins::Ld(arg_lo(0)));
-                a.push(Ins::J(JMP_JEQ_K, 1, ok, no));
+                a.push(Ins::J(JMP_JEQ_K, 1, unix, if p.network { ok } else { no }));
+                a.at(unix);
+                if p.unix_datagrams {
+                    a.push(Ins::Ja(ok));
+                } else {
+                    a.push(Ins::Ld(arg_lo(1)));
+                    a.push(Ins::J(JMP_JSET_K, 0xa, no, ok));
+                }
             }
             ArgCheck::SigmaskArg(i) => null_ptr(&mut a, i, ok, to_lib),
             ArgCheck::SigprocMask => {
@@ -394,7 +409,7 @@ mod tests {
 
     #[test]
     fn every_number_gets_the_tables_answer() {
-        let p = FilterPolicy { network: true, refused: vec![] };
+        let p = FilterPolicy { network: true, unix_datagrams: true, refused: vec![] };
         let f = build(&p);
         for n in 0..sysno::MAX_KNOWN + 20 {
             let got = run(&f, n, PROG, [0; 6]);
@@ -474,8 +489,32 @@ mod tests {
     }
 
     #[test]
+    fn unix_datagram_sockets_only_where_the_view_is_the_hosts() {
+        const NONBLOCK_CLOEXEC: u64 = 0o4000 | 0o2000000;
+        for network in [false, true] {
+            let confined = build(&FilterPolicy { network, unix_datagrams: false, refused: vec![] });
+            let open = build(&FilterPolicy { network, unix_datagrams: true, refused: vec![] });
+            for n in [nr::SOCKET, nr::SOCKETPAIR] {
+                for (ty, datagram) in [(1u64, false), (5, false), (2, true), (3, true), (10, true), (0xf, true)] {
+                    for t in [ty, ty | NONBLOCK_CLOEXEC] {
+                        let want = if datagram { TRAP } else { RET_ALLOW };
+                        assert_eq!(run(&confined, n, PROG, [1, t, 0, 0, 0, 0]), want, "{n} type {t:#x}");
+                        // From the library's code too: the library makes none itself.
+                        assert_eq!(run(&confined, n, LIB, [1, t, 0, 0, 0, 0]), want, "{n} type {t:#x}");
+                        assert_eq!(run(&open, n, PROG, [1, t, 0, 0, 0, 0]), RET_ALLOW, "{n} type {t:#x}");
+                    }
+                }
+                // Other families: as the network says, datagrams or not.
+                let inet = if network { RET_ALLOW } else { TRAP };
+                assert_eq!(run(&confined, n, PROG, [2, 2, 0, 0, 0, 0]), inet);
+                assert_eq!(run(&open, n, PROG, [2, 2, 0, 0, 0, 0]), inet);
+            }
+        }
+    }
+
+    #[test]
     fn policy_refusals_trap_and_the_network_opens() {
-        let f = build(&FilterPolicy { network: true, refused: vec![nr::GETPID, nr::OPENAT] });
+        let f = build(&FilterPolicy { network: true, unix_datagrams: true, refused: vec![nr::GETPID, nr::OPENAT] });
         assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);
         assert_eq!(run(&f, nr::GETPID, LIB, [0; 6]), RET_ALLOW);
         assert_eq!(run(&f, nr::OPENAT, LIB, [0; 6]), TRAP);

@@ -194,8 +194,11 @@ pub fn prepare(
 ) -> Result<Prepared, RunError> {
     let session = server.session();
     let policy = &session.policy;
-    let filter_bytes =
-        filter::build(&FilterPolicy { network: policy.network, refused: policy.refused.iter().map(|r| r.0).collect() });
+    let filter_bytes = filter::build(&FilterPolicy {
+        network: policy.network,
+        unix_datagrams: !policy.confines_paths(),
+        refused: policy.refused.iter().map(|r| r.0).collect(),
+    });
     let argv0 = argv.first().ok_or(RunError::NoProgram)?;
     let (reply, used) = find_program(session, pid, path_env, argv0.as_bytes())?;
     let mut fds = reply.fds.into_iter();

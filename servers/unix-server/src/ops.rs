@@ -594,7 +594,7 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
             raw(libc::SYS_inotify_add_watch, [fdl(fd), cs(&p), (a[2] | 0x0200_0000) as _, 0, 0, 0])
         })()),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
-        nr::SOCKET => refuse(s, h.op, errno::EACCES),
+        nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID
         | nr::SETREUID
         | nr::SETRESUID

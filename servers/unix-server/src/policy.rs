@@ -109,6 +109,16 @@ fn errno_named(s: &str) -> Option<i32> {
 }
 
 impl Policy {
+    /// Whether the view confines paths: something hidden, or a tree other than the
+    /// host's own (a root or bind mounts). Then `AF_UNIX` datagram sockets are
+    /// refused: `sendto`/`sendmsg` would resolve a destination path in the host's
+    /// tree, past the view, and the filter cannot read their address. Read-only
+    /// paths confine nothing here (a socket on a read-only tree still takes
+    /// datagrams).
+    pub fn confines_paths(&self) -> bool {
+        !self.hidden.is_empty() || self.mounts.len() != 1 || self.mounts[0].host != Path::new("/")
+    }
+
     /// Parse a policy file's text.
     pub fn parse(text: &str) -> Result<Policy, PolicyError> {
         let mut p = Policy::default();
@@ -187,6 +197,19 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_hidden_path_or_another_tree_confines_paths() {
+        assert!(!Policy::default().confines_paths());
+        for (text, confines) in [
+            ("ro /etc\nnetwork off\nrefuse ptrace EPERM\n", false),
+            ("hide /etc/shadow\n", true),
+            ("root /srv/jail\n", true),
+            ("bind /tmp /mnt\n", true),
+        ] {
+            assert_eq!(Policy::parse(text).unwrap().confines_paths(), confines, "{text}");
+        }
+    }
 
     #[test]
     fn a_full_policy_parses() {

@@ -269,6 +269,42 @@ fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
     assert!(!ro.join("x").exists());
 }
 
+/// A datagram's destination path is resolved by the kernel in `sendto`, past the
+/// view: under a policy that hides a directory, a datagram socket bound there (by a
+/// process outside the session) must not be reachable, so `AF_UNIX` datagram sockets
+/// are refused; under the host's tree they work.
+#[test]
+fn unix_datagram_sockets_cannot_reach_past_the_view() {
+    use std::os::unix::net::UnixDatagram;
+    let d = scratch();
+    let secret = d.join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let listener = UnixDatagram::bind(secret.join("log")).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let prog = c_program(&d, "dgram", false);
+    let out = d.join("out.txt");
+    let cmd = format!("{} {} > {}", prog.display(), secret.join("log").display(), out.display());
+
+    let (ended, snap) = sh_under(Some(&format!("hide {}\n", secret.display())), &d, &cmd);
+    assert_eq!(ended, Ended::Code(0));
+    let text = read(&out);
+    assert_eq!(
+        text, "socketpair Permission denied\nraw Permission denied\nstream ok\nsocket Permission denied\n",
+        "{text}"
+    );
+    assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 2, "{snap:?}");
+    assert!(snap.refused.get("socketpair").copied().unwrap_or(0) >= 1, "{snap:?}");
+    let mut buf = [0u8; 16];
+    let got = listener.recv(&mut buf);
+    assert!(got.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "{got:?}");
+
+    let (ended, _) = sh_under(None, &d, &cmd);
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "socketpair ok\nraw ok\nstream ok\nsocket ok\nsendto ok\n");
+    assert_eq!(listener.recv(&mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"hello");
+}
+
 #[test]
 fn coreutils_and_a_bash_script_match_native() {
     let d = scratch();
