@@ -386,6 +386,16 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
                     };
                 }
                 let p = locate(s, pid, &arg1(0), flags & AT_SYMLINK_NOFOLLOW == 0)?;
+                if p.walked.is_none() {
+                    let fd = pin(pid, &p)?;
+                    let e = CString::default();
+                    return if h.op == nr::NEWFSTATAT {
+                        raw(libc::SYS_newfstatat, [fdl(&fd), cs(&e), buf.as_mut_ptr() as _, AT_EMPTY_PATH as _, 0, 0])
+                    } else {
+                        let fl = (flags & !AT_SYMLINK_NOFOLLOW) | AT_EMPTY_PATH;
+                        raw(libc::SYS_statx, [fdl(&fd), cs(&e), fl as _, a[3] as _, buf.as_mut_ptr() as _, 0])
+                    };
+                }
                 let (dir, name) = (p.fd(), &p.name);
                 if h.op == nr::NEWFSTATAT {
                     raw(libc::SYS_newfstatat, [dir, cs(name), buf.as_mut_ptr() as _, p.nofollow, 0, 0])
@@ -405,6 +415,11 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
                 return Err(errno::EROFS);
             }
             let fl = (a[3] & 0x200) as libc::c_long | p.nofollow; // AT_EACCESS
+            if p.walked.is_none() {
+                let fd = pin(pid, &p)?;
+                let fl = (a[3] & 0x200 | AT_EMPTY_PATH) as libc::c_long;
+                return raw(libc::SYS_faccessat2, [fdl(&fd), cs(c""), a[2] as _, fl, 0, 0]);
+            }
             raw(libc::SYS_faccessat2, [p.fd(), cs(&p.name), a[2] as _, fl, 0, 0])
         })()),
         nr::READLINKAT => {
@@ -429,7 +444,16 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
                             return Ok(t);
                         }
                     }
-                    return sys::readlinkat(p.borrowed(), &p.name);
+                    let fd = pin(pid, &p)?;
+                    // readlinkat(fd, "") of what is not a link answers ENOENT; the
+                    // kernel's answer for a path is EINVAL.
+                    let mut st = [0u8; 144];
+                    raw(libc::SYS_newfstatat, [fdl(&fd), cs(c""), st.as_mut_ptr() as _, AT_EMPTY_PATH as _, 0, 0])?;
+                    let mode = u32::from_le_bytes(st[24..28].try_into().expect("4 bytes"));
+                    if mode & libc::S_IFMT != libc::S_IFLNK {
+                        return Err(libc::EINVAL);
+                    }
+                    return sys::readlinkat(Some(fd.as_fd()), c"");
                 };
                 let link = {
                     let h = HostFs { pid, session: s };
@@ -778,10 +802,28 @@ fn foreign_proc_entry(pid: i32, path: &[u8]) -> bool {
     !safe.contains(&file)
 }
 
-/// Whether `path` is under the caller's own `/proc/PID`.
+/// Whether `path` is under the caller's own `/proc/PID` (and stays there: no `..`,
+/// which would climb to another process's entries).
 fn own_proc(pid: i32, path: &[u8]) -> bool {
     let prefix = format!("/proc/{pid}/");
-    path.starts_with(prefix.as_bytes())
+    path.starts_with(prefix.as_bytes()) && !path.split(|&b| b == b'/').any(|c| c == b"..")
+}
+
+/// The identity view's walk for the calls that look at what a path names without
+/// opening it (`stat`, `statx`, `access`, `readlink`): an `O_PATH` open under the
+/// open's own rules — no `/proc` magic link but under the caller's own `/proc/PID`,
+/// and what it reached checked ([`proc_check`]) — so that a link the program made
+/// into another process's `/proc/PID/fd` does not let the unconfined server look
+/// through it for the program. The call is then made on the descriptor, so what was
+/// checked is what is answered about.
+fn pin(pid: i32, p: &Place) -> Res<OwnedFd> {
+    let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64 | if p.nofollow != 0 { O_NOFOLLOW } else { 0 };
+    let fd = match sys::openat2(p.borrowed(), &p.name, fl, 0, sys::NO_MAGICLINKS) {
+        Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0)?,
+        r => r?,
+    };
+    proc_check(pid, &fd, 0)?;
+    Ok(fd)
 }
 
 /// The flags openat2 accepts, from what openat would take (it ignores the rest).

@@ -305,6 +305,47 @@ fn unix_datagram_sockets_cannot_reach_past_the_view() {
     assert_eq!(&buf[..5], b"hello");
 }
 
+/// The server is not confined: in the identity view it must not look through a link
+/// the program made into another process's `/proc/PID/fd` (which the program itself
+/// could not follow: Landlock keeps ptrace-family access inside the session). Natively
+/// the same user can; under ictus nothing of the file shows, while the program's own
+/// `/dev/fd` and `/proc/self/fd` work as natively.
+#[test]
+fn links_into_another_process_proc_fd_reveal_nothing() {
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let d = scratch();
+    let secret = d.join("secret.txt");
+    std::fs::write(&secret, "s".repeat(4321)).unwrap();
+    let outside =
+        Killed(Command::new("sleep").arg("300").stdin(std::fs::File::open(&secret).unwrap()).spawn().unwrap());
+    let p = outside.0.id();
+    let script = |out: &str| {
+        format!(
+            "cd {d} && ln -sf /proc/{p}/fd/0 l && ln -sfn /proc/{p} dir && {{ \
+             stat -L -c %s l || echo no-stat; [ -r l ] && echo readable; \
+             for f in dir/fd/0 /proc/{p}/fd/0; do stat -L -c %s $f || echo no-stat; readlink $f > /dev/null || echo no-readlink; done; \
+             stat -L -c %s /dev/fd/5 5< secret.txt; readlink /proc/self/fd/5 5< secret.txt | sed 's|.*/||'; \
+             readlink secret.txt || echo not-a-link; }} > {out} 2> /dev/null",
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("native.txt")), 0);
+    assert!(read(&d.join("native.txt")).starts_with("4321\nreadable\n"), "{}", read(&d.join("native.txt")));
+    let (ended, _) = sh_under(None, &d, &script("ictus.txt"));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(
+        read(&d.join("ictus.txt")),
+        "no-stat\nno-stat\nno-readlink\nno-stat\nno-readlink\n4321\nsecret.txt\nnot-a-link\n"
+    );
+    drop(outside);
+}
+
 #[test]
 fn coreutils_and_a_bash_script_match_native() {
     let d = scratch();
