@@ -252,24 +252,18 @@ pub fn epoll_wait_one(ep: BorrowedFd<'_>, timeout_ms: i32) -> Res<Option<(u64, u
     }
 }
 
-/// A sealed memfd holding `bytes` (the filter for the first loader).
+/// A sealed memfd holding `bytes` (the filter for the first loader): its size and
+/// contents fixed for everyone who holds it.
 pub fn memfd_with(name: &CStr, bytes: &[u8]) -> Res<OwnedFd> {
-    // SAFETY: name is a C string (memfd_create(2)).
-    let r = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    // SAFETY: a new descriptor.
-    let fd = check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })?;
-    let mut f = std::fs::File::from(fd);
+    use ictus_sys::memfd::{self, SealFlags};
     use std::io::Write;
+    let name = name.to_str().map_err(|_| libc::EINVAL)?;
+    let fd = memfd::create(name, 0).map_err(|e| e.raw_os_error())?;
+    let mut f = std::fs::File::from(fd);
     f.write_all(bytes).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
     let fd = OwnedFd::from(f);
-    // SAFETY: fcntl on our own memfd.
-    unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL,
-        )
-    };
+    memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)
+        .map_err(|e| e.raw_os_error())?;
     Ok(fd)
 }
 
@@ -281,83 +275,47 @@ pub fn memfd_with(name: &CStr, bytes: &[u8]) -> Res<OwnedFd> {
 #[derive(Debug)]
 pub struct GenerationPage {
     fd: OwnedFd,
-    page: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+    page: ictus_sys::mm::Mapping,
 }
-
-// SAFETY: the page is only accessed through the atomic.
-unsafe impl Send for GenerationPage {}
-// SAFETY: as above.
-unsafe impl Sync for GenerationPage {}
 
 impl GenerationPage {
     /// Make the page, writable here, sealed against writers elsewhere.
     pub fn new() -> Res<GenerationPage> {
-        // SAFETY: a C string name (memfd_create(2)).
-        let r = unsafe {
-            libc::memfd_create(c"ictus-unix-generation".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        // SAFETY: a new descriptor.
-        let fd = check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })?;
-        // SAFETY: sizing our own memfd.
-        check(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) } as libc::c_long)?;
-        // SAFETY: a shared mapping of the 4096 bytes just sized (mmap(2)).
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(errno());
-        }
-        // SAFETY: sealing our own memfd after the server's writable mapping exists.
-        check(unsafe {
-            libc::fcntl(
-                fd.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL,
-            )
-        } as libc::c_long)?;
-        let page = std::ptr::NonNull::new(p.cast()).ok_or(libc::EIO)?;
+        use ictus_sys::memfd::{self, SealFlags};
+        use ictus_sys::mm::{Mapping, Protection};
+        let fd = memfd::create("ictus-unix-generation", 4096).map_err(|e| e.raw_os_error())?;
+        // The server's writable mapping first: F_SEAL_FUTURE_WRITE keeps it and
+        // refuses every later one.
+        let page = Mapping::shared(fd.as_fd(), 4096, Protection::ReadWrite).map_err(|e| e.raw_os_error())?;
+        memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
+            .map_err(|e| e.raw_os_error())?;
         Ok(GenerationPage { fd, page })
     }
 
     /// Something may have appeared: every cached failure is stale.
     pub fn bump(&self) {
-        // SAFETY: the mapping lives as long as self; the counter is an AtomicU64 at
-        // the start of a page (aligned).
-        unsafe { self.page.as_ref() }.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.page.atomic_u64(0).fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Mark the calls the policy refuses (a bit each at
-    /// [`GEN_REFUSED_AT`](ictus_unix_emul::wire::GEN_REFUSED_AT)): the libraries ask
-    /// the server about them instead of answering themselves. Before any program runs.
+    /// [`GEN_REFUSED_AT`](ictus_unix_emul::wire::GEN_REFUSED_AT), bit `n % 8` of byte
+    /// `n / 8`, which on x86_64 is bit `n % 32` of the 32-bit word at `n / 32`): the
+    /// libraries ask the server about them instead of answering themselves. Before
+    /// any program runs.
     pub fn set_refused(&self, calls: impl IntoIterator<Item = u32>) {
-        let base = self.page.as_ptr().cast::<std::sync::atomic::AtomicU8>();
+        const _: () = assert!(ictus_unix_emul::wire::GEN_REFUSED_AT % 4 == 0);
         for n in calls {
             if n >= ictus_unix_emul::sysno::MAX_KNOWN {
                 continue;
             }
-            // SAFETY: inside the page (wire checks the bitmap fits); bytes as atomics.
-            let byte = unsafe { &*base.add(ictus_unix_emul::wire::GEN_REFUSED_AT + n as usize / 8) };
-            byte.fetch_or(1 << (n % 8), std::sync::atomic::Ordering::Release);
+            let word = self.page.atomic_u32(ictus_unix_emul::wire::GEN_REFUSED_AT + n as usize / 32 * 4);
+            word.fetch_or(1 << (n % 32), std::sync::atomic::Ordering::Release);
         }
     }
 
     /// The descriptor to hand to the session's first process.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl Drop for GenerationPage {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the page mapped in new().
-        unsafe { libc::munmap(self.page.as_ptr().cast(), 4096) };
     }
 }
 
