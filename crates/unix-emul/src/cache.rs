@@ -11,6 +11,13 @@
 //! whenever the process changes directory (`chdir` through the server, `fchdir`,
 //! which the filter sends here). Paths under `/proc` and `/dev` are never cached.
 //!
+//! The same table keeps `readlink`'s "not a link" (`EINVAL`) answers, under
+//! [`not_link`] of the path's key: glibc's `realpath` reads every component of a
+//! path as a link, and gcc's `cc1` does it a thousand times per compile for a few
+//! dozen directories. A path that is not a link can become one, or disappear, only
+//! by a rename, a link, a symlink, an unlink or a rmdir, after each of which the
+//! server bumps the generation (and every second, for changes made outside).
+//!
 //! The cache is the library's, in the program's memory: a program that corrupts it
 //! makes only its own lookups fail.
 
@@ -97,6 +104,12 @@ pub fn known_missing(key: u64, generation: u64) -> bool {
     e.key.load(Ordering::Acquire) == key && e.generation.load(Ordering::Acquire) == generation
 }
 
+/// The key under which a path's "not a link" answer (`readlink`'s `EINVAL`) is kept,
+/// derived from its lookup key (`follow` false).
+pub fn not_link(key: u64) -> u64 {
+    (key ^ 0x6e6f_745f_6c69_6e6b).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+}
+
 /// Remember that `key` was missing under `generation` (read before asking).
 pub fn remember_missing(key: u64, generation: u64) {
     let e = slot(key);
@@ -104,4 +117,22 @@ pub fn remember_missing(key: u64, generation: u64) {
     e.generation.store(u64::MAX, Ordering::Release);
     e.key.store(key, Ordering::Release);
     e.generation.store(generation, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_link_answers_are_kept_apart_from_missing_ones() {
+        let k = key(b"/usr/include", false).unwrap();
+        assert_ne!(not_link(k), k);
+        assert_eq!(not_link(k) & 1, 1);
+        remember_missing(not_link(k), 7);
+        assert!(known_missing(not_link(k), 7));
+        assert!(!known_missing(not_link(k), 8), "a new generation forgets it");
+        assert!(!known_missing(k, 7), "not a link is not missing");
+        assert_ne!(key(b"/usr/include", true), Some(k));
+        assert_eq!(key(b"/proc/self/exe", false), None);
+    }
 }

@@ -534,6 +534,15 @@ impl Req {
         }
     }
 
+    /// After `readlink`'s answer: remember an `EINVAL` ("not a link") too, unless the
+    /// program's buffer size alone made it one.
+    fn not_link_after(&self, cached: Option<(u64, Option<u64>)>, result: i64, bufsiz: u64) {
+        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::EINVAL as i64) && bufsiz as i32 > 0)
+        {
+            crate::cache::remember_missing(crate::cache::not_link(key), generation);
+        }
+    }
+
     /// Send it; the reply lands in `buf`.
     fn send(&self, buf: &mut [u8; BUF], cloexec: bool) -> Result<conn::Answer, i64> {
         let p1 = if self.has1 { Some(&self.store[self.p1.0..self.p1.0 + self.p1.1]) } else { None };
@@ -610,7 +619,7 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
 }
 
 /// The failed-lookup cache's fast path: a lookup already known to fail under the
-/// current generation answers `ENOENT` here, before any request is built (the path
+/// current generation answers `ENOENT` (or `readlink`'s `EINVAL`) here, before any request is built (the path
 /// copied once, one probe of its page: no trap, no round trip). `None`: not known.
 fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
     const O_CREAT_OR_TMPFILE: u64 = 0o100 | 0o20000000;
@@ -630,7 +639,11 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
         return None;
     }
     let key = crate::cache::key(p, follow)?;
-    crate::cache::known_missing(key, generation).then_some(-(errno::ENOENT as i64))
+    if crate::cache::known_missing(key, generation) {
+        return Some(-(errno::ENOENT as i64));
+    }
+    (n == nr::READLINKAT && crate::cache::known_missing(crate::cache::not_link(key), generation))
+        .then_some(-(errno::EINVAL as i64))
 }
 
 /// Legacy calls become their `*at` forms here, so the server serves one form of
@@ -764,6 +777,9 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 }
                 let ans = r.send(buf, false)?;
                 r.missing_after(cached, ans.result);
+                if n == nr::READLINKAT {
+                    r.not_link_after(cached, ans.result, a[3]);
+                }
                 close_all(&ans);
                 if ans.result >= 0 {
                     let copied = copy_out(buf, &ans, out, cap);

@@ -334,16 +334,19 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
         return refuse(s, h.op, e);
     }
     let reply = serve_op(s, pid, req, &fd_of);
-    // A name may have appeared: the libraries' cached failed lookups are stale. (Bumped
+    // A name may have appeared (or gone): the libraries' cached failed lookups and
+    // "not a link" answers are stale. (Bumped
     // after the change, so a lookup that raced with it is cached under the old
     // generation and dropped.)
-    let creates = match h.op {
+    let changes_names = match h.op {
         nr::OPENAT => a[2] & O_CREAT != 0,
         nr::OPENAT2 => true,
         nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => true,
+        // A name gone: the libraries' "not a link" answers for it are stale.
+        nr::UNLINKAT => true,
         _ => false,
     };
-    if creates && reply.result >= 0 {
+    if changes_names && reply.result >= 0 {
         s.generation.bump();
     }
     reply

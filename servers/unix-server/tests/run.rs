@@ -346,6 +346,25 @@ fn links_into_another_process_proc_fd_reveal_nothing() {
     drop(outside);
 }
 
+/// `readlink`'s "not a link" and "missing" answers come from the library's cache when
+/// repeated, and every change of the name — by the process or by its child — is seen
+/// at once: the same answers as natively.
+#[test]
+fn cached_readlink_answers_follow_every_change() {
+    let d = scratch();
+    let prog = c_program(&d, "links", false);
+    let (n, i) = (d.join("n"), d.join("i"));
+    std::fs::create_dir_all(&n).unwrap();
+    std::fs::create_dir_all(&i).unwrap();
+    assert_eq!(native(&format!("cd {} && {} > out", n.display(), prog.display())), 0);
+    let (ended, _) = sh_under(None, &d, &format!("cd {} && {} > out", i.display(), prog.display()));
+    assert_eq!(ended, Ended::Code(0));
+    let (want, got) = (read(&n.join("out")), read(&i.join("out")));
+    assert_eq!(want.replace(&*n.to_string_lossy(), "D"), got.replace(&*i.to_string_lossy(), "D"));
+    assert!(got.contains("x Invalid argument\nx Invalid argument\nx Invalid argument\n"), "{got}");
+    assert!(got.ends_with("x -> t3\nD/x -> t3\n".replace('D', &i.to_string_lossy()).as_str()), "{got}");
+}
+
 #[test]
 fn coreutils_and_a_bash_script_match_native() {
     let d = scratch();
