@@ -390,7 +390,7 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
                 }
                 let p = locate(s, pid, &arg1(0), flags & AT_SYMLINK_NOFOLLOW == 0)?;
                 if p.walked.is_none() {
-                    let fd = pin(pid, &p)?;
+                    let fd = pin(pid, &p, 0)?;
                     let e = CString::default();
                     return if h.op == nr::NEWFSTATAT {
                         raw(libc::SYS_newfstatat, [fdl(&fd), cs(&e), buf.as_mut_ptr() as _, AT_EMPTY_PATH as _, 0, 0])
@@ -419,7 +419,7 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
             }
             let fl = (a[3] & 0x200) as libc::c_long | p.nofollow; // AT_EACCESS
             if p.walked.is_none() {
-                let fd = pin(pid, &p)?;
+                let fd = pin(pid, &p, 0)?;
                 let fl = (a[3] & 0x200 | AT_EMPTY_PATH) as libc::c_long;
                 return raw(libc::SYS_faccessat2, [fdl(&fd), cs(c""), a[2] as _, fl, 0, 0]);
             }
@@ -447,7 +447,7 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
                             return Ok(t);
                         }
                     }
-                    let fd = pin(pid, &p)?;
+                    let fd = pin(pid, &p, 0)?;
                     // readlinkat(fd, "") of what is not a link answers ENOENT; the
                     // kernel's answer for a path is EINVAL.
                     let mut st = [0u8; 144];
@@ -489,14 +489,14 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
         },
         nr::CHDIR => match (|| {
             let p = locate(s, pid, &arg1(0), true)?;
-            let name = &p.name;
-            sys::openat2(
-                p.borrowed(),
-                name,
-                (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-                0,
-                0,
-            )
+            if p.walked.is_none() {
+                // The kernel walks, following a final link as chdir does (a link to a
+                // directory, /bin on a merged /usr), under the open's rules.
+                return pin(pid, &p, libc::O_DIRECTORY as u64);
+            }
+            // The walk followed every link: the final component is none.
+            let fl = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+            sys::openat2(p.borrowed(), &p.name, fl, 0, 0)
         })() {
             Ok(fd) => Reply { result: 0, data: vec![], fds: vec![fd] },
             Err(e) => Reply::err(e),
@@ -813,14 +813,14 @@ fn own_proc(pid: i32, path: &[u8]) -> bool {
 }
 
 /// The identity view's walk for the calls that look at what a path names without
-/// opening it (`stat`, `statx`, `access`, `readlink`): an `O_PATH` open under the
+/// opening it (`stat`, `statx`, `access`, `readlink`, `chdir`): an `O_PATH` open under the
 /// open's own rules — no `/proc` magic link but under the caller's own `/proc/PID`,
 /// and what it reached checked ([`proc_check`]) — so that a link the program made
 /// into another process's `/proc/PID/fd` does not let the unconfined server look
 /// through it for the program. The call is then made on the descriptor, so what was
 /// checked is what is answered about.
-fn pin(pid: i32, p: &Place) -> Res<OwnedFd> {
-    let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64 | if p.nofollow != 0 { O_NOFOLLOW } else { 0 };
+fn pin(pid: i32, p: &Place, extra: u64) -> Res<OwnedFd> {
+    let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64 | extra | if p.nofollow != 0 { O_NOFOLLOW } else { 0 };
     let fd = match sys::openat2(p.borrowed(), &p.name, fl, 0, sys::NO_MAGICLINKS) {
         Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0)?,
         r => r?,

@@ -365,6 +365,35 @@ fn cached_readlink_answers_follow_every_change() {
     assert!(got.ends_with("x -> t3\nD/x -> t3\n".replace('D', &i.to_string_lossy()).as_str()), "{got}");
 }
 
+/// `cd` through links to directories (an absolute and a relative link, a chain, the
+/// caller's own `/proc/self/cwd`) as natively, in the identity view and in a view
+/// the walk serves.
+#[test]
+fn chdir_follows_links_to_directories() {
+    let d = scratch();
+    std::fs::create_dir_all(d.join("real/sub")).unwrap();
+    std::os::unix::fs::symlink(d.join("real"), d.join("abs")).unwrap();
+    std::os::unix::fs::symlink("real/sub", d.join("rel")).unwrap();
+    std::os::unix::fs::symlink("rel", d.join("chain")).unwrap();
+    std::os::unix::fs::symlink("real/nothing", d.join("dangling")).unwrap();
+    let script = |out: &str| {
+        format!(
+            "cd {d} && {{ for l in abs rel chain dangling; do (cd $l && pwd -P | sed 's|{d}|D|') || echo no-$l; done; \
+             (cd real && cd /proc/self/cwd && pwd -P | sed 's|{d}|D|'); }} > {out} 2> /dev/null",
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("native.txt")), 0);
+    let want = read(&d.join("native.txt"));
+    assert_eq!(want, "D/real\nD/real/sub\nD/real/sub\nno-dangling\nD/real\n");
+    let hide = format!("hide {}\n", d.join("real/hidden").display());
+    for policy in [None, Some(hide.as_str())] {
+        let (ended, _) = sh_under(policy, &d, &script("ictus.txt"));
+        assert_eq!(ended, Ended::Code(0));
+        assert_eq!(read(&d.join("ictus.txt")), want, "policy {policy:?}");
+    }
+}
+
 #[test]
 fn coreutils_and_a_bash_script_match_native() {
     let d = scratch();
