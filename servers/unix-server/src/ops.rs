@@ -586,23 +586,31 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
         nr::TRUNCATE => res((|| {
             let p = locate(s, pid, &arg1(0), true)?;
             p.writable()?;
-            let name = &p.name;
-            let fd = sys::openat2(
-                p.borrowed(),
-                name,
-                (libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY) as u64,
-                0,
-                0,
-            )?;
+            let fl = (libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+            // The kernel's walk follows a final link, as truncate does; after the
+            // view's walk there is none.
+            let fd = if p.walked.is_none() {
+                open_pinned(pid, &p, fl)?
+            } else {
+                sys::openat2(p.borrowed(), &p.name, fl | O_NOFOLLOW, 0, 0)?
+            };
             raw(libc::SYS_ftruncate, [fdl(&fd), a[1] as _, 0, 0, 0, 0])
         })()),
         nr::STATFS => {
             let mut buf = vec![0u8; 120];
             let r = (|| {
                 let p = locate(s, pid, &arg1(0), true)?;
-                let name = &p.name;
-                let fd =
-                    sys::openat2(p.borrowed(), name, (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64, 0, 0)?;
+                let fd = if p.walked.is_none() {
+                    pin(pid, &p, 0)?
+                } else {
+                    sys::openat2(
+                        p.borrowed(),
+                        &p.name,
+                        (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+                        0,
+                        0,
+                    )?
+                };
                 raw(libc::SYS_fstatfs, [fdl(&fd), buf.as_mut_ptr() as _, 0, 0, 0, 0])
             })();
             match r {
@@ -813,7 +821,7 @@ fn own_proc(pid: i32, path: &[u8]) -> bool {
 }
 
 /// The identity view's walk for the calls that look at what a path names without
-/// opening it (`stat`, `statx`, `access`, `readlink`, `chdir`): an `O_PATH` open under the
+/// opening it (`stat`, `statx`, `access`, `readlink`, `chdir`, `statfs`): an `O_PATH` open under the
 /// open's own rules — no `/proc` magic link but under the caller's own `/proc/PID`,
 /// and what it reached checked ([`proc_check`]) — so that a link the program made
 /// into another process's `/proc/PID/fd` does not let the unconfined server look
@@ -821,11 +829,16 @@ fn own_proc(pid: i32, path: &[u8]) -> bool {
 /// checked is what is answered about.
 fn pin(pid: i32, p: &Place, extra: u64) -> Res<OwnedFd> {
     let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64 | extra | if p.nofollow != 0 { O_NOFOLLOW } else { 0 };
+    open_pinned(pid, p, fl)
+}
+
+/// [`pin`]'s open with the flags `fl` (`truncate` opens for writing).
+fn open_pinned(pid: i32, p: &Place, fl: u64) -> Res<OwnedFd> {
     let fd = match sys::openat2(p.borrowed(), &p.name, fl, 0, sys::NO_MAGICLINKS) {
         Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0)?,
         r => r?,
     };
-    proc_check(pid, &fd, 0)?;
+    proc_check(pid, &fd, fl)?;
     Ok(fd)
 }
 

@@ -366,8 +366,8 @@ fn cached_readlink_answers_follow_every_change() {
 }
 
 /// `cd` through links to directories (an absolute and a relative link, a chain, the
-/// caller's own `/proc/self/cwd`) as natively, in the identity view and in a view
-/// the walk serves.
+/// caller's own `/proc/self/cwd`), and `truncate` and `statfs` through links, as
+/// natively, in the identity view and in a view the walk serves.
 #[test]
 fn chdir_follows_links_to_directories() {
     let d = scratch();
@@ -376,16 +376,20 @@ fn chdir_follows_links_to_directories() {
     std::os::unix::fs::symlink("real/sub", d.join("rel")).unwrap();
     std::os::unix::fs::symlink("rel", d.join("chain")).unwrap();
     std::os::unix::fs::symlink("real/nothing", d.join("dangling")).unwrap();
+    std::fs::write(d.join("real/f"), "0123456789").unwrap();
+    std::os::unix::fs::symlink("real/f", d.join("flink")).unwrap();
+    std::os::unix::fs::symlink("/proc", d.join("plink")).unwrap();
     let script = |out: &str| {
         format!(
             "cd {d} && {{ for l in abs rel chain dangling; do (cd $l && pwd -P | sed 's|{d}|D|') || echo no-$l; done; \
-             (cd real && cd /proc/self/cwd && pwd -P | sed 's|{d}|D|'); }} > {out} 2> /dev/null",
+             (cd real && cd /proc/self/cwd && pwd -P | sed 's|{d}|D|'); \
+             perl -e 'truncate \"flink\", 4 or die' && stat -c %s real/f; stat -f -c %T plink; }} > {out} 2> /dev/null",
             d = d.display()
         )
     };
     assert_eq!(native(&script("native.txt")), 0);
     let want = read(&d.join("native.txt"));
-    assert_eq!(want, "D/real\nD/real/sub\nD/real/sub\nno-dangling\nD/real\n");
+    assert_eq!(want, "D/real\nD/real/sub\nD/real/sub\nno-dangling\nD/real\n4\nproc\n");
     let hide = format!("hide {}\n", d.join("real/hidden").display());
     for policy in [None, Some(hide.as_str())] {
         let (ended, _) = sh_under(policy, &d, &script("ictus.txt"));
