@@ -10,8 +10,12 @@ need_apt=()
 # whose every prefix the Standard MIDI File reader must refuse. For MARS (ictus bench
 # mars and its tests): nginx-light and fio are the peers (nginx sendfile; background
 # readers), curl checks the HTTP server byte for byte, e2fsprogs (mkfs.ext4) and
-# util-linux (losetup) build the slow disk. ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests openttd-openmsx nginx-light fio curl e2fsprogs util-linux ${ICTUS_APT_PACKAGES:-}; do
+# util-linux (losetup) build the slow disk. For the Unix server: proot is the peer of
+# `ictus bench unix` (ptrace-based user-space chroot); busybox-static is the static
+# binary the Unix server's tests run (a program with raw syscall instructions and no
+# dynamic loader); gcc and make build the C programs those tests and the compile
+# benchmarks use. ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc make ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

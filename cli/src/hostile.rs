@@ -310,6 +310,9 @@ fn arguments_that_contradict_each_other_are_refused() {
         (&["mars", "serve", "--volume", "a", "--no-ports", "--control-socket", "x"][..], "cannot be used"),
         (&["mars", "serve", "--volume", "a", "--fifo", "10", "--timesharing"][..], "cannot be used"),
         (&["bench", "mars", "--only", "table9"][..], "table9"),
+        (&["unix", "run", "--server", "--stats", "true"][..], "cannot be used"),
+        (&["unix", "run", "--server", "--policy", "p", "true"][..], "cannot be used"),
+        (&["unix", "run", "--socket", "x", "true"][..], "--server"),
     ] {
         let why = refused(args).unwrap_or_else(|| panic!("{args:?} accepted"));
         assert!(why.contains(says), "{args:?}: {why}");
@@ -327,6 +330,8 @@ fn arguments_that_contradict_each_other_are_refused() {
         &["mars", "serve", "--volume", "a", "--no-ports"][..],
         &["mars", "serve", "--volume", "a", "--timesharing"][..],
         &["bench", "mars", "--quick", "--only", "table1,http"][..],
+        &["unix", "run", "--server", "--socket", "x", "true"][..],
+        &["unix", "run", "--stats", "--policy", "p", "true"][..],
     ] {
         assert_eq!(refused(args), None, "{args:?}");
     }

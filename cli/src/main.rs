@@ -12,6 +12,7 @@ use ictus_experiments as experiments;
 mod hostile;
 mod load;
 mod midi;
+mod unix;
 
 /// ictus: a Mach-style microkernel personality in user space on Linux.
 ///
@@ -91,6 +92,11 @@ enum Command {
     MidiServer(ictus_midi_server::cli::ServerArgs),
     /// MARS (001): striped volumes and the stream server (HTTP, the streams API on ports).
     Mars(ictus_mars_server::cli::MarsArgs),
+    /// Unix as an application (004): run a program under a user-level Unix server.
+    Unix(unix::UnixArgs),
+    /// A long-lived Unix server for several programs at once (`ictus unix run --server`),
+    /// with a control socket for its counts and policy (`ictus unix stats|policy`).
+    UnixServer(unix::UnixServerArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench(BenchArgs),
 }
@@ -140,6 +146,7 @@ static REGISTRY: &[&Experiment] = &[
     &experiments::shm::SHM,
     &experiments::midi::MIDI,
     &ictus_mars_server::bench::MARS,
+    &ictus_unix_server::bench::UNIX,
 ];
 
 /// `ictus bench [--list] [NAME [OPTIONS]]`: a subcommand per experiment of the
@@ -294,6 +301,8 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Mars(a) => ictus_mars_server::cli::main(a),
+        Command::Unix(a) => unix::main(a),
+        Command::UnixServer(a) => unix::server_main(a),
         Command::Bench(args) => return bench(args),
     };
     match result {
@@ -333,7 +342,7 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars"],
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars", "unix"],
             "names are stable: CI and the testbed use them"
         );
     }
