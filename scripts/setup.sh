@@ -5,17 +5,18 @@ set -euo pipefail
 
 need_apt=()
 # Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
-# experiments (alarm, midi); openttd-openmsx gives real multi-track MIDI files (GPL-2,
-# read in place by crates/midi/tests/smf_damaged.rs, never copied into the repository),
-# whose every prefix the Standard MIDI File reader must refuse. For MARS (ictus bench
-# mars and its tests): nginx-light and fio are the peers (nginx sendfile; background
-# readers), curl checks the HTTP server byte for byte, e2fsprogs (mkfs.ext4) and
-# util-linux (losetup) build the slow disk. For the Unix server: proot is the peer of
-# `ictus bench unix` (ptrace-based user-space chroot); busybox-static is the static
-# binary the Unix server's tests run (a program with raw syscall instructions and no
-# dynamic loader); gcc and make build the C programs those tests and the compile
-# benchmarks use. ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc make ${ICTUS_APT_PACKAGES:-}; do
+# experiments (alarm, midi); xvfb gives the X server the display server's tests and
+# experiment start on a display of their own (MIT-SHM included); openttd-openmsx gives
+# real multi-track MIDI files (GPL-2, read in place by crates/midi/tests/smf_damaged.rs,
+# never copied into the repository), whose every prefix the Standard MIDI File reader
+# must refuse. For MARS (ictus bench mars and its tests): nginx-light and fio are the
+# peers (nginx sendfile; background readers), curl checks the HTTP server byte for byte,
+# e2fsprogs (mkfs.ext4) and util-linux (losetup) build the slow disk. For the Unix
+# server: proot is the peer of `ictus bench unix` (ptrace-based user-space chroot);
+# busybox-static is the static binary the Unix server's tests run (a program with raw
+# syscall instructions and no dynamic loader); gcc and make build the C programs those
+# tests and the compile benchmarks use. ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests xvfb openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc make ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

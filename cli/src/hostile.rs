@@ -214,6 +214,11 @@ fn no_argument_takes_a_raw_number_and_the_known_numbers_are_found() {
         "ictus mars serve --min-readahead",
         "ictus mars volume create --interleave",
         "ictus mars quantum <SECTORS>",
+        "ictus bench display --refresh-hz",
+        "ictus bench display --spin-us",
+        "ictus display serve --width",
+        "ictus display serve --refresh-hz",
+        "ictus display demo --seconds",
     ] {
         assert!(names.iter().any(|n| n == known), "{known} not found among {names:?}");
     }
@@ -313,6 +318,9 @@ fn arguments_that_contradict_each_other_are_refused() {
         (&["unix", "run", "--server", "--stats", "true"][..], "cannot be used"),
         (&["unix", "run", "--server", "--policy", "p", "true"][..], "cannot be used"),
         (&["unix", "run", "--socket", "x", "true"][..], "--server"),
+        (&["display", "serve", "--headless", "--display", ":1"][..], "cannot be used"),
+        (&["display", "serve", "--headless", "--no-mit-shm"][..], "cannot be used"),
+        (&["display", "serve", "--width", "640"][..], "--headless"),
     ] {
         let why = refused(args).unwrap_or_else(|| panic!("{args:?} accepted"));
         assert!(why.contains(says), "{args:?}: {why}");
@@ -332,6 +340,8 @@ fn arguments_that_contradict_each_other_are_refused() {
         &["bench", "mars", "--quick", "--only", "table1,http"][..],
         &["unix", "run", "--server", "--socket", "x", "true"][..],
         &["unix", "run", "--stats", "--policy", "p", "true"][..],
+        &["display", "serve", "--headless", "--width", "640", "--height", "480"][..],
+        &["display", "serve", "--display", ":1", "--no-mit-shm"][..],
     ] {
         assert_eq!(refused(args), None, "{args:?}");
     }

@@ -8,6 +8,7 @@ use ictus_args::{Micros, Priority};
 use ictus_bench::experiment::{self, Experiment};
 use ictus_experiments as experiments;
 
+mod display;
 #[cfg(test)]
 mod hostile;
 mod load;
@@ -97,6 +98,8 @@ enum Command {
     /// A long-lived Unix server for several programs at once (`ictus unix run --server`),
     /// with a control socket for its counts and policy (`ictus unix stats|policy`).
     UnixServer(unix::UnixServerArgs),
+    /// The display server (002) and a demo client.
+    Display(display::DisplayArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench(BenchArgs),
 }
@@ -147,6 +150,7 @@ static REGISTRY: &[&Experiment] = &[
     &experiments::midi::MIDI,
     &ictus_mars_server::bench::MARS,
     &ictus_unix_server::bench::UNIX,
+    &ictus_display_server::bench::DISPLAY,
 ];
 
 /// `ictus bench [--list] [NAME [OPTIONS]]`: a subcommand per experiment of the
@@ -303,6 +307,7 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         Command::Mars(a) => ictus_mars_server::cli::main(a),
         Command::Unix(a) => unix::main(a),
         Command::UnixServer(a) => unix::server_main(a),
+        Command::Display(a) => display::main(a),
         Command::Bench(args) => return bench(args),
     };
     match result {
@@ -342,7 +347,7 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars", "unix"],
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars", "unix", "display"],
             "names are stable: CI and the testbed use them"
         );
     }

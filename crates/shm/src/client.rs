@@ -555,7 +555,20 @@ impl PoolLoan<'_> {
 
     /// Commit: send a record naming the buffer. On error the buffer stays lent to
     /// nobody (it goes back to the free list).
-    pub fn commit(mut self, tag: u32) -> Result<(), SendError> {
+    pub fn commit(self, tag: u32) -> Result<(), SendError> {
+        self.publish(tag, true)
+    }
+
+    /// As [`PoolLoan::commit`], without waking the server: for a buffer that a record
+    /// sent next refers to (a frame, then the request that shows it), so that the
+    /// server is woken once, by that record, and finds both. A record committed
+    /// quietly and followed by nothing waits until the server looks for another
+    /// reason.
+    pub fn commit_quietly(self, tag: u32) -> Result<(), SendError> {
+        self.publish(tag, false)
+    }
+
+    fn publish(mut self, tag: u32, wake: bool) -> Result<(), SendError> {
         let slot = self.slot.take().expect("a live loan");
         let r = match self.client.reserve(record::POOL_REF_LEN as usize) {
             Ok(r) => r,
@@ -568,7 +581,11 @@ impl PoolLoan<'_> {
         self.client.req.write_payload_word(&r, 0, record::encode_pool_ref(slot, self.len as u32));
         self.client.req.write_payload_word(&r, 1, 0);
         self.client.req.commit(r, Kind::Pool, tag);
-        self.client.committed();
+        if wake {
+            self.client.committed();
+        } else {
+            self.client.stats.sent += 1;
+        }
         Ok(())
     }
 }

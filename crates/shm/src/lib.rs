@@ -55,7 +55,7 @@ pub use layout::Geometry;
 #[cfg(not(loom))]
 pub use segment::Payload;
 #[cfg(not(loom))]
-pub use server::{ClientId, Event, Incoming, Next, Server, ServerConfig, ServerStats, SleepMode};
+pub use server::{ClientId, Event, Held, Incoming, Next, Server, ServerConfig, ServerStats, SleepMode};
 #[cfg(not(loom))]
 pub use sys::{mappings_named, open_fds};
 #[cfg(not(loom))]

@@ -111,6 +111,8 @@ struct Chan {
     held: Vec<bool>,
     rel_head: u64,
     consumed: bool,
+    /// The channel's memfd, for [`Server::channel_fd`].
+    memfd: OwnedFd,
     // Dropped before `link` (field order): the watch ends before the link closes.
     _watch: crate::watch::Watch,
     link: OwnedFd,
@@ -360,10 +362,35 @@ impl Server {
             event,
             rel_head: 0,
             consumed: false,
+            memfd: fd,
             _watch: watch,
             link: mine,
         });
         Ok((id, geo, name))
+    }
+
+    /// The memfd behind a client's channel (rings and pool), to hand pool buffers to
+    /// something that maps them itself (a display server's X server, through MIT-SHM's
+    /// `ShmAttachFd`) at [`Incoming::pool_offset`] or [`Held::offset`]. The memfd is
+    /// sealed against shrinking and growing, so no mapping of it can fault; the client
+    /// can write it, so what is read there is the client's data, trusted as such.
+    pub fn channel_fd(&self, client: ClientId) -> Option<BorrowedFd<'_>> {
+        self.chans.iter().find(|c| c.id == client).map(|c| c.memfd.as_fd())
+    }
+
+    /// Give a held pool buffer back to its client (see [`Incoming::hold`]). Returns
+    /// whether it went back: `false` if the channel has closed since (its memory went
+    /// with it, nothing to return) or the hold is not this channel's.
+    pub fn release(&mut self, held: Held) -> bool {
+        let Some(chan) = self.chans.iter_mut().find(|c| c.id == held.client && Arc::ptr_eq(&c.seg, &held.seg)) else {
+            return false;
+        };
+        if !chan.held.get(held.slot as usize).copied().unwrap_or(false) {
+            return false;
+        }
+        chan.release_slot(held.slot);
+        chan.consumed = true;
+        true
     }
 
     /// End a client's channel (the client sees its link hang up). Returns whether it
@@ -527,21 +554,32 @@ impl Server {
                 return Ok(true);
             }
             self.stats.blocks += 1;
+            // In epoll, the service port and the links are watched too: a channel
+            // request or a hang-up ends the sleep and is handled at once (left alone,
+            // the still-readable port would end every following sleep at once, a busy
+            // loop until the next look at the controls).
+            let mut control = false;
             let r = if futex {
                 let bells = self.chans.iter().zip(&self.bells).map(|(c, &v)| (c.seg.word32(layout::REQ_BELL), v));
                 sys::futex_waitv(bells, block)
             } else {
-                let mut evs = Vec::with_capacity(1);
+                let mut evs = Vec::with_capacity(4);
                 let ts = rustix::event::Timespec {
                     tv_sec: block.as_secs() as i64,
                     tv_nsec: i64::from(block.subsec_nanos()),
                 };
                 match epoll::wait(&self.ep, rustix::buffer::spare_capacity(&mut evs), Some(&ts)) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {
+                        control = evs.iter().any(|e| e.data.u64() == SERVICE || e.data.u64() & LINK != 0);
+                        Ok(())
+                    }
                     Err(e) => Err(e),
                 }
             };
             self.sleeper.end(flag);
+            if control {
+                self.poll_control();
+            }
             if let Err(e) = r {
                 if e == rustix::io::Errno::NOSYS && futex {
                     // A kernel before 5.16: sleep in epoll from now on.
@@ -609,6 +647,44 @@ impl AsFd for Server {
     }
 }
 
+/// A pool buffer kept by the server after its record was consumed ([`Incoming::hold`]).
+/// Its memory stays mapped while the hold lives, even if the channel closes.
+#[derive(Debug)]
+pub struct Held {
+    client: ClientId,
+    slot: u32,
+    len: u32,
+    offset: u64,
+    seg: Arc<Segment>,
+}
+
+impl Held {
+    /// Whose buffer it is.
+    pub fn client(&self) -> ClientId {
+        self.client
+    }
+
+    /// Byte offset of the buffer in the channel's memfd ([`Server::channel_fd`]).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes used in the buffer.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether no bytes are used.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, in place (the client's data: see [`Payload`]).
+    pub fn payload(&self) -> Payload<'_> {
+        Payload::new(self.seg.slot(self.slot, self.len as usize), self.len as usize)
+    }
+}
+
 /// What [`Server::try_next`] found.
 #[derive(Debug)]
 pub enum Next<'a> {
@@ -656,6 +732,32 @@ impl Incoming<'_> {
                 Payload::new(chan.req.mem().bytes(p.payload_at(), len), len)
             }
         }
+    }
+
+    /// For a pool record, the byte offset of its buffer in the channel's memfd
+    /// ([`Server::channel_fd`]).
+    pub fn pool_offset(&self) -> Option<u64> {
+        self.pool.map(|r| self.server.chans[self.i].seg.geo.slot_at(r.slot))
+    }
+
+    /// Consume a pool record but keep its buffer: the ring moves on (the client's
+    /// next records can be read) while the buffer stays lent to the server until
+    /// [`Server::release`] gives it back — for a frame shown later than it arrives,
+    /// or read by another process in the meantime. A hold dropped without release
+    /// keeps the buffer from its client until the channel closes. An in-line record
+    /// is consumed as when dropped, and gives `None`.
+    pub fn hold(mut self) -> Option<Held> {
+        let r = self.pool.take()?;
+        let chan = &self.server.chans[self.i];
+        let held = Held {
+            client: self.id,
+            slot: r.slot,
+            len: r.len,
+            offset: chan.seg.geo.slot_at(r.slot),
+            seg: chan.seg.clone(),
+        };
+        // Dropping `self` now consumes the ring record but, with `pool` taken, not the slot.
+        Some(held)
     }
 
     /// Leave the record where it is, unconsumed: the next [`Server::try_next`] that

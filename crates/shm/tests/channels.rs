@@ -195,3 +195,93 @@ fn replies_sent_before_the_server_went_away_are_still_delivered() {
     }
     assert_eq!(c.recv(Some(WATCHDOG)).err(), Some(RecvError::Closed(CloseReason::PeerGone)));
 }
+
+#[test]
+fn a_quiet_pool_commit_is_found_with_the_record_that_wakes_the_server() {
+    let server = EchoServer::start(ServerConfig::default());
+    let mut c = server.client(options(geometry(2)));
+    // Let the server fall asleep, so that a record would wake it.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = c.stats().wakeups;
+    let data = pattern(3000, 5);
+    let mut p = c.loan_pool(data.len()).expect("loan");
+    p.copy_from_slice(&data);
+    p.commit_quietly(100).expect("commit");
+    assert_eq!(c.stats().wakeups, before, "a quiet commit wakes nobody");
+    c.send(1, b"then this").expect("send");
+    // Both answered, in order: the quiet record was found with the one that woke.
+    let r = c.recv(Some(WATCHDOG)).expect("digest");
+    assert_eq!(r.to_vec(), digest(&data));
+    drop(r);
+    let r = c.recv(Some(WATCHDOG)).expect("echo");
+    assert_eq!((r.tag(), r.to_vec()), (2, b"then this".to_vec()));
+    drop(r);
+    assert!(c.stats().wakeups <= before + 1, "one wake-up for the two records");
+}
+
+#[test]
+fn a_server_asleep_in_epoll_takes_a_channel_request_at_once_without_spinning() {
+    // Liveness longer than the watchdog: only the request itself can end the sleep.
+    let wait = WaitConfig { spin: Duration::ZERO, liveness: WATCHDOG * 2 };
+    let space = ictus_ipc::Space::new();
+    let mut server =
+        ictus_shm::Server::new(&space, ServerConfig { wait, sleep: SleepMode::Futex, ..ServerConfig::default() })
+            .expect("server");
+    let service = space.send_right_fd(server.service()).expect("send right");
+    // With no channel yet the server sleeps in epoll, on the service port.
+    let h = std::thread::spawn(move || connect(&service, options(geometry(0))));
+    assert!(server.wait(Some(WATCHDOG)).expect("wait"), "woken by the request");
+    let Some(ictus_shm::Next::Event(Event::Opened { .. })) = server.try_next() else { panic!("not an open") };
+    let _c = h.join().expect("client");
+    // One sleep (or two, if the request came after a first look), not a loop of them.
+    assert!(server.stats().blocks <= 2, "{} blocks: the sleep spun", server.stats().blocks);
+}
+
+#[test]
+fn a_held_pool_buffer_outlives_its_record_until_released() {
+    let space = ictus_ipc::Space::new();
+    let mut server = ictus_shm::Server::new(&space, ServerConfig::default()).expect("server");
+    let service = space.send_right_fd(server.service()).expect("send right");
+    let h = std::thread::spawn(move || connect(&service, options(geometry(2))));
+    let mut id = None;
+    eventually("the client connects", || {
+        server.poll_control();
+        while let Some(next) = server.try_next() {
+            if let ictus_shm::Next::Event(Event::Opened { client, .. }) = next {
+                id = Some(client);
+            }
+        }
+        h.is_finished()
+    });
+    let id = id.expect("an open event");
+    let mut c = h.join().expect("client");
+    let data = pattern(5000, 3);
+    let mut p = c.loan_pool(data.len()).expect("loan");
+    p.copy_from_slice(&data);
+    p.commit(9).expect("commit");
+    c.send(10, b"after").expect("send");
+    let mut held = None;
+    eventually("the pool record, held", || {
+        if let Some(ictus_shm::Next::Record(r)) = server.try_next() {
+            assert_eq!(r.tag(), 9);
+            assert!(r.pool_offset().is_some(), "a pool record has an offset");
+            held = r.hold();
+        }
+        held.is_some()
+    });
+    let held = held.expect("held");
+    assert_eq!(held.client(), id);
+    assert_eq!(held.payload().to_vec(), data);
+    // The ring moved on: the next record is there while the buffer is still held.
+    let Some(ictus_shm::Next::Record(r)) = server.try_next() else { panic!("the in-line record") };
+    assert_eq!((r.tag(), r.payload().to_vec()), (10, b"after".to_vec()));
+    assert!(r.hold().is_none(), "an in-line record has no buffer to hold");
+    // The memfd is the channel's: at the offset, the same bytes.
+    let fd = server.channel_fd(id).expect("the channel's memfd");
+    let mut buf = vec![0u8; data.len()];
+    rustix::io::pread(fd, &mut buf, held.offset()).expect("pread");
+    assert_eq!(buf, data);
+    assert_eq!(c.pool_free(), 1, "one buffer still held by the server");
+    assert!(server.release(held));
+    eventually("the buffer comes back", || c.pool_free() == 2);
+}

@@ -1,0 +1,137 @@
+//! The shared-memory transport: every client's ring (`ictus-shm`), one server flag
+//! only the server writes, one thread sleeping in `futex_waitv` on every client's
+//! doorbell and on a channel of the server's own (the back door other threads ring).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ictus_display::service;
+use ictus_display::spin::SpinPolicy;
+use ictus_shm::{ClientId, Event, Next, WaitConfig};
+
+use super::{put_back, take_msgs};
+use crate::core::{lock, Core, FrameSrc, Outbox, Session};
+
+/// Largest record of messages sent to a shared-memory client at once.
+const SHM_OUT_MAX: usize = 16 << 10;
+
+/// The shared-memory transport: every client's ring, one server flag, one thread.
+/// Before each wait it spins up to `wait.spin`, as the machine allows (see
+/// [`SpinPolicy`]): while it spins its flag says it is awake, so clients' records need
+/// no wake-up at all.
+pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConfig) {
+    let mut sessions: HashMap<ClientId, Session> = HashMap::new();
+    let mut backdoor: Option<ClientId> = None;
+    let mut batch = Vec::with_capacity(64 << 10);
+    let waker = || lock(&core.shm_waker).clone();
+    let mut spin = SpinPolicy::new(wait.spin);
+    let mut spinning = None;
+    while !core.stop.load(Ordering::Acquire) {
+        let s = spin.spin(Instant::now());
+        if spinning != Some(s) {
+            server.set_wait(WaitConfig { spin: s, liveness: wait.liveness });
+            spinning = Some(s);
+        }
+        if let Err(e) = server.wait(Some(wait.liveness)) {
+            eprintln!("ictus display: shared-memory transport stops: {e}");
+            break;
+        }
+        for h in std::mem::take(&mut *lock(&core.release)) {
+            server.release(h);
+        }
+        loop {
+            let mut close = None;
+            let event = match server.try_next() {
+                None => break,
+                Some(Next::Event(e)) => Some(e),
+                Some(Next::Record(r)) => {
+                    let id = r.client();
+                    match sessions.get_mut(&id) {
+                        _ if Some(id) == backdoor => {}
+                        None => {}
+                        Some(s) => match (r.tag(), r.is_pool()) {
+                            (service::TAG_ATTACH, true) => {
+                                let seg = s.channel_seg;
+                                if let Some(held) = r.hold() {
+                                    s.attach(&core, FrameSrc::Held { held, seg });
+                                }
+                            }
+                            (service::TAG_BATCH, false) => {
+                                // Shared memory the client can still write: copy, then parse.
+                                batch.clear();
+                                batch.resize(r.payload().len(), 0);
+                                r.payload().copy_to(&mut batch);
+                                drop(r);
+                                if s.execute(&core, &batch).is_err() {
+                                    close = Some(id);
+                                }
+                            }
+                            _ => close = Some(id),
+                        },
+                    }
+                    None
+                }
+            };
+            match event {
+                Some(Event::Opened { client, geometry, .. }) => {
+                    if backdoor.is_none() {
+                        // The first channel is the server's own (see `Waker::Shm`).
+                        backdoor = Some(client);
+                        continue;
+                    }
+                    let Some(w) = waker() else { continue };
+                    let mut s = Session::new(&core, Outbox::new(w));
+                    if let (Some(x), true) = (&core.x, geometry.pool.slots > 0) {
+                        if x.has_shm() && geometry.total() <= u64::from(u32::MAX) {
+                            if let Some(fd) = server.channel_fd(client) {
+                                s.channel_seg = x.attach(fd).ok();
+                                let _ = x.flush();
+                            }
+                        }
+                    }
+                    sessions.insert(client, s);
+                }
+                Some(Event::Closed { client, .. }) => {
+                    if let Some(s) = sessions.remove(&client) {
+                        s.close(&core);
+                    }
+                }
+                None => {}
+            }
+            if let Some(id) = close {
+                core.stats.cut_off.fetch_add(1, Ordering::Relaxed);
+                server.close(id);
+            }
+        }
+        // Deliver what waits.
+        let mut cut = Vec::new();
+        for (id, s) in &sessions {
+            loop {
+                let bytes = take_msgs(&s.outbox, SHM_OUT_MAX);
+                if bytes.is_empty() {
+                    break;
+                }
+                match server.send_to(*id, 1, &bytes) {
+                    Ok(()) => {}
+                    Err(ictus_shm::ReplyError::Full) => {
+                        put_back(&s.outbox, bytes);
+                        if lock(&s.outbox.q).len() > core.limits.outbox {
+                            cut.push(*id);
+                        }
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        for id in cut {
+            core.stats.cut_off.fetch_add(1, Ordering::Relaxed);
+            server.close(id);
+        }
+    }
+    for (_, s) in sessions.drain() {
+        s.close(&core);
+    }
+}
