@@ -31,16 +31,23 @@
 #[cfg(feature = "tokio")]
 #[allow(unsafe_code)]
 pub mod aio;
+mod bootstrap;
+mod call;
+mod channel;
 mod error;
+mod incoming;
 mod message;
 mod notify;
 #[allow(unsafe_code)]
 mod ool;
+mod plan;
 mod port;
+mod receive;
+mod send;
 mod set;
-#[allow(unsafe_code)]
 mod space;
-pub(crate) mod sys;
+#[allow(unsafe_code)]
+mod sys;
 mod table;
 
 pub use error::{CallError, ReceiveError, RightsError, SendError};
@@ -48,9 +55,10 @@ pub use ictus_abi::{Name, NotifyId, ReturnCode};
 pub use message::{
     Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind, SendOptions,
 };
+pub use notify::NotifyKind;
 pub use ool::{OolBuffer, OolError, OolRegion};
 pub use port::{DEFAULT_QLIMIT, MAX_QLIMIT};
-pub use space::{NotifyKind, PortStatus, Space, SpaceStats};
+pub use space::{PortStatus, Space, SpaceStats};
 pub use table::{MAX_NAMES, UREFS_MAX};
 
 /// The environment variable that tells a child which descriptor is its bootstrap port.

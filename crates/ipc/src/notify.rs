@@ -1,5 +1,7 @@
-//! The notifier: one thread per space, started on the first request, that turns the
-//! kernel's hang-up reports into notification messages.
+//! Notifications: requests (`Space::request_notification`), the messages that carry
+//! them (dead-name, no-senders, port-destroyed, send-once, with Mach's ids), and the
+//! notifier, one thread per space, started on the first request, that turns the
+//! kernel's hang-up reports into them.
 //!
 //! A send right is a socket whose peer is the port's receive end; when the receive
 //! right is destroyed (or its task dies, even by `kill -9`) the kernel marks every
@@ -7,15 +9,199 @@
 //! is closed anywhere. The notifier waits for those hang-ups in one epoll.
 
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
-use ictus_abi::Name;
-use rustix::event::{epoll, eventfd, EventfdFlags};
+use ictus_abi::{Datagram, Descriptor, Head, Name, NotifyId, ReplyKind, HEAD_MAX};
 
-use crate::port::{ChannelKey, NotifyTarget, RecvPort};
-use crate::space::Inner;
+use crate::error::RightsError;
+use crate::message::PortArg;
+use crate::port::{ChannelKey, ConnKind, NotifyTarget, Packed, RecvPort};
+use crate::space::{Inner, Space};
+use crate::sys::{self, Interest, SendOutcome};
+use crate::table::{Entry, PortEntry};
+
+/// Which notification to request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotifyKind {
+    /// When the port named by a send or send-once right dies.
+    DeadName,
+    /// When no send rights remain for a port whose receive right is named.
+    NoSenders,
+    /// When the named receive right is destroyed: the notification carries it instead.
+    PortDestroyed,
+}
+
+impl Space {
+    /// Ask for a notification about `name`, to be sent through the right `notify`
+    /// (`mach_port_request_notification`). `notify` is usually a send-once right made
+    /// from a port of this task. `None` cancels the request.
+    ///
+    /// A notification is an ordinary message whose id is a [`NotifyId`] and whose
+    /// in-line data names the right it concerns; its sender is the task that asked for
+    /// it, which is how a receiver tells it from a forgery.
+    pub fn request_notification(
+        &self,
+        name: Name,
+        kind: NotifyKind,
+        notify: Option<PortArg>,
+    ) -> Result<(), RightsError> {
+        let target = match notify {
+            None => None,
+            Some(arg) => Some(self.notify_target(arg)?),
+        };
+        match kind {
+            NotifyKind::DeadName => {
+                let mut t = self.table();
+                self.inner.reap_if_dead(&mut t, name);
+                let fd = match t.get(name)? {
+                    Entry::Port(PortEntry { send: Some(s), .. }) => s.fd.clone(),
+                    Entry::SendOnce(so) => so.fd.clone(),
+                    Entry::Dead(_) if target.is_none() => {
+                        drop(t);
+                        if let Some(n) = self.inner.notifier.get() {
+                            n.cancel_dead_name(name);
+                        }
+                        return Ok(());
+                    }
+                    Entry::Dead(_) => {
+                        // Already dead: notify at once, as Mach does.
+                        if let Entry::Dead(n) = t.get_mut(name)? {
+                            *n = n.saturating_add(1);
+                        }
+                        drop(t);
+                        if let Some(target) = target {
+                            self.inner.notify(&target, NotifyId::DeadName, name, 0);
+                        }
+                        return Ok(());
+                    }
+                    _ => return Err(RightsError::InvalidRight(name)),
+                };
+                drop(t);
+                let notifier = self.inner.notifier(&self.inner)?;
+                notifier.cancel_dead_name(name);
+                if let Some(target) = target {
+                    notifier.watch_dead_name(name, fd, target)?;
+                }
+                Ok(())
+            }
+            NotifyKind::NoSenders => {
+                let port = self.receive_port(name)?;
+                let notifier = self.inner.notifier(&self.inner)?;
+                {
+                    let mut st = port.lock();
+                    for w in st.ns_watches.drain(..) {
+                        notifier.cancel(w);
+                    }
+                    st.no_senders = None;
+                    st.ns_watcher = None;
+                    let Some(target) = target else { return Ok(()) };
+                    // Let go of the send source: from now on the kernel tells us when
+                    // the last send right anywhere is gone.
+                    st.send_source = None;
+                    st.no_senders = Some(target);
+                    st.ns_watcher = Some(notifier.watcher());
+                    let mains: Vec<Arc<OwnedFd>> =
+                        st.conns.iter().filter(|c| c.kind != ConnKind::Once).map(|c| c.fd.clone()).collect();
+                    for fd in mains {
+                        let w = notifier.watch_no_senders(&port, fd)?;
+                        st.ns_watches.push(w);
+                    }
+                }
+                self.inner.check_no_senders(&port);
+                Ok(())
+            }
+            NotifyKind::PortDestroyed => {
+                let port = self.receive_port(name)?;
+                port.lock().port_destroyed = target;
+                Ok(())
+            }
+        }
+    }
+
+    fn notify_target(&self, arg: PortArg) -> Result<NotifyTarget, RightsError> {
+        let (entry, _) = self.extract(arg.name, arg.disposition)?;
+        match entry {
+            Entry::Port(PortEntry { send: Some(s), .. }) => Ok(NotifyTarget { fd: s.fd }),
+            Entry::SendOnce(so) => Ok(NotifyTarget { fd: so.fd }),
+            _ => Err(RightsError::InvalidRight(arg.name)),
+        }
+    }
+}
+
+impl Inner {
+    /// Send a small message built here (notifications), waiting at most a second.
+    fn send_raw(&self, dest: &OwnedFd, id: i32, body: &[u8], descs: &[Descriptor], fds: &[BorrowedFd<'_>]) -> bool {
+        let mut head = [0u8; HEAD_MAX];
+        let Ok((_, n)) = Datagram::encode_head(Head::new(id, ReplyKind::None), descs, body.len(), 0, &mut head) else {
+            return false;
+        };
+        let bufs = [IoSlice::new(&head[..n]), IoSlice::new(body)];
+        let deadline = Some(Instant::now() + std::time::Duration::from_secs(1));
+        matches!(sys::send(dest.as_fd(), &bufs, fds, deadline), Ok(SendOutcome::Sent))
+    }
+
+    pub(crate) fn notify(&self, target: &NotifyTarget, id: NotifyId, name: Name, count: u32) {
+        self.send_raw(&target.fd, id.id(), &NotifyId::body(name, count), &[], &[]);
+    }
+
+    /// Send the no-senders notification if it is armed and no send right remains.
+    pub(crate) fn check_no_senders(&self, p: &Arc<RecvPort>) {
+        let fire = {
+            let mut st = p.lock();
+            if st.no_senders.is_some() && !st.dead && st.no_senders_now() {
+                let watches: Vec<u64> = st.ns_watches.drain(..).collect();
+                st.ns_watcher = None;
+                Some((st.no_senders.take().expect("checked"), st.mscount, watches))
+            } else {
+                None
+            }
+        };
+        if let Some((target, mscount, watches)) = fire {
+            if let Some(n) = self.notifier.get() {
+                for w in watches {
+                    n.cancel(w);
+                }
+            }
+            self.notify(&target, NotifyId::NoSenders, p.name(), mscount);
+        }
+    }
+
+    /// Called by the notifier when a watched send right's port died.
+    pub(crate) fn dead_name_event(&self, name: Name, fd: &Arc<OwnedFd>, target: NotifyTarget) {
+        let notify = {
+            let mut t = self.table();
+            if self.make_dead(&mut t, name, fd) {
+                if let Ok(Entry::Dead(n)) = t.get_mut(name) {
+                    // The notification carries a dead-name reference, as in Mach.
+                    *n = n.saturating_add(1);
+                }
+                true
+            } else {
+                false
+            }
+        };
+        if notify {
+            self.notify(&target, NotifyId::DeadName, name, 0);
+        }
+    }
+
+    /// The port-destroyed notification: the destroyed receive right (`packed`) handed
+    /// on to `target`. Whether it went; if not, the caller destroys the right.
+    pub(crate) fn notify_port_destroyed(&self, target: &NotifyTarget, name: Name, packed: &Packed) -> bool {
+        let fds: Vec<BorrowedFd<'_>> = packed.fds.iter().map(|f| f.as_fd()).collect();
+        self.send_raw(
+            &target.fd,
+            NotifyId::PortDestroyed.id(),
+            &NotifyId::body(name, 0),
+            &[Descriptor::Receive(packed.info)],
+            &fds,
+        )
+    }
+}
 
 enum Watch {
     DeadName {
@@ -119,9 +305,9 @@ const WAKE: u64 = 0;
 
 impl Notifier {
     pub(crate) fn start(space: Weak<Inner>) -> rustix::io::Result<Notifier> {
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-        epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
+        let ep = sys::epoll()?;
+        let wake = sys::eventfd()?;
+        sys::epoll_add(ep.as_fd(), wake.as_fd(), WAKE, Interest::Readable)?;
         let shared = Arc::new(Shared {
             ep,
             wake,
@@ -172,7 +358,7 @@ impl Notifier {
     pub(crate) fn cancel(&self, id: u64) {
         let w = self.shared.with_watches(|w| w.remove(id));
         if let Some(w) = w {
-            let _ = epoll::delete(&self.shared.ep, w.registered());
+            sys::epoll_delete(self.shared.ep.as_fd(), w.registered());
         }
     }
 
@@ -200,7 +386,7 @@ impl Drop for Notifier {
     /// descriptors when the drop returns (unless the space's last handle went on the
     /// notifier thread itself, which then ends on its own right after).
     fn drop(&mut self) {
-        let _ = rustix::io::write(&self.shared.wake, &1u64.to_ne_bytes());
+        sys::eventfd_signal(self.shared.wake.as_fd());
         if let Some(t) = self.thread.take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
@@ -215,12 +401,11 @@ fn watch(shared: &Shared, w: Watch) -> rustix::io::Result<u64> {
     // once by a descriptor already hung up, finds the watch complete.
     shared.with_watches(|all| {
         // Hang-up is always reported; ask for nothing else.
-        let add =
-            |fd: BorrowedFd<'_>| epoll::add(&shared.ep, fd, epoll::EventData::new_u64(id), epoll::EventFlags::ONESHOT);
+        let add = |fd: BorrowedFd<'_>| sys::epoll_add(shared.ep.as_fd(), fd, id, Interest::HangUpOnce);
         let dup = match add(w.fd().as_fd()) {
             Ok(()) => None,
             Err(rustix::io::Errno::EXIST) => {
-                let d = crate::sys::dup(w.fd().as_fd())?;
+                let d = sys::dup(w.fd().as_fd())?;
                 add(d.as_fd())?;
                 Some(d)
             }
@@ -242,22 +427,18 @@ impl Watcher {
 }
 
 fn run(shared: Arc<Shared>, space: Weak<Inner>) {
-    let mut events = Vec::with_capacity(16);
+    let mut events = sys::Events::with_capacity(16);
     loop {
-        events.clear();
-        match epoll::wait(&shared.ep, rustix::buffer::spare_capacity(&mut events), None) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return,
+        if events.wait(shared.ep.as_fd()).is_err() {
+            return;
         }
-        for ev in &events {
-            let id = ev.data.u64();
+        for id in events.data() {
             if id == WAKE {
                 return;
             }
             let w = shared.with_watches(|w| w.remove(id));
             let Some(w) = w else { continue };
-            let _ = epoll::delete(&shared.ep, w.registered());
+            sys::epoll_delete(shared.ep.as_fd(), w.registered());
             let Some(inner) = space.upgrade() else { return };
             match w.watch {
                 Watch::DeadName { name, fd, target } => inner.dead_name_event(name, &fd, target),

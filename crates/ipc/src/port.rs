@@ -27,10 +27,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use ictus_abi::Name;
-use rustix::event::epoll;
 
 use crate::set::PortSet;
-use crate::sys;
+use crate::sys::{self, Interest};
 
 /// The kernel identity of a send end: (device, inode).
 pub(crate) type Ident = (u64, u64);
@@ -240,7 +239,7 @@ impl RecvState {
         let id = self.next_conn;
         self.next_conn += 1;
         if let Some(ep) = &self.epoll {
-            epoll::add(ep.as_fd(), fd.as_fd(), epoll::EventData::new_u64(id), epoll::EventFlags::IN)?;
+            sys::epoll_add(ep.as_fd(), fd.as_fd(), id, Interest::Readable)?;
         }
         self.conns.push(Conn { id, fd, kind });
         if let Some(src) = &self.send_source {
@@ -254,9 +253,7 @@ impl RecvState {
         let i = self.conns.iter().position(|c| c.id == id)?;
         let c = self.conns.remove(i);
         if let Some(ep) = &self.epoll {
-            // Explicitly: the file may live on elsewhere, and epoll forgets a file
-            // only when its last descriptor anywhere is closed.
-            let _ = epoll::delete(ep.as_fd(), c.fd.as_fd());
+            sys::epoll_delete(ep.as_fd(), c.fd.as_fd());
         }
         Some(c)
     }
@@ -270,13 +267,12 @@ impl RecvState {
         if let Some(ep) = &self.epoll {
             return Ok(ep.clone());
         }
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let ep = sys::epoll()?;
         for c in &self.conns {
-            epoll::add(&ep, c.fd.as_fd(), epoll::EventData::new_u64(c.id), epoll::EventFlags::IN)?;
+            sys::epoll_add(ep.as_fd(), c.fd.as_fd(), c.id, Interest::Readable)?;
         }
-        let wake =
-            rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
-        epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE_EVENT), epoll::EventFlags::IN)?;
+        let wake = sys::eventfd()?;
+        sys::epoll_add(ep.as_fd(), wake.as_fd(), WAKE_EVENT, Interest::Readable)?;
         let ep = Arc::new(ep);
         self.epoll = Some(ep.clone());
         self.wake = Some(wake);
@@ -352,7 +348,7 @@ impl RecvState {
         // the epoll, and with a doorbell for one blocked on the main connection alone
         // (a doorbell that nobody reads here travels on and is ignored).
         if let Some(w) = &self.wake {
-            let _ = rustix::io::write(w, &1u64.to_ne_bytes());
+            sys::eventfd_signal(w.as_fd());
         }
         if let Some(src) = &self.send_source {
             let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
@@ -377,7 +373,7 @@ impl RecvState {
         fds.extend(channels.iter().map(|(_, c)| c.fd.clone()));
         if let Some(ep) = &self.epoll {
             for c in &conns {
-                let _ = epoll::delete(ep.as_fd(), c.fd.as_fd());
+                sys::epoll_delete(ep.as_fd(), c.fd.as_fd());
             }
         }
         self.dead = true;

@@ -5,9 +5,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use rustix::event::epoll;
-
 use crate::port::RecvPort;
+use crate::sys::{self, Interest};
 
 static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -22,7 +21,7 @@ impl PortSet {
     pub(crate) fn new() -> rustix::io::Result<Arc<PortSet>> {
         Ok(Arc::new(PortSet {
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
-            ep: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            ep: sys::epoll()?,
             members: Mutex::new(HashMap::new()),
         }))
     }
@@ -34,7 +33,7 @@ impl PortSet {
             st.set = Some(Arc::downgrade(self));
             ep
         };
-        epoll::add(&self.ep, port_ep.as_fd(), epoll::EventData::new_u64(port.id), epoll::EventFlags::IN)?;
+        sys::epoll_add(self.ep.as_fd(), port_ep.as_fd(), port.id, Interest::Readable)?;
         self.members.lock().unwrap_or_else(|e| e.into_inner()).insert(port.id, Arc::downgrade(port));
         Ok(())
     }
@@ -46,7 +45,7 @@ impl PortSet {
             st.epoll.clone()
         };
         if let Some(ep) = ep {
-            let _ = epoll::delete(&self.ep, ep.as_fd());
+            sys::epoll_delete(self.ep.as_fd(), ep.as_fd());
         }
         self.members.lock().unwrap_or_else(|e| e.into_inner()).remove(&port.id);
     }

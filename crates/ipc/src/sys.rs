@@ -1,14 +1,20 @@
-//! The thin shell over Linux: sockets, descriptor passing, memfds, polling.
+//! The thin shell over Linux: every system call the nucleus makes is made here.
 //!
-//! The nucleus's sockets, pipes and polling are made here with rustix; descriptor
-//! passing, memfds and socket diagnostics through the OS layer, `ictus-sys`.
+//! Sockets, pipes, polling, epoll and eventfds through rustix; descriptor passing,
+//! memfds, seals and socket diagnostics through the OS layer, `ictus-sys`, which also
+//! maps out-of-line memory for `ool`. The rest of the crate is plain Rust over owned
+//! descriptors and calls these functions, so what the nucleus asks of the kernel, and
+//! how it treats each answer (`EINTR`, `EAGAIN`, a hang-up), is written once.
+//!
+//! The only `unsafe` of the module is the bootstrap descriptor's hand-over across
+//! `fork`/`exec` ([`inherit_as`], [`take_inherited`]).
 
 use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use ictus_sys::memfd::{SealFlags, Size};
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::{epoll, poll, PollFd, PollFlags, Timespec};
 use rustix::io::{Errno, ReadWriteFlags};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
@@ -137,25 +143,14 @@ pub(crate) fn send(
     fds: &[BorrowedFd<'_>],
     deadline: Option<Instant>,
 ) -> rustix::io::Result<SendOutcome> {
-    let total: usize = bufs.iter().map(|b| b.len()).sum();
     let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
-    if fds.is_empty() && total <= SMALL_SEND {
-        // A small datagram without descriptors is gathered here and sent with `send`:
-        // on this kind of machine `sendmsg` costs measurably more per call (it copies
-        // and checks a message header and an iovec array from user memory).
-        let mut one = [0u8; SMALL_SEND];
-        let mut at = 0;
-        for b in bufs {
-            one[at..at + b.len()].copy_from_slice(b);
-            at += b.len();
-        }
-        return send_with(fd, deadline, || rustix::net::send(fd, &one[..total], flags));
+    if fds.is_empty() && bufs.iter().map(|b| b.len()).sum::<usize>() <= ictus_sys::socket::GATHER_MAX {
+        // A small datagram without descriptors is gathered and sent with `send`: on
+        // this kind of machine `sendmsg` costs measurably more per call.
+        return send_with(fd, deadline, || ictus_sys::socket::send_gathered(fd, bufs, flags));
     }
     send_with(fd, deadline, || ictus_sys::socket::sendmsg(fd, bufs, fds, flags))
 }
-
-/// Datagrams up to this size without descriptors go out with one `send`.
-const SMALL_SEND: usize = 512;
 
 /// [`send`]'s outcome handling around one non-blocking send attempt.
 fn send_with(
@@ -180,7 +175,7 @@ fn send_with(
 }
 
 /// Wait until `fd` is ready for `what` or has hung up. Returns false on time-out.
-pub(crate) fn wait_until(fd: BorrowedFd<'_>, what: PollFlags, deadline: Option<Instant>) -> rustix::io::Result<bool> {
+fn wait_until(fd: BorrowedFd<'_>, what: PollFlags, deadline: Option<Instant>) -> rustix::io::Result<bool> {
     loop {
         let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
         let mut pfd = [PollFd::new(&fd, what)];
@@ -195,6 +190,11 @@ pub(crate) fn wait_until(fd: BorrowedFd<'_>, what: PollFlags, deadline: Option<I
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Wait until `fd` is readable or has hung up. Returns false on time-out.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, deadline: Option<Instant>) -> rustix::io::Result<bool> {
+    wait_until(fd, PollFlags::IN, deadline)
 }
 
 /// Set a socket's receive time-out (`SO_RCVTIMEO`; `None`: wait for ever). A blocking
@@ -308,13 +308,219 @@ pub(crate) fn peer_inode(fd: BorrowedFd<'_>) -> rustix::io::Result<Option<u64>> 
     ictus_sys::sockdiag::peer_inode(fd)
 }
 
-/// Whether `fd` is the same open file as `other` (for tests and diagnostics).
-#[allow(dead_code)]
-pub(crate) fn same_file(a: impl AsFd, b: impl AsFd) -> bool {
+/// Whether `fd` is the same open file as `other` (for tests).
+#[cfg(test)]
+pub(crate) fn same_file(a: impl std::os::fd::AsFd, b: impl std::os::fd::AsFd) -> bool {
     matches!((identity(a.as_fd()), identity(b.as_fd())), (Ok(x), Ok(y)) if x == y)
 }
 
 /// A close-on-exec duplicate of a descriptor.
 pub(crate) fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}
+
+/// Write all of `data` to a file from its start (`pwrite`, retried until done).
+pub(crate) fn write_all_at(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Result<()> {
+    let mut off = 0;
+    while off < data.len() {
+        match rustix::io::pwrite(fd, &data[off..], off as u64) {
+            Ok(0) => return Err(Errno::IO),
+            Ok(n) => off += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Read the first `len` bytes of a file into `out`, resized to `len` (`pread`, retried
+/// until done). The buffer is kept between messages: only newly grown bytes are zeroed.
+pub(crate) fn read_all_at(fd: BorrowedFd<'_>, len: usize, out: &mut Vec<u8>) -> rustix::io::Result<()> {
+    if out.len() < len {
+        out.resize(len, 0);
+    } else {
+        out.truncate(len);
+    }
+    let mut off = 0;
+    while off < len {
+        match rustix::io::pread(fd, &mut out[off..], off as u64) {
+            Ok(0) => return Err(Errno::IO),
+            Ok(n) => off += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+// ----- sockets: who, and how --------------------------------------------------------
+
+/// This process's pid and effective uid and gid, as the kernel would stamp them.
+pub(crate) fn own_credentials() -> Credentials {
+    Credentials {
+        pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    }
+}
+
+/// The pid of the process that created a socket's peer end (`SO_PEERCRED`), if the
+/// kernel can say (0 for one in a pid namespace this process cannot see).
+pub(crate) fn peer_pid(fd: BorrowedFd<'_>) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(fd).ok().map(|c| rustix::process::Pid::as_raw(Some(c.pid)) as u32)
+}
+
+/// Ask for the sender's credentials on every message received on `fd` (`SO_PASSCRED`).
+pub(crate) fn set_passcred(fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
+    rustix::net::sockopt::set_socket_passcred(fd, true)
+}
+
+/// `shutdown(fd, SHUT_RDWR)`: threads blocked on the connection wake, and its peer sees
+/// the hang-up at once, even while another descriptor of it stays open.
+pub(crate) fn shut_down(fd: BorrowedFd<'_>) {
+    let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Both);
+}
+
+// ----- epoll and eventfds -----------------------------------------------------------
+
+/// A new close-on-exec epoll.
+pub(crate) fn epoll() -> rustix::io::Result<OwnedFd> {
+    epoll::create(epoll::CreateFlags::CLOEXEC)
+}
+
+/// What an epoll watches a descriptor for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Interest {
+    /// Readable (a message, or a hang-up), level-triggered.
+    Readable,
+    /// A hang-up (always reported), once: the watch is disarmed by its first event.
+    HangUpOnce,
+}
+
+/// Watch `fd` in `ep` for `interest`, reported with `data`. `EEXIST` if `fd`'s file is
+/// already watched there.
+pub(crate) fn epoll_add(
+    ep: BorrowedFd<'_>,
+    fd: BorrowedFd<'_>,
+    data: u64,
+    interest: Interest,
+) -> rustix::io::Result<()> {
+    let flags = match interest {
+        Interest::Readable => epoll::EventFlags::IN,
+        Interest::HangUpOnce => epoll::EventFlags::ONESHOT,
+    };
+    epoll::add(ep, fd, epoll::EventData::new_u64(data), flags)
+}
+
+/// Stop watching `fd` in `ep`. Said explicitly: the file may live on elsewhere, and an
+/// epoll forgets a file only when its last descriptor anywhere is closed.
+pub(crate) fn epoll_delete(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>) {
+    let _ = epoll::delete(ep, fd);
+}
+
+/// What one wait in an epoll saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// An event with this datum.
+    Event(u64),
+    /// Nothing yet: interrupted, or woken early; look again.
+    Again,
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// Wait in an epoll for one event until `deadline` (`None`: for ever).
+pub(crate) fn epoll_wait_one(ep: BorrowedFd<'_>, deadline: Option<Instant>) -> rustix::io::Result<Waited> {
+    let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
+    let timeout = deadline.map(|d| timespec(d.saturating_duration_since(Instant::now())));
+    match epoll::wait(ep, &mut events, timeout.as_ref()) {
+        Ok(0) if deadline.is_some_and(|d| Instant::now() >= d) => Ok(Waited::TimedOut),
+        Ok(0) | Err(Errno::INTR) => Ok(Waited::Again),
+        Ok(_) => Ok(Waited::Event(events[0].data.u64())),
+        Err(e) => Err(e),
+    }
+}
+
+/// Room for the events of one epoll wait, kept between waits.
+pub(crate) struct Events(Vec<epoll::Event>);
+
+impl Events {
+    /// Room for `n` events.
+    pub(crate) fn with_capacity(n: usize) -> Events {
+        Events(Vec::with_capacity(n.max(1)))
+    }
+
+    /// Wait in `ep` for ever for events (an interrupted wait returns with none).
+    pub(crate) fn wait(&mut self, ep: BorrowedFd<'_>) -> rustix::io::Result<()> {
+        self.0.clear();
+        match epoll::wait(ep, rustix::buffer::spare_capacity(&mut self.0), None) {
+            Ok(_) | Err(Errno::INTR) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The data of the events the last wait saw.
+    pub(crate) fn data(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|e| e.data.u64())
+    }
+}
+
+/// A new close-on-exec, non-blocking eventfd.
+pub(crate) fn eventfd() -> rustix::io::Result<OwnedFd> {
+    rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)
+}
+
+/// Add one to an eventfd: whoever waits on it wakes.
+pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+}
+
+// ----- the bootstrap descriptor -----------------------------------------------------
+
+/// Make `fd` the descriptor number `target` of the program `cmd` will execute (not
+/// close-on-exec there). `fd` lives in the closure, so it stays open in the parent,
+/// and thus in the child, until `cmd` is dropped.
+///
+/// # References
+/// - [`dup2(2)`](https://man7.org/linux/man-pages/man2/dup2.2.html),
+///   [`fcntl(2)`](https://man7.org/linux/man-pages/man2/fcntl.2.html) `F_SETFD`
+/// - [`signal-safety(7)`](https://man7.org/linux/man-pages/man7/signal-safety.7.html)
+#[allow(unsafe_code)]
+pub(crate) fn inherit_as(cmd: &mut std::process::Command, fd: OwnedFd, target: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only dup2
+    // and fcntl, which are async-signal-safe (signal-safety(7)); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let raw = fd.as_raw_fd();
+            if raw == target {
+                if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, target) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Take ownership of descriptor number `raw`, which this process's parent handed it
+/// (as [`inherit_as`] does), if it is open and a port socket: a close-on-exec
+/// duplicate, with the inherited number closed. `EINVAL` otherwise (nothing closed).
+#[allow(unsafe_code)]
+pub(crate) fn take_inherited(raw: i32) -> rustix::io::Result<OwnedFd> {
+    if raw < 0 {
+        return Err(Errno::INVAL);
+    }
+    // SAFETY: the number was handed to this process by its parent for it to own, and
+    // is only borrowed until it is checked to be open and a port socket.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(raw) };
+    if rustix::io::fcntl_getfd(borrowed).is_err() || !is_port_socket(borrowed) {
+        return Err(Errno::INVAL);
+    }
+    let fd = rustix::io::fcntl_dupfd_cloexec(borrowed, 0)?;
+    // SAFETY: `raw` is ours (see above) and nothing else refers to it.
+    drop(unsafe { OwnedFd::from_raw_fd(raw) });
+    Ok(fd)
 }

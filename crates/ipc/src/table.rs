@@ -242,8 +242,8 @@ impl Table {
     }
 
     /// Insert a received send right, merging it with a name that already denotes the
-    /// same port. Returns the name, or `None` if the name's references are at their
-    /// limit (the right is then dropped).
+    /// same port. Returns the name, or `UrefsOverflow` if the name's references are at
+    /// their limit (the right is then dropped).
     pub(crate) fn insert_send(&mut self, fd: OwnedFd, ident: Ident) -> Result<Name, RightsError> {
         if let Some(name) = self.lookup_ident(ident) {
             if let Ok(Entry::Port(p)) = self.get_mut(name) {
@@ -288,5 +288,183 @@ impl Table {
     /// All names, for listing and teardown.
     pub(crate) fn names(&self) -> Vec<Name> {
         (1..self.slots.len()).filter(|&i| self.slots[i].entry.is_some()).map(|i| self.name_of(i as u32)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::RecvPort;
+
+    /// Any descriptor will do: the table never looks at it.
+    fn fd() -> OwnedFd {
+        rustix::pipe::pipe().expect("pipe").0
+    }
+
+    fn send(t: &mut Table, ident: Ident) -> Name {
+        t.insert_send(fd(), ident).expect("room")
+    }
+
+    fn urefs(t: &Table, name: Name) -> u32 {
+        match t.get(name) {
+            Ok(Entry::Port(PortEntry { send: Some(s), .. })) => s.urefs,
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn names_are_never_null_and_a_freed_name_is_not_reused_as_is() {
+        let mut t = Table::new();
+        assert_eq!(t.len(), 0);
+        let a = t.alloc(Entry::Dead(1)).unwrap();
+        assert_ne!(a, Name::NULL);
+        assert!(a.is_valid());
+        assert!(matches!(t.get(Name::NULL), Err(RightsError::InvalidName(_))));
+        t.remove(a).unwrap();
+        let b = t.alloc(Entry::Dead(1)).unwrap();
+        assert_eq!(b.index(), a.index(), "the slot is reused");
+        assert_ne!(b, a, "under a new generation");
+        assert!(matches!(t.get(a), Err(RightsError::InvalidName(n)) if n == a), "the old name reaches nothing");
+        assert!(matches!(t.remove(a), Err(RightsError::InvalidName(_))));
+        assert_eq!((t.len(), t.names()), (1, vec![b]));
+    }
+
+    #[test]
+    fn generations_wrap_without_ever_being_zero() {
+        let mut t = Table::new();
+        let mut name = t.alloc(Entry::Dead(1)).unwrap();
+        for _ in 0..600 {
+            t.remove(name).unwrap();
+            name = t.alloc(Entry::Dead(1)).unwrap();
+            assert_ne!(name.generation(), 0);
+        }
+    }
+
+    #[test]
+    fn a_chosen_name_is_taken_once_and_only_if_valid() {
+        let mut t = Table::new();
+        let name = Name::new(40, 3);
+        t.check_free(name).unwrap();
+        t.alloc_at(name, Entry::Dead(1)).unwrap();
+        assert!(matches!(t.get(name), Ok(Entry::Dead(1))));
+        assert_eq!(t.check_free(name), Err(RightsError::NameExists(name)));
+        assert_eq!(t.alloc_at(name, Entry::Dead(1)), Err(RightsError::NameExists(name)));
+        assert_eq!(t.alloc_at(Name::new(41, 0), Entry::Dead(1)), Err(RightsError::InvalidValue));
+        assert_eq!(t.alloc_at(Name::NULL, Entry::Dead(1)), Err(RightsError::InvalidValue));
+        // The slots skipped on the way are free for ordinary allocation, the chosen one not.
+        let others: Vec<Name> = (0..39).map(|_| t.alloc(Entry::Dead(1)).unwrap()).collect();
+        assert!(others.iter().all(|n| n.index() != 40 && n.index() != 0));
+        assert_eq!(t.len(), 40);
+    }
+
+    #[test]
+    fn a_reserved_name_is_held_until_restored_or_released() {
+        let mut t = Table::new();
+        let name = t.alloc(Entry::Dead(2)).unwrap();
+        let e = t.reserve(name).unwrap();
+        assert!(t.get(name).is_err(), "out of the table while reserved");
+        assert_eq!(t.check_free(name), Err(RightsError::NameExists(name)), "and not to be taken");
+        let other = t.alloc(Entry::Dead(1)).unwrap();
+        assert_ne!(other.index(), name.index(), "nor reused");
+        t.restore(name, e);
+        assert!(matches!(t.get(name), Ok(Entry::Dead(2))));
+        let _ = t.reserve(name).unwrap();
+        t.release(name);
+        assert!(t.get(name).is_err());
+        let again = t.alloc(Entry::Dead(1)).unwrap();
+        assert_eq!(again.index(), name.index(), "a released name's slot is reused");
+        assert_ne!(again, name, "under a new generation");
+    }
+
+    #[test]
+    fn send_rights_to_one_port_share_a_name() {
+        let mut t = Table::new();
+        let (p, q) = ((1, 10), (1, 11));
+        let a = send(&mut t, p);
+        assert_eq!(send(&mut t, p), a, "same identity, same name");
+        assert_eq!(urefs(&t, a), 2);
+        let b = send(&mut t, q);
+        assert_ne!(a, b);
+        assert_eq!(t.lookup_ident(p), Some(a));
+        // A name whose right died is forgotten by identity: the port's next right gets
+        // a new name.
+        t.forget_ident(a);
+        assert_eq!(t.lookup_ident(p), None);
+        let c = send(&mut t, p);
+        assert_ne!(c, a);
+        assert_eq!(urefs(&t, c), 1);
+        // Removing a name removes its identity, unless the identity moved on.
+        t.remove(b).unwrap();
+        assert_eq!(t.lookup_ident(q), None);
+    }
+
+    #[test]
+    fn user_references_stop_at_their_limit() {
+        let mut t = Table::new();
+        let a = send(&mut t, (2, 2));
+        if let Ok(Entry::Port(PortEntry { send: Some(s), .. })) = t.get_mut(a) {
+            s.urefs = UREFS_MAX;
+        }
+        assert_eq!(t.insert_send(fd(), (2, 2)), Err(RightsError::UrefsOverflow(a)));
+        assert_eq!(urefs(&t, a), UREFS_MAX);
+    }
+
+    #[test]
+    fn a_receive_right_joins_the_name_of_a_send_right_to_its_port() {
+        let mut t = Table::new();
+        let port = RecvPort::new().unwrap();
+        let ident = port.lock().ident.expect("a new port has a send source");
+        let a = send(&mut t, ident);
+        let r = t.insert_receive(port.clone(), Some(ident)).unwrap();
+        assert_eq!(r, a);
+        assert_eq!(port.name(), a, "the port knows its name");
+        assert!(matches!(t.get(a), Ok(Entry::Port(PortEntry { send: Some(_), recv: Some(_), .. }))));
+        assert_eq!(t.receive_right_by_id(port.id).map(|p| p.id), Some(port.id));
+        // Without an identity it gets a name of its own.
+        let other = RecvPort::new().unwrap();
+        let b = t.insert_receive(other.clone(), None).unwrap();
+        assert_ne!(b, a);
+        assert_eq!(other.name(), b);
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of allocations and removals: live names are distinct and
+        /// reach their own entries, removed names reach nothing, and the count is right.
+        #[test]
+        fn live_names_are_distinct_and_dead_ones_reach_nothing(ops in proptest::collection::vec(0u8..4, 1..300)) {
+            let mut t = Table::new();
+            let mut live: Vec<(Name, u32)> = Vec::new();
+            let mut gone: Vec<Name> = Vec::new();
+            for (i, op) in ops.into_iter().enumerate() {
+                if op == 0 && !live.is_empty() {
+                    let (name, _) = live.remove(i % live.len());
+                    t.remove(name).unwrap();
+                    gone.push(name);
+                } else {
+                    let tag = i as u32 + 1;
+                    live.push((t.alloc(Entry::Dead(tag)).unwrap(), tag));
+                }
+            }
+            proptest::prop_assert_eq!(t.len(), live.len());
+            for &(name, tag) in &live {
+                proptest::prop_assert!(matches!(t.get(name), Ok(Entry::Dead(n)) if *n == tag));
+            }
+            for name in gone {
+                proptest::prop_assert!(t.get(name).is_err());
+            }
+            let mut names = t.names();
+            names.sort();
+            let mut want: Vec<Name> = live.iter().map(|(n, _)| *n).collect();
+            want.sort();
+            proptest::prop_assert_eq!(names, want);
+        }
+    }
+
+    #[test]
+    fn chosen_names_beyond_the_table_limit_are_refused() {
+        let mut t = Table::new();
+        let far = Name::new(MAX_NAMES as u32, 1);
+        assert_eq!(t.check_free(far), Err(RightsError::InvalidValue));
+        assert_eq!(t.alloc_at(far, Entry::Dead(1)), Err(RightsError::InvalidValue));
     }
 }

@@ -95,6 +95,34 @@ pub fn sendmsg(
     rustix::net::sendmsg(fd, bufs, &mut control, flags)
 }
 
+/// The most bytes [`send_gathered`] sends.
+pub const GATHER_MAX: usize = 512;
+
+/// `send(fd, concat(bufs), len, flags)`: one message of the bytes of `bufs`, gathered
+/// on the stack, without descriptors. For small messages `send` costs measurably less
+/// than `sendmsg`, which copies and checks a message header and an iovec array from
+/// user memory. `EMSGSIZE` for more than [`GATHER_MAX`] bytes. Nothing is retried.
+///
+/// # References
+/// - [`send(2)`](https://man7.org/linux/man-pages/man2/send.2.html)
+#[inline]
+pub fn send_gathered(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], flags: SendFlags) -> rustix::io::Result<usize> {
+    let mut one = [MaybeUninit::<u8>::uninit(); GATHER_MAX];
+    let mut at = 0;
+    for b in bufs {
+        if b.len() > GATHER_MAX - at {
+            return Err(Errno::MSGSIZE);
+        }
+        // SAFETY: `at + b.len() <= GATHER_MAX` (checked just above), so the copy stays
+        // inside `one`, and a slice of bytes is a valid source for its whole length.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), one.as_mut_ptr().add(at).cast::<u8>(), b.len()) };
+        at += b.len();
+    }
+    // SAFETY: the first `at` bytes were all written just above.
+    let one: &[u8] = unsafe { std::slice::from_raw_parts(one.as_ptr().cast::<u8>(), at) };
+    rustix::net::send(fd, one, flags)
+}
+
 /// `recvmsg(fd, &{ .msg_iov = bufs, .msg_control = room for SCM_RIGHTS(253) and
 /// SCM_CREDENTIALS }, flags | MSG_CMSG_CLOEXEC)`: receive one message into `bufs`,
 /// appending every descriptor that came with it to `fds`.
@@ -216,6 +244,23 @@ mod tests {
         assert_eq!(rustix::io::read(&r, &mut one).unwrap(), 1);
         // Close-on-exec, whatever the caller passed.
         assert!(rustix::io::fcntl_getfd(&fds[0]).unwrap().contains(rustix::io::FdFlags::CLOEXEC));
+    }
+
+    #[test]
+    fn a_gathered_send_is_one_message() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        let parts = [IoSlice::new(b"head"), IoSlice::new(b""), IoSlice::new(b"body")];
+        assert_eq!(send_gathered(a.as_fd(), &parts, SendFlags::empty()), Ok(8));
+        let mut buf = [0u8; 16];
+        let n = rustix::net::recv(&b, &mut buf, RecvFlags::DONTWAIT).unwrap().0;
+        assert_eq!(&buf[..n], b"headbody");
+        let big = [0u8; GATHER_MAX + 1];
+        assert_eq!(send_gathered(a.as_fd(), &[IoSlice::new(&big)], SendFlags::empty()), Err(Errno::MSGSIZE));
+        let exact = [7u8; GATHER_MAX];
+        assert_eq!(
+            send_gathered(a.as_fd(), &[IoSlice::new(&exact[..1]), IoSlice::new(&exact[1..])], SendFlags::empty()),
+            Ok(GATHER_MAX)
+        );
     }
 
     #[test]

@@ -207,6 +207,53 @@ pub fn fs_traces() -> BTreeSet<PathBuf> {
     out
 }
 
+/// Assert that no trace appeared since `before` ([`fs_traces`]) that this test could have
+/// left. The machine may be shared (other tests, benchmarks, servers): an entry that
+/// another live process holds open or mapped is that process's, not ours, and is left
+/// out; one that nobody holds, or that this process holds, counts.
+#[track_caller]
+pub fn assert_no_new_traces(before: &BTreeSet<PathBuf>, what: &str) {
+    let new: BTreeSet<PathBuf> = fs_traces().difference(before).cloned().collect();
+    if new.is_empty() {
+        return;
+    }
+    let foreign = held_by_other_processes();
+    let ours: BTreeSet<&PathBuf> = new.iter().filter(|p| !foreign.contains(*p)).collect();
+    assert!(ours.is_empty(), "{what}: a socket or shared-memory file appeared: {ours:?}");
+}
+
+/// Paths that processes other than this one hold: files open or mapped under /dev/shm,
+/// and socket files (by the inode /proc/net/unix gives their path).
+fn held_by_other_processes() -> BTreeSet<PathBuf> {
+    let mut socket_paths = std::collections::HashMap::new();
+    for line in std::fs::read_to_string("/proc/net/unix").unwrap_or_default().lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let (Some(inode), Some(path)) = (f.get(6), f.get(7)) {
+            socket_paths.insert(format!("socket:[{inode}]"), PathBuf::from(path));
+        }
+    }
+    let me = std::process::id().to_string();
+    let mut held = BTreeSet::new();
+    for proc_dir in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = proc_dir.file_name();
+        let Some(pid) = pid.to_str().filter(|p| p.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        if pid == me {
+            continue;
+        }
+        for fd in std::fs::read_dir(proc_dir.path().join("fd")).into_iter().flatten().flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                match target.to_str().and_then(|t| socket_paths.get(t)) {
+                    Some(path) => held.insert(path.clone()),
+                    None => held.insert(target),
+                };
+            }
+        }
+        let maps = std::fs::read_to_string(proc_dir.path().join("maps")).unwrap_or_default();
+        held.extend(maps.lines().filter_map(|l| l.split_whitespace().nth(5)).map(PathBuf::from));
+    }
+    held
+}
+
 fn walk_sockets(dir: &Path, depth: u32, out: &mut BTreeSet<PathBuf>) {
     use std::os::unix::fs::FileTypeExt;
     let Ok(rd) = std::fs::read_dir(dir) else {

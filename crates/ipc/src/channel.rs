@@ -1,0 +1,252 @@
+//! Call channels (`doc/ipc.md`, *Calls*): the connection a client makes once per
+//! destination port for the replies to its calls, and the reply pipe beside it.
+//!
+//! - **The client's side** is the pool ([`Pool`]): a space keeps its idle channels by
+//!   the destination port's identity, takes one for a call and puts it back when the
+//!   reply says the port keeps it ([`Pooled`]).
+//! - **The port's side**: a channel offered with a request is kept under (the client's
+//!   pid as the kernel stamped it, the client's token) if the kernel vouches for the
+//!   pid ([`Inner::accept_offer`]); later requests name it by token ([`kept`]); the
+//!   notifier forgets it when the client's end hangs up; a moved receive right finds
+//!   each one's key again from the kernel ([`Inner::rekey_moved`]).
+//! - **The reply pipe**: a plain reply goes through it ([`reply_through_pipe`]);
+//!   anything else goes on the connection, and a word on the pipe sends the caller
+//!   there ([`point_to_connection`]).
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ictus_abi::{Datagram, Head, Name, NotifyId, PipeMessage, ReplyKind, HEAD_MAX, PIPE_MESSAGE_MAX};
+
+use crate::message::Credentials;
+use crate::port::{Channel, ChannelKey, Ident, KeyHash, RecvPort};
+use crate::space::{Inner, Space};
+use crate::sys;
+use crate::table::SendOnce;
+
+/// Most idle call channels kept per destination port.
+const CHANNELS_PER_PORT: usize = 8;
+
+/// A call channel of this space's, idle between calls: the end replies arrive on, and
+/// the token the port knows it by.
+pub(crate) struct Pooled {
+    pub(crate) fd: OwnedFd,
+    pub(crate) token: u32,
+    /// The receive time-out set on `fd` (`None`: none).
+    pub(crate) timer: Option<Duration>,
+    /// The read end of the channel's reply pipe, until the port lets go of its write end.
+    pub(crate) pipe: Option<OwnedFd>,
+    /// Who sent the last reply on `fd`, as the kernel said: the sender a reply on the
+    /// pipe is credited to (only the port's holder has the pipe's write end).
+    pub(crate) replier: Option<Credentials>,
+}
+
+/// A new call channel to offer with a request.
+pub(crate) struct Offer {
+    /// This space's side, to pool once the port keeps it.
+    pub(crate) pooled: Pooled,
+    /// The end that travels to the port.
+    pub(crate) far_end: OwnedFd,
+    /// The reply pipe's write end that travels beside it, if a pipe could be made.
+    pub(crate) pipe: Option<OwnedFd>,
+}
+
+impl Offer {
+    /// Make a channel: ours is the receive end (`SO_PASSCRED` on, for the replies'
+    /// credentials); its inode number is the token the server will know the channel
+    /// by, and can find again from the kernel if the port moves. Plain replies will
+    /// come through a pipe beside it, if one can be made.
+    pub(crate) fn new() -> rustix::io::Result<Offer> {
+        let (far_end, ours) = sys::connection()?;
+        let token = sys::channel_token(ours.as_fd())?;
+        let (pipe, pipe_w) = sys::reply_pipe().map_or((None, None), |(r, w)| (Some(r), Some(w)));
+        Ok(Offer { pooled: Pooled { fd: ours, token, timer: None, pipe, replier: None }, far_end, pipe: pipe_w })
+    }
+}
+
+/// A space's idle call channels, by the destination port's identity.
+#[derive(Default)]
+pub(crate) struct Pool {
+    by_port: Mutex<HashMap<Ident, Vec<Pooled>, KeyHash>>,
+    /// Bumped whenever the space forgets its channels to a port, so that a call that
+    /// was under way meanwhile does not put its channel back.
+    forgotten: AtomicU64,
+}
+
+impl Pool {
+    /// The pool's generation, read before taking a channel for a call and given back
+    /// to [`Pool::put`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.forgotten.load(Ordering::Acquire)
+    }
+
+    /// A pooled channel to the port `ident`, if there is one. The port's place in the
+    /// pool stays (empty, if need be) while the call is under way, so that forgetting
+    /// the port meanwhile is seen by [`Pool::put`].
+    pub(crate) fn take(&self, ident: Ident) -> Option<Pooled> {
+        self.by_port.lock().unwrap_or_else(|e| e.into_inner()).entry(ident).or_default().pop()
+    }
+
+    /// Put a channel back for the next call, unless the space forgot channels since
+    /// `generation` (it let go of a send right meanwhile: a pooled channel would keep
+    /// the port from seeing no senders).
+    pub(crate) fn put(&self, ident: Ident, chan: Pooled, generation: u64) {
+        let mut pool = self.by_port.lock().unwrap_or_else(|e| e.into_inner());
+        if self.forgotten.load(Ordering::Acquire) != generation {
+            return;
+        }
+        let Some(v) = pool.get_mut(&ident) else { return };
+        if v.len() < CHANNELS_PER_PORT {
+            v.push(chan);
+        }
+    }
+
+    /// The space no longer holds a send right to the port `ident`: close its call
+    /// channels too, since a channel reaches the port like a send right.
+    pub(crate) fn forget(&self, ident: Option<Ident>) {
+        if let Some(ident) = ident {
+            let gone = {
+                let mut pool = self.by_port.lock().unwrap_or_else(|e| e.into_inner());
+                let gone = pool.remove(&ident);
+                if gone.is_some() {
+                    self.forgotten.fetch_add(1, Ordering::Release);
+                }
+                gone
+            };
+            drop(gone);
+        }
+    }
+}
+
+/// The reply right of a request naming a call channel by `token`: the channel the
+/// port keeps under the sender's pid as the kernel stamped it, so a task can name only
+/// channels it offered itself, whatever token it guesses. `None`: the port keeps no
+/// such channel.
+#[inline]
+pub(crate) fn kept(port: &RecvPort, sender: Credentials, token: u32) -> Option<SendOnce> {
+    let key = (sender.pid, token);
+    port.lock().channels.get(&key).map(|c| SendOnce {
+        fd: c.fd.clone(),
+        channel: Some((port.id, key)),
+        pipe: c.pipe.clone(),
+    })
+}
+
+/// Whether an offered call channel is what it claims, a connection of the client's
+/// own, and not a way back into this port: not the port's send end (which would make
+/// the port its own sender for ever, defeating no-senders, and loop replies back in as
+/// requests).
+pub(crate) fn is_foreign(port: &RecvPort, ch: BorrowedFd<'_>) -> bool {
+    let Ok(id) = sys::identity(ch) else { return false };
+    let st = port.lock();
+    st.ident != Some(id) && st.conns.iter().all(|c| sys::identity(c.fd.as_fd()).is_ok_and(|own| own != id))
+}
+
+impl Inner {
+    /// A client's new call channel, offered with a request on `port`'s main
+    /// connection: the reply right for this request. The port keeps the channel for
+    /// the client's later calls only under a pid the kernel can vouch for again (the
+    /// socket's creator, `SO_PEERCRED`, must be the sender), so that a moved receive
+    /// right finds the same key; otherwise it answers this call alone.
+    pub(crate) fn accept_offer(
+        &self,
+        space: &Space,
+        port: &Arc<RecvPort>,
+        sender: Credentials,
+        token: u32,
+        fd: OwnedFd,
+        pipe: Option<OwnedFd>,
+    ) -> SendOnce {
+        let fd = Arc::new(fd);
+        let key = (sender.pid, token);
+        let kept = sender.pid != 0
+            && sys::peer_pid(fd.as_fd()) == Some(sender.pid)
+            && self.keep_channel(space, port, key, fd.clone(), pipe.map(Arc::new));
+        // This first reply goes on the connection, so that the caller learns from the
+        // kernel who answers; later ones may take the pipe.
+        SendOnce { fd, channel: kept.then_some((port.id, key)), pipe: None }
+    }
+
+    /// Keep a client's call channel in a port under `key`, watched so that the port
+    /// forgets it when the client's end hangs up. Returns whether the port keeps it.
+    fn keep_channel(
+        &self,
+        space: &Space,
+        p: &Arc<RecvPort>,
+        key: ChannelKey,
+        fd: Arc<OwnedFd>,
+        pipe: Option<Arc<OwnedFd>>,
+    ) -> bool {
+        let Ok(notifier) = self.notifier(&space.inner) else { return false };
+        let mut st = p.lock();
+        if st.dead {
+            return false;
+        }
+        let Ok(watch) = notifier.watch_channel(p, key, fd.clone()) else { return false };
+        if let Some(old) = st.add_channel(key, Channel { fd, pipe, watch: Some(watch) }) {
+            // Only the same client could have used the key: its older channel goes.
+            if let Some(w) = old.watch {
+                notifier.cancel(w);
+            }
+        }
+        true
+    }
+
+    /// Call channels that came with a moved receive right: find each one's key again
+    /// from the kernel (its creator's pid, the inode of the client's end), so the
+    /// clients' requests already queued, and later ones, are answered on them. One the
+    /// kernel cannot place is closed: its client sees the hang-up. Their reply pipes
+    /// stayed behind: the clients see the pipes close and take replies on the
+    /// connection from now on.
+    pub(crate) fn rekey_moved(&self, space: &Space, port: &Arc<RecvPort>, channels: Vec<OwnedFd>) {
+        for fd in channels {
+            let pid = sys::peer_pid(fd.as_fd());
+            let peer = sys::peer_inode(fd.as_fd()).ok().flatten();
+            if let (Some(pid), Some(ino)) = (pid.filter(|&p| p != 0), peer) {
+                self.keep_channel(space, port, (pid, sys::token_of_inode(ino)), Arc::new(fd), None);
+            }
+        }
+    }
+
+    /// Called by the notifier when the client's end of a call channel hung up.
+    pub(crate) fn channel_hung_up(&self, p: &Arc<RecvPort>, key: ChannelKey, fd: &Arc<OwnedFd>) {
+        let gone = p.lock().remove_channel(key, fd);
+        if gone.is_some() {
+            self.check_no_senders(p);
+        }
+    }
+}
+
+/// Send one reply through a kept call channel's reply pipe, if it has one and the reply
+/// fits one pipe write; whether it went.
+pub(crate) fn reply_through_pipe(pipe: Option<&OwnedFd>, bufs: &[IoSlice<'_>]) -> bool {
+    let len: usize = bufs.iter().map(|b| b.len()).sum();
+    pipe.is_some_and(|p| len <= PIPE_MESSAGE_MAX && sys::pipe_write(p.as_fd(), bufs).is_ok())
+}
+
+/// A reply on a kept call channel went on the connection: the word on the channel's
+/// reply pipe, if any, that sends the caller there.
+pub(crate) fn point_to_connection(pipe: Option<&OwnedFd>, kept: bool) {
+    if let Some(p) = pipe {
+        let _ = sys::pipe_write(p.as_fd(), &[IoSlice::new(&PipeMessage::on_socket(kept))]);
+    }
+}
+
+/// A kept call channel's reply right was destroyed unused: tell the caller, whose
+/// channel stays open for its next call, with a send-once notification (through the
+/// pipe if it can, else on the connection, never waiting).
+pub(crate) fn reply_unused(fd: &OwnedFd, pipe: Option<&OwnedFd>) {
+    let body = NotifyId::body(Name::NULL, 0);
+    let mut head = [0u8; HEAD_MAX];
+    let spec = Head { kept: true, ..Head::new(NotifyId::SendOnce.id(), ReplyKind::None) };
+    if let Ok((_, n)) = Datagram::encode_head(spec, &[], body.len(), 0, &mut head) {
+        let bufs = [IoSlice::new(&head[..n]), IoSlice::new(&body)];
+        if !reply_through_pipe(pipe, &bufs) {
+            let _ = sys::send(fd.as_fd(), &bufs, &[], Some(Instant::now()));
+        }
+    }
+}
