@@ -24,8 +24,30 @@ async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     }
 }
 
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").expect("/proc/self/task").count()
+/// The tests of this file (the harness names each test's thread after it).
+const TESTS: &[&str] = &[
+    "receivers_wake_for_messages_sent_from_other_threads",
+    "a_port_set_wakes_for_any_member_even_one_added_later",
+    "a_send_to_a_full_queue_waits_for_room_or_times_out",
+    "a_send_to_a_dead_port_fails_at_once",
+    "many_callers_and_a_server_share_one_thread",
+    "a_call_that_times_out_never_takes_a_late_reply_for_the_next",
+    "replies_of_every_shape_arrive_and_a_dropped_request_is_server_died",
+    "a_caller_must_supply_no_reply_right_of_its_own",
+    "registering_outside_a_runtime_is_an_error_not_a_panic",
+    "aio_dying_server_child",
+    "a_server_killed_mid_call_ends_the_call_at_once",
+];
+
+/// This process's threads, by name.
+fn threads() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]
@@ -209,8 +231,17 @@ fn many_callers_and_a_server_share_one_thread() {
     });
     // 17 ports in use at once, none with a thread of its own (the space's notifier
     // thread may have started: at most one more).
-    let after = threads();
-    assert!(after <= before + 1, "threads {before} -> {after}: a thread per port?");
+    // Threads that came: at most the space's notifier. (The test harness may have
+    // started other tests' threads meanwhile, each named after its test and waiting for
+    // `serial`: not ours.)
+    let mut new = threads();
+    for t in &before {
+        if let Some(i) = new.iter().position(|n| n == t) {
+            new.remove(i);
+        }
+    }
+    new.retain(|n| n != "ictus-notifier" && !TESTS.iter().any(|t| t.starts_with(n.as_str())));
+    assert!(new.is_empty(), "threads {before:?} gained {new:?}: a thread per port?");
 }
 
 #[test]
@@ -229,8 +260,11 @@ fn a_call_that_times_out_never_takes_a_late_reply_for_the_next() {
         // The server answers the first request late, then the second.
         let mut req = recv(&space, service);
         let late = req.reply.take().expect("a reply right");
-        assert_eq!(late.kind, RightKind::Send, "the caller's reply port, by make-send");
-        space.send(late.name, &mut Message::new(101, b"late".to_vec()), SendOptions::default()).expect("late reply");
+        assert_eq!(late.kind, RightKind::SendOnce, "a call channel's reply right");
+        // The caller dropped the channel when its call timed out: the late reply has
+        // nowhere to go.
+        let late = space.send(late.name, &mut Message::new(101, b"late".to_vec()), SendOptions::default());
+        assert!(matches!(late, Err(SendError::InvalidDest(_))), "{late:?}");
         let s2 = space.clone();
         let server = std::thread::spawn(move || {
             let mut req = recv(&s2, service);
@@ -240,9 +274,61 @@ fn a_call_that_times_out_never_takes_a_late_reply_for_the_next() {
         bounded("second call", caller.call(&mut Message::new(2, b"second".to_vec()), &mut reply, Some(WATCHDOG)))
             .await
             .expect("second call");
-        assert_eq!((reply.id, reply.data()), (102, &b"second"[..]), "the late reply went to the old port");
+        assert_eq!((reply.id, reply.data()), (102, &b"second"[..]), "the late reply went to the old channel");
         server.join().expect("server");
     });
+}
+
+#[test]
+fn replies_of_every_shape_arrive_and_a_dropped_request_is_server_died() {
+    let _s = serial();
+    let (client, server) = (Space::new(), Space::new());
+    let port = server.allocate_port().expect("service");
+    let service = client.insert_send_fd(server.send_right_fd(port).expect("fd")).expect("send right");
+    // The server thread: plain, big (more than a pipe write), with a right, and dropped.
+    let s2 = server.clone();
+    let t = std::thread::spawn(move || {
+        for round in 0..3 {
+            for shape in 0..4 {
+                let mut req = recv(&s2, port);
+                let to = req.reply.take().expect("reply right");
+                assert_eq!(req.id, shape);
+                let mut reply = match shape {
+                    0 => Message::new(100, vec![round as u8; 16]),
+                    1 => Message::new(101, vec![round as u8; 10_000]),
+                    2 => {
+                        let mut m = Message::new(102, Vec::new());
+                        let gift = s2.allocate_port().expect("gift");
+                        m.ports.push(PortArg::new(gift, Disposition::MoveReceive));
+                        m
+                    }
+                    _ => {
+                        s2.deallocate(to.name).expect("drop the reply right unused");
+                        continue;
+                    }
+                };
+                s2.send(to.name, &mut reply, SendOptions::default()).expect("reply");
+            }
+        }
+    });
+    runtime().block_on(async {
+        let mut caller = AsyncCaller::new(&client, service).expect("caller");
+        let mut reply = Received::new();
+        for round in 0..3u8 {
+            let call = |id| Message::new(id, Vec::new());
+            bounded("plain", caller.call(&mut call(0), &mut reply, None)).await.expect("plain");
+            assert_eq!((reply.id, reply.data()), (100, &[round; 16][..]));
+            bounded("big", caller.call(&mut call(1), &mut reply, None)).await.expect("big");
+            assert_eq!((reply.id, reply.data().len()), (101, 10_000));
+            bounded("right", caller.call(&mut call(2), &mut reply, None)).await.expect("with a right");
+            assert_eq!((reply.id, reply.ports.len()), (102, 1));
+            assert_eq!(reply.ports[0].kind, RightKind::Receive);
+            client.destroy(reply.ports[0].name).expect("the gift");
+            let e = bounded("dropped", caller.call(&mut call(3), &mut reply, None)).await.expect_err("dropped");
+            assert!(matches!(e, CallError::ServerDied), "{e:?}");
+        }
+    });
+    t.join().expect("server");
 }
 
 #[test]

@@ -9,14 +9,15 @@
 //!   waits for its send end to become writable (the kernel's own flow control), up to an
 //!   optional time-out. A destination whose port dies (even by `kill -9`) ends the wait
 //!   with [`SendError::InvalidDest`].
-//! - [`AsyncCaller`] makes calls (Mach RPC) to one destination: the request carries a
-//!   send right to a reply port the caller keeps, and the reply is awaited on that port;
-//!   a server that dies ends the call at once with [`CallError::ServerDied`] (the hang-up
-//!   of the destination's send end, in the same runtime).
+//! - [`AsyncCaller`] makes calls (Mach RPC) to one destination over a call channel of
+//!   its own — the same protocol as [`Space::call`]: the channel is offered with the
+//!   first request, later requests name it, plain replies come through its reply pipe —
+//!   and awaits the reply on the pipe or the channel. A server that drops the request or
+//!   dies (even by `kill -9`) ends the call at once with [`CallError::ServerDied`].
 //!
 //! Every future is cancel-safe in the sense that matters: dropping it loses no message
 //! that was not yet handed to the caller. A call dropped after its request went out
-//! leaves the reply port to a late reply, so the next call uses a new reply port.
+//! leaves its channel to a late reply, so the next call offers a new channel.
 //!
 //! `doc/async.md` says why it is built this way and what it costs (`ictus bench ipc`,
 //! headline `ipc_async_rtt_vs_blocking`).
@@ -42,10 +43,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::Instant;
 
-use crate::{
-    CallError, Disposition, Message, Name, PortArg, ReceiveError, ReceiveOptions, Received, RightKind, RightsError,
-    SendError, SendOptions, Space,
-};
+use crate::{Message, Name, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError, SendOptions, Space};
+
+mod call;
+pub use call::AsyncCaller;
 
 /// Why a port could not be made into a future's source.
 #[derive(Debug, thiserror::Error)]
@@ -239,115 +240,6 @@ pub async fn send(space: &Space, dest: Name, msg: &mut Message, timeout: Option<
         RegisterError::Io(e) => SendError::Os(os(e)),
     })?;
     sender.send(msg, timeout).await
-}
-
-/// Makes calls to one destination as futures: a request out, its reply awaited on a
-/// reply port of the caller's.
-///
-/// The request carries a send right to the caller's reply port (`MakeSend`) rather than
-/// a send-once right: a send-once right is a connection made and closed per call, which
-/// costs more than the round trip itself (`doc/ipc.md`, *Calls*). What that changes:
-/// a server that drops a request without replying is seen at the call's time-out, not
-/// at once (a server that dies is seen at once, by the destination's hang-up), and a
-/// server may keep the send right and write to the reply port later — a call after a
-/// time-out or a cancelled call therefore uses a new reply port, so a late reply never
-/// answers the next call.
-#[derive(Debug)]
-pub struct AsyncCaller {
-    sender: AsyncSender,
-    reply: AsyncReceiver,
-    /// A call's request went out and its reply has not been taken: the reply port may
-    /// still receive it, so it must not answer the next call.
-    pending: bool,
-}
-
-impl AsyncCaller {
-    /// Calls to `dest` (a send right of `space`) in the current tokio runtime.
-    pub fn new(space: &Space, dest: Name) -> Result<AsyncCaller, RegisterError> {
-        let sender = AsyncSender::new(space, dest)?;
-        let reply = Self::reply_port(space)?;
-        Ok(AsyncCaller { sender, reply, pending: false })
-    }
-
-    fn reply_port(space: &Space) -> Result<AsyncReceiver, RegisterError> {
-        let port = space.allocate_port()?;
-        AsyncReceiver::new(space, port).inspect_err(|_| {
-            let _ = space.destroy(port);
-        })
-    }
-
-    /// A fresh reply port, the old one destroyed (with any late reply in it).
-    fn renew(&mut self) -> Result<(), CallError> {
-        let space = self.sender.space.clone();
-        let fresh = Self::reply_port(&space).map_err(|e| match e {
-            RegisterError::Rights(RightsError::Os(e)) => CallError::Send(SendError::Os(e)),
-            RegisterError::Io(e) => CallError::Send(SendError::Os(os(e))),
-            _ => CallError::Send(SendError::Os(rustix::io::Errno::NOMEM)),
-        })?;
-        let old = std::mem::replace(&mut self.reply, fresh);
-        let _ = space.destroy(old.name);
-        self.pending = false;
-        Ok(())
-    }
-
-    /// The destination.
-    pub fn dest(&self) -> Name {
-        self.sender.dest
-    }
-
-    /// Send `msg` (its `reply` must be empty) and wait for the reply into `reply`, for
-    /// at most `timeout` in all (`None`: for ever). A server that dies meanwhile, even
-    /// by `kill -9`, ends the call with [`CallError::ServerDied`]; a reply it sent before
-    /// dying is still delivered.
-    pub async fn call(
-        &mut self,
-        msg: &mut Message,
-        reply: &mut Received,
-        timeout: Option<Duration>,
-    ) -> Result<(), CallError> {
-        if let Some(r) = msg.reply {
-            return Err(CallError::Send(SendError::InvalidRight(r.name)));
-        }
-        if self.pending {
-            self.renew()?;
-        }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        msg.reply = Some(PortArg::new(self.reply.name, Disposition::MakeSend));
-        let sent = self.sender.send(msg, timeout).await;
-        msg.reply = None;
-        sent?;
-        self.pending = true;
-        let wait = async {
-            tokio::select! {
-                biased;
-                r = self.reply.receive(reply) => r.map_err(CallError::Receive),
-                () = self.sender.dead() => {
-                    // A reply sent just before the server died is still the answer.
-                    let now = ReceiveOptions { timeout: Some(Duration::ZERO), populate_ool: self.reply.populate_ool };
-                    match self.sender.space.receive(self.reply.name, reply, now) {
-                        Ok(()) => Ok(()),
-                        Err(_) => Err(CallError::ServerDied),
-                    }
-                }
-            }
-        };
-        let result = match deadline {
-            None => wait.await,
-            Some(d) => tokio::time::timeout_at(d, wait).await.unwrap_or(Err(CallError::Receive(ReceiveError::TimedOut))),
-        };
-        match &result {
-            Ok(()) => self.pending = false,
-            // The reply port stays with a request out; the next call renews it.
-            Err(_) => {}
-        }
-        result
-    }
-}
-
-impl Drop for AsyncCaller {
-    fn drop(&mut self) {
-        let _ = self.sender.space.destroy(self.reply.name);
-    }
 }
 
 impl AsFd for AsyncReceiver {
