@@ -27,7 +27,7 @@ use crate::message::Credentials;
 use crate::receive::malformed;
 use crate::send::{ReplySlot, Target};
 use crate::table::{Entry, PortEntry};
-use crate::{CallError, Message, Name, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError};
+use crate::{CallError, Message, Name, ReceiveError, ReceiveOptions, Received, RightsError, SendError};
 
 /// A call channel owned by one [`AsyncCaller`], registered with the runtime.
 #[derive(Debug)]
@@ -66,11 +66,12 @@ impl AsyncCaller {
     /// Calls to `dest` (a send right of `space`, or a receive right, which calls its own
     /// port) in the current tokio runtime.
     pub fn new(space: &crate::Space, dest: Name) -> Result<AsyncCaller, RegisterError> {
-        if space.right_kinds(dest)?.as_slice() == [RightKind::SendOnce] {
+        let sender = AsyncSender::new(space, dest)?;
+        if sender.once {
             // A call channel is kept by a port, which a send-once right is not.
             return Err(RegisterError::Rights(RightsError::InvalidRight(dest)));
         }
-        Ok(AsyncCaller { sender: AsyncSender::new(space, dest)?, chan: None, pending: false, populate_ool: false })
+        Ok(AsyncCaller { sender, chan: None, pending: false, populate_ool: false })
     }
 
     /// Map out-of-line regions of replies with every page present.
@@ -132,14 +133,21 @@ impl AsyncCaller {
     async fn send_request(&mut self, msg: &mut Message) -> Result<(), CallError> {
         let space = self.sender.space.clone();
         let dest = self.sender.dest;
-        let Some(fd) = &self.sender.fd else { return Err(SendError::InvalidDest(dest).into()) };
         // The first attempt without waiting: the queue almost always has room. Out-of-line
         // buffers leave the message whether a send succeeds or not, so a message carrying
-        // them is sent only once the queue shows room.
+        // them is sent only once the queue shows room. The destination is registered with
+        // the runtime only for such waits (see `AsyncSender`).
+        let mut room = None;
         let mut wait = !msg.ool.is_empty();
         loop {
             let ready = match wait {
-                true => Some(fd.writable().await.map_err(|e| SendError::Os(os(e)))?),
+                true => {
+                    let fd = match &room {
+                        Some(fd) => fd,
+                        None => room.insert(self.sender.watch(Interest::WRITABLE)?),
+                    };
+                    Some(fd.writable().await.map_err(|e| SendError::Os(os(e)))?)
+                }
                 false => None,
             };
             let send_end = match space.table().get(dest) {

@@ -143,30 +143,45 @@ impl AsyncReceiver {
 }
 
 /// Sends to one destination as a future, waiting for room while its queue is full.
+///
+/// The destination's send end is registered with the runtime only while a send waits
+/// for room (or [`AsyncSender::dead`] waits): registered for good, every message the
+/// receiver takes would wake the runtime for the room it frees.
 #[derive(Debug)]
 pub struct AsyncSender {
     space: Space,
     dest: Name,
-    /// A duplicate of the destination's send end, registered when first needed: writable
-    /// when its queue has room, hung up when its port died. `None` for a send-once right
-    /// (a connection of its own, which one message cannot fill).
-    fd: Option<AsyncFd<Fd>>,
+    /// A send-once right: a connection of its own, which one message cannot fill.
+    once: bool,
 }
 
 impl AsyncSender {
     /// Send to `dest` (a send right, a send-once right, or a receive right of `space`,
     /// which sends to its own port) in the current tokio runtime.
     pub fn new(space: &Space, dest: Name) -> Result<AsyncSender, RegisterError> {
-        let fd = match space.right_kinds(dest)?.as_slice() {
-            [RightKind::SendOnce] => None,
-            _ => Some(register(space.send_right_fd(dest)?, Interest::READABLE | Interest::WRITABLE)?),
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RegisterError::NoRuntime);
+        }
+        let once = match space.right_kinds(dest)?.as_slice() {
+            [RightKind::SendOnce] => true,
+            kinds if kinds.contains(&RightKind::Send) || kinds.contains(&RightKind::Receive) => false,
+            _ => return Err(RightsError::InvalidRight(dest).into()),
         };
-        Ok(AsyncSender { space: space.clone(), dest, fd })
+        Ok(AsyncSender { space: space.clone(), dest, once })
     }
 
     /// The destination.
     pub fn dest(&self) -> Name {
         self.dest
+    }
+
+    /// The destination's send end, registered with the runtime for `interest`.
+    fn watch(&self, interest: Interest) -> Result<AsyncFd<Fd>, SendError> {
+        let fd = self.space.send_right_fd(self.dest).map_err(|_| SendError::InvalidDest(self.dest))?;
+        register(fd, interest).map_err(|e| match e {
+            RegisterError::Io(e) => SendError::Os(os(e)),
+            _ => SendError::Os(rustix::io::Errno::INVAL),
+        })
     }
 
     /// Send `msg`, waiting while the destination's queue is full for at most `timeout`
@@ -176,9 +191,9 @@ impl AsyncSender {
     /// send fails with [`SendError::TimedOut`] as a blocking send at its time-out would.
     pub async fn send(&self, msg: &mut Message, timeout: Option<Duration>) -> Result<(), SendError> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let Some(fd) = &self.fd else {
+        if self.once {
             return self.space.send(self.dest, msg, SendOptions::NONBLOCKING);
-        };
+        }
         // The common case: room in the queue, one system call.
         if msg.ool.is_empty() {
             match self.space.send(self.dest, msg, SendOptions::NONBLOCKING) {
@@ -186,6 +201,7 @@ impl AsyncSender {
                 other => return other,
             }
         }
+        let fd = self.watch(Interest::WRITABLE)?;
         let wait = async {
             loop {
                 let mut ready = fd.writable().await.map_err(|e| SendError::Os(os(e)))?;
@@ -203,23 +219,25 @@ impl AsyncSender {
     }
 
     /// Resolves when the destination's port is dead (its receive right destroyed, or
-    /// its holder dead). Never resolves for a send-once destination.
+    /// its holder dead, even by `kill -9`): the kernel's hang-up of its send end. Never
+    /// resolves for a send-once destination.
     pub async fn dead(&self) {
-        match &self.fd {
-            Some(fd) => loop {
-                match fd.readable().await {
-                    Ok(mut ready) => {
-                        if ready.ready().is_read_closed() {
-                            return;
-                        }
-                        // Readable without a hang-up: a port never writes to a send end,
-                        // so only a stray datagram (none is ever sent) gets here.
-                        ready.clear_ready();
+        if self.once {
+            return std::future::pending().await;
+        }
+        // A name that no longer denotes the right is as dead as it gets here.
+        let Ok(fd) = self.watch(Interest::READABLE) else { return };
+        loop {
+            match fd.readable().await {
+                Ok(mut ready) => {
+                    if ready.ready().is_read_closed() {
+                        return;
                     }
-                    Err(_) => return,
+                    // A port never writes to a send end: nothing else makes it readable.
+                    ready.clear_ready();
                 }
-            },
-            None => std::future::pending().await,
+                Err(_) => return,
+            }
         }
     }
 }
