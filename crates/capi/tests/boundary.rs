@@ -22,7 +22,11 @@ fn every_entry_point_runs_in_the_panic_guard() {
             // The body: from the first `{` after the signature.
             let body_start = after.find(") -> ").map_or(0, |i| i).max(after.find(')').unwrap_or(0));
             let open = after[body_start..].find('{').expect("a body") + body_start;
-            let first = after[open + 1..].trim_start();
+            // The first statement, past comments.
+            let mut first = after[open + 1..].trim_start();
+            while first.starts_with("//") {
+                first = first[first.find('\n').unwrap_or(first.len())..].trim_start();
+            }
             assert!(
                 first.starts_with("guard(") || first.starts_with("guard_value("),
                 "{}: `{name}` does not begin with guard(..) or guard_value(..): {}",
