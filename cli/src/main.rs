@@ -17,6 +17,13 @@ mod midi;
 #[derive(Parser, Debug)]
 #[command(name = "ictus", version, propagate_version = true)]
 struct Cli {
+    /// Log more: -v adds the events' fields and debug events, -vv trace events
+    /// (RUST_LOG, when set, chooses instead; ICTUS_LOG_FORMAT=json writes JSON).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log less: -q only warnings and errors, -qq only errors.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
+    quiet: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -211,6 +218,8 @@ fn main() -> ExitCode {
     // Experiments run their peers as child processes of this same binary.
     ictus_bench::maybe_run_child(REGISTRY);
     let cli = Cli::parse();
+    let verbosity = i8::try_from(cli.verbose).unwrap_or(i8::MAX) - i8::try_from(cli.quiet).unwrap_or(i8::MAX);
+    ictus_server::log::init(verbosity);
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
         Command::ClockServer { name_server, control_socket, name, fifo } => {
