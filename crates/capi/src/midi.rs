@@ -127,7 +127,10 @@ pub unsafe extern "C" fn ictus_midi_output_put(
 
 /// The output's counts so far.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_midi_output_stats(output: *const ictus_midi_output, out_stats: *mut ictus_midi_stats) -> ictus_error {
+pub unsafe extern "C" fn ictus_midi_output_stats(
+    output: *const ictus_midi_output,
+    out_stats: *mut ictus_midi_stats,
+) -> ictus_error {
     guard(|| {
         let o = handle(output, "output")?;
         *out(out_stats, "stats")? = stats(&o.output.stats());

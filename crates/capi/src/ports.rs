@@ -244,7 +244,11 @@ pub unsafe extern "C" fn ictus_port_destroy(space: *const ictus_space, name: ict
 /// `name`, for `poll`, `epoll` or an event loop; then receive with a zero time-out. The
 /// caller owns it: close it.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_port_pollable_fd(space: *const ictus_space, name: ictus_name, fd: *mut c_int) -> ictus_error {
+pub unsafe extern "C" fn ictus_port_pollable_fd(
+    space: *const ictus_space,
+    name: ictus_name,
+    fd: *mut c_int,
+) -> ictus_error {
     guard(|| {
         let s = handle(space, "space")?;
         let slot = out(fd, "fd")?;
@@ -257,7 +261,11 @@ pub unsafe extern "C" fn ictus_port_pollable_fd(space: *const ictus_space, name:
 /// makes one from), to give to another process outside ictus's messages: by
 /// inheritance (clear its close-on-exec flag) or `SCM_RIGHTS`. The caller owns it.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_port_send_right_fd(space: *const ictus_space, name: ictus_name, fd: *mut c_int) -> ictus_error {
+pub unsafe extern "C" fn ictus_port_send_right_fd(
+    space: *const ictus_space,
+    name: ictus_name,
+    fd: *mut c_int,
+) -> ictus_error {
     guard(|| {
         let s = handle(space, "space")?;
         let slot = out(fd, "fd")?;
@@ -270,7 +278,11 @@ pub unsafe extern "C" fn ictus_port_send_right_fd(space: *const ictus_space, nam
 /// process) into the space. The descriptor is consumed, also on failure; it must be a
 /// port's socket.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_port_insert_send_fd(space: *const ictus_space, fd: c_int, name: *mut ictus_name) -> ictus_error {
+pub unsafe extern "C" fn ictus_port_insert_send_fd(
+    space: *const ictus_space,
+    fd: c_int,
+    name: *mut ictus_name,
+) -> ictus_error {
     guard(|| {
         if fd < 0 {
             return Err(Error::invalid(format!("descriptor {fd}")));
@@ -326,7 +338,12 @@ pub unsafe extern "C" fn ictus_message_free(msg: *mut ictus_message) {
 
 /// Replace the message's id and in-line data.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_message_set(msg: *mut ictus_message, id: i32, data: *const u8, len: usize) -> ictus_error {
+pub unsafe extern "C" fn ictus_message_set(
+    msg: *mut ictus_message,
+    id: i32,
+    data: *const u8,
+    len: usize,
+) -> ictus_error {
     guard(|| {
         let m = handle_mut(msg, "msg")?;
         let data = bytes(data, len, "data")?;
@@ -373,7 +390,11 @@ pub unsafe extern "C" fn ictus_message_set_reply(
 /// can change what the receiver maps. (A region written in place is
 /// `ictus_message_add_region`.)
 #[no_mangle]
-pub unsafe extern "C" fn ictus_message_add_region_copy(msg: *mut ictus_message, data: *const u8, len: usize) -> ictus_error {
+pub unsafe extern "C" fn ictus_message_add_region_copy(
+    msg: *mut ictus_message,
+    data: *const u8,
+    len: usize,
+) -> ictus_error {
     guard(|| {
         let m = handle_mut(msg, "msg")?;
         let data = bytes(data, len, "data")?;
@@ -387,7 +408,11 @@ pub unsafe extern "C" fn ictus_message_add_region_copy(msg: *mut ictus_message, 
 /// written once, then sealed and moved by the send). `*data` gets its memory, writable
 /// until the message is sent or freed.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_message_add_region(msg: *mut ictus_message, len: usize, data: *mut *mut u8) -> ictus_error {
+pub unsafe extern "C" fn ictus_message_add_region(
+    msg: *mut ictus_message,
+    len: usize,
+    data: *mut *mut u8,
+) -> ictus_error {
     guard(|| {
         let m = handle_mut(msg, "msg")?;
         let slot = out(data, "data")?;
@@ -465,7 +490,8 @@ pub unsafe extern "C" fn ictus_received_take_reply(
         let r = handle_mut(received, "received")?;
         let name = out(name, "name")?;
         let kind = out(kind, "kind")?;
-        let reply = r.r.reply.take().ok_or_else(|| Error::new(ICTUS_ERR_NOT_FOUND, "the message has no reply right"))?;
+        let reply =
+            r.r.reply.take().ok_or_else(|| Error::new(ICTUS_ERR_NOT_FOUND, "the message has no reply right"))?;
         *name = reply.name.0;
         *kind = crate::ports::kind(reply.kind);
         Ok(())

@@ -135,7 +135,9 @@ pub unsafe extern "C" fn ictus_shm_client_connect(
             opts.timeout = Duration::from_nanos(o.timeout_ns as u64);
         }
         let c = Client::connect(&s.space, Name(service), opts).map_err(|e| match e {
-            ConnectError::Refused(why) => Error::new(ICTUS_ERR_DENIED, format!("the server refused the channel: {why}")),
+            ConnectError::Refused(why) => {
+                Error::new(ICTUS_ERR_DENIED, format!("the server refused the channel: {why}"))
+            }
             other => Error::new(ICTUS_ERR_UNAVAILABLE, other),
         })?;
         *slot = Box::into_raw(Box::new(ictus_shm_client { client: c }));
@@ -218,7 +220,10 @@ pub unsafe extern "C" fn ictus_shm_client_arm(client: *mut ictus_shm_client) -> 
 /// (`ictus_shm_server_service`; register it with the name server). It sleeps in epoll,
 /// so its descriptor can join the caller's event loop.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_shm_server_new(space: *const ictus_space, server: *mut *mut ictus_shm_server) -> ictus_error {
+pub unsafe extern "C" fn ictus_shm_server_new(
+    space: *const ictus_space,
+    server: *mut *mut ictus_shm_server,
+) -> ictus_error {
     guard(|| {
         let s = handle(space, "space")?;
         let slot = out(server, "server")?;
@@ -244,7 +249,11 @@ pub unsafe extern "C" fn ictus_shm_server_service(server: *const ictus_shm_serve
 /// Wait at most `timeout_ns` until there is something to handle; `*ready` gets 1 if
 /// there is, 0 if the time ran out.
 #[no_mangle]
-pub unsafe extern "C" fn ictus_shm_server_wait(server: *mut ictus_shm_server, timeout_ns: i64, ready: *mut c_int) -> ictus_error {
+pub unsafe extern "C" fn ictus_shm_server_wait(
+    server: *mut ictus_shm_server,
+    timeout_ns: i64,
+    ready: *mut c_int,
+) -> ictus_error {
     guard(|| {
         let s = handle_mut(server, "server")?;
         let ready = out(ready, "ready")?;

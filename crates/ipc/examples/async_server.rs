@@ -35,7 +35,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let Some(reply_to) = req.reply.take() else { continue };
             let mut reply = Message::new(req.id + 100, req.data().to_ascii_uppercase());
             // A client that stopped reading loses its reply, not the server's time.
-            if ictus_ipc::aio::send(&server_space, reply_to.name, &mut reply, Some(Duration::from_secs(1))).await.is_ok()
+            if ictus_ipc::aio::send(&server_space, reply_to.name, &mut reply, Some(Duration::from_secs(1)))
+                .await
+                .is_ok()
             {
                 served += 1;
             }

@@ -62,7 +62,8 @@ fn register<T: AsFd>(end: T) -> Result<AsyncFd<End<T>>, RegisterError> {
     // the end owns, never replaces and closes only when dropped — after the `AsyncFd`
     // that owns the end has deregistered it: the obligations of
     // `AsyncFd::register_with_interest`.
-    unsafe { AsyncFd::register_with_interest(End(end), Interest::READABLE) }.map_err(|e| RegisterError::Io(e.into_parts().1))
+    unsafe { AsyncFd::register_with_interest(End(end), Interest::READABLE) }
+        .map_err(|e| RegisterError::Io(e.into_parts().1))
 }
 
 /// `readable` fails only when the runtime is shutting down: this end is being closed.

@@ -5,7 +5,6 @@
 
 mod common;
 
-
 use common::*;
 use ictus_ipc::Space;
 use ictus_shm::aio::{AsyncClient, AsyncServer, RegisterError};
@@ -33,19 +32,22 @@ fn spawn_async_echo(records: usize) -> (std::thread::JoinHandle<(usize, usize)>,
             let mut server = AsyncServer::new(server).expect("register the server");
             let (mut answered, mut open, mut opened) = (0usize, 0usize, 0usize);
             while answered < records || open > 0 {
-                let step = bounded("next", server.next_with(|next| match next {
-                    Next::Event(Event::Opened { .. }) => 1,
-                    Next::Event(Event::Closed { .. }) => -1,
-                    Next::Record(mut r) => {
-                        let data = r.payload().to_vec();
-                        let tag = r.tag() + 1;
-                        if r.reply(tag, &data).is_err() {
-                            r.retry_later();
-                            return 2;
+                let step = bounded(
+                    "next",
+                    server.next_with(|next| match next {
+                        Next::Event(Event::Opened { .. }) => 1,
+                        Next::Event(Event::Closed { .. }) => -1,
+                        Next::Record(mut r) => {
+                            let data = r.payload().to_vec();
+                            let tag = r.tag() + 1;
+                            if r.reply(tag, &data).is_err() {
+                                r.retry_later();
+                                return 2;
+                            }
+                            0
                         }
-                        0
-                    }
-                }))
+                    }),
+                )
                 .await
                 .expect("next");
                 match step {

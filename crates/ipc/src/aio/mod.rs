@@ -43,7 +43,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::Instant;
 
-use crate::{Message, Name, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError, SendOptions, Space};
+use crate::{
+    Message, Name, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError, SendOptions, Space,
+};
 
 mod call;
 pub use call::AsyncCaller;
