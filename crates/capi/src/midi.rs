@@ -89,7 +89,7 @@ pub unsafe extern "C" fn ictus_midi_output_open(
             return Err(Error::invalid(format!("unknown MIDI flags {flags:#x}")));
         }
         let dev = DeviceSpec::parse(spec)
-            .map_err(|e| Error::invalid(e))?
+            .map_err(Error::invalid)?
             .open_output()
             .map_err(|e| Error::new(ICTUS_ERR_UNAVAILABLE, e))?;
         let mut options =
@@ -117,7 +117,7 @@ pub unsafe extern "C" fn ictus_midi_output_put(
     guard(|| {
         let o = handle(output, "output")?;
         let at = Time::from_nanos(time_ns);
-        let m = Message::from_bytes(bytes(message, len, "message")?, at).map_err(|e| Error::invalid(e))?;
+        let m = Message::from_bytes(bytes(message, len, "message")?, at).map_err(Error::invalid)?;
         o.output.put(m, at).map(|_| ()).map_err(|e| match e {
             PutError::Closed => Error::new(ICTUS_ERR_CLOSED, e),
             PutError::Full(_) => Error::new(ICTUS_ERR_FULL, e),

@@ -126,7 +126,7 @@ pub unsafe extern "C" fn ictus_shm_client_connect(
                 o.pool_slots,
                 o.pool_slot_size,
             )
-            .map_err(|e| Error::invalid(e))?;
+            .map_err(Error::invalid)?;
         }
         if o.spin_ns != 0 {
             opts.wait.spin = timeout(o.spin_ns).unwrap_or(Duration::ZERO);

@@ -676,6 +676,9 @@ mod tests {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
             Ok(bytes.len())
         }
+        fn wait_writable(&mut self, _timeout: Option<Duration>) -> io::Result<bool> {
+            Ok(true)
+        }
         fn fd(&self) -> BorrowedFd<'_> {
             self.fd.as_fd()
         }
