@@ -7,9 +7,11 @@ need_apt=()
 # Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
 # experiments (alarm, midi); openttd-openmsx gives real multi-track MIDI files (GPL-2,
 # read in place by crates/midi/tests/smf_damaged.rs, never copied into the repository),
-# whose every prefix the Standard MIDI File reader must refuse. ICTUS_APT_PACKAGES adds
-# more.
-for pkg in rt-tests openttd-openmsx ${ICTUS_APT_PACKAGES:-}; do
+# whose every prefix the Standard MIDI File reader must refuse; gcc, g++ and pkg-config
+# build the C library's C and C++ examples against its header and pkg-config file in
+# crates/capi/tests (gcc brings libasan, for the runs under AddressSanitizer).
+# ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests openttd-openmsx gcc g++ pkg-config ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
