@@ -126,6 +126,21 @@ fn show(out: &Output) -> String {
     )
 }
 
+/// The README's C example is `examples/c/hello.c`, word for word; it builds and runs.
+#[test]
+fn the_readme_example_is_hello_c_and_runs() {
+    let readme = std::fs::read_to_string(manifest().join("../../README.md")).expect("README.md");
+    let at = readme.find("## From C and C++").expect("the README's C section");
+    let start = readme[at..].find("```c\n").expect("a C block") + at + "```c\n".len();
+    let block = &readme[start..start + readme[start..].find("```\n").expect("the block's end")];
+    let file = std::fs::read_to_string(manifest().join("examples/c/hello.c")).expect("hello.c");
+    assert!(block == file, "README.md's C example and crates/capi/examples/c/hello.c differ: change both");
+    for asan in [false, true] {
+        let out = run(&compile("c/hello.c", asan), &[]);
+        assert_eq!(out, "received id 7: hello from C\n");
+    }
+}
+
 fn pingpong(source: &str, asan: bool) {
     let exe = compile(source, asan);
     let out = run(&exe, &[]);
