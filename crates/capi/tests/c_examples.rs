@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ictus_midi::device::cable::CableIn;
 use ictus_midi::device::Device;
-use ictus_testkit::{unique, NameServer, TempDir};
+use ictus_testkit::{unique, NameServer};
 
 fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,7 +35,7 @@ fn libdir() -> PathBuf {
 }
 
 struct Build {
-    dir: TempDir,
+    dir: PathBuf,
     cflags: Vec<String>,
     libs: Vec<String>,
     libdir: PathBuf,
@@ -45,7 +45,13 @@ struct Build {
 fn build() -> &'static Build {
     static BUILD: OnceLock<Build> = OnceLock::new();
     BUILD.get_or_init(|| {
-        let dir = TempDir::new("capi");
+        // Under cargo's directory for integration tests' files, not /tmp: a TempDir in
+        // this static would never be dropped, and every run would leave one behind.
+        // One directory per run (the process id), removed by the next run's start.
+        let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-examples");
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join(std::process::id().to_string());
+        std::fs::create_dir_all(&dir).expect("create the examples' build directory");
         let libdir = libdir();
         let pc = std::fs::read_to_string(manifest().join("ictus.pc.in"))
             .expect("ictus.pc.in")
@@ -58,7 +64,7 @@ fn build() -> &'static Build {
             let out = Command::new("pkg-config")
                 .arg(what)
                 .arg("ictus")
-                .env("PKG_CONFIG_PATH", dir.path())
+                .env("PKG_CONFIG_PATH", &dir)
                 .output()
                 .expect("pkg-config (Debian package pkg-config; scripts/setup.sh installs it)");
             assert!(out.status.success(), "pkg-config {what} ictus: {}", String::from_utf8_lossy(&out.stderr));
