@@ -14,9 +14,11 @@ need_apt=()
 # e2fsprogs (mkfs.ext4) and util-linux (losetup) build the slow disk. For the Unix
 # server: proot is the peer of `ictus bench unix` (ptrace-based user-space chroot);
 # busybox-static is the static binary the Unix server's tests run (a program with raw
-# syscall instructions and no dynamic loader); gcc and make build the C programs those
-# tests and the compile benchmarks use. ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests xvfb openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc make ${ICTUS_APT_PACKAGES:-}; do
+# syscall instructions and no dynamic loader); make builds the compile benchmarks. gcc,
+# g++ and pkg-config build the C programs of those tests and the C library's C and C++
+# examples against its header and pkg-config file in crates/capi/tests (gcc brings
+# libasan, for the runs under AddressSanitizer). ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests xvfb openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc g++ make pkg-config ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -28,6 +28,9 @@
 //! ```
 #![deny(unsafe_code)]
 
+#[cfg(feature = "tokio")]
+#[allow(unsafe_code)]
+pub mod aio;
 mod bootstrap;
 mod call;
 mod channel;
