@@ -6,6 +6,8 @@
 //!   ([`PendingRead`]), and uploads files ([`Striper::put_file`]).
 //! - [`prefetch`]: the pure core that keeps a stream's reads a window ahead of its
 //!   schedule, on virtual time; [`StreamReader`] drives it against a striper.
+//! - [`cache`]: a node's stripe cache in one memfd, planned like a device so MARS's
+//!   engine reads it through io_uring; what the node reports to the director as cached.
 //! - [`testcluster`]: a throw-away single-machine cluster (`scripts/ceph.sh`) for tests
 //!   and experiments, torn down on drop, or a reason why Ceph cannot run here.
 //!
@@ -13,6 +15,7 @@
 //! `doc/mars-cluster.md` says why RADOS with striping rather than S3 through radosgw.
 #![deny(unsafe_code)]
 
+pub mod cache;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod prefetch;

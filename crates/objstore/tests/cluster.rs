@@ -157,6 +157,21 @@ fn striped_objects_on_a_real_cluster() {
 
     s.remove("films/clip.bin").unwrap();
     assert!(matches!(s.stat("films/clip.bin"), Err(Error::NotFound(_))));
+    s.write_at("last", 0, &data[..100_000]).unwrap();
+    drop(s);
+    drop(rados);
+
+    // The only OSD dies by SIGKILL: a read fails within the connection's time-out
+    // (5 s here) with an error that says so, rather than hanging.
+    let rados = Rados::connect(cluster.conf(), 5).expect("connect again");
+    let s = rados.striper(cluster.pool(), layout).expect("striper");
+    let osd: u32 = std::fs::read_to_string(dir.join("run/osd.0.pid")).unwrap().trim().parse().unwrap();
+    Command::new("kill").args(["-9", &osd.to_string()]).status().unwrap();
+    let t = Instant::now();
+    let mut b = vec![0u8; 100_000];
+    let got = s.read_at("last", 0, &mut b);
+    eprintln!("read with the OSD dead: {got:?} after {:.1} s", t.elapsed().as_secs_f64());
+    assert!(matches!(got, Err(Error::Rados { errno, .. }) if errno == libc::ETIMEDOUT), "{got:?}");
     drop(s);
     drop(rados);
 
