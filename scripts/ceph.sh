@@ -227,6 +227,7 @@ EOF
     [ $SECONDS -lt $deadline ] || fail_up "the monitor did not answer within ${timeout} s (log $dir/log/mon.a.log)"
     sleep 0.3
   done
+  local t_mon=$((SECONDS - t0))
   start mgr.x ceph-mgr -c "$conf" -i x
 
   local i uuid id
@@ -239,23 +240,28 @@ EOF
     start "osd.$id" ceph-osd -c "$conf" -i "$id"
   done
 
-  local health up_osds name mgr pool_made=""
+  local t_osd=$((SECONDS - t0)) t_up="" t_mgr=""
+  local st health up_osds name mgr pool_made=""
   while :; do
     for name in mon.a mgr.x $(seq -f 'osd.%g' 0 $((osds - 1))); do
       check_alive "$name" || fail_up "$name died"
     done
-    up_osds=$(cephcli osd stat -f json 2>/dev/null | sed -n 's/.*"num_up_osds":\([0-9]*\).*/\1/p')
+    # One status call a round (each `ceph` call is a Python start-up: CPU the daemons need).
+    st=$(cephcli status -f json 2>/dev/null | tr -d ' \n' || true)
+    up_osds=$(sed -n 's/.*"num_up_osds":\([0-9]*\).*/\1/p' <<<"$st")
+    health=$(sed -n 's/.*"health":{"status":"\([A-Z_]*\)".*/\1/p' <<<"$st")
+    mgr=$(sed -n 's/.*"mgrmap":{"available":\([a-z]*\).*/\1/p' <<<"$st")
     if [ -z "$pool_made" ] && [ "${up_osds:-0}" -eq "$osds" ]; then
       cephcli osd pool create ictus 8 8 >/dev/null 2>&1 \
         && cephcli osd pool application enable ictus rados >/dev/null 2>&1 && pool_made=1
     fi
-    health=$(cephcli health 2>/dev/null || true)
-    mgr=$(cephcli mgr stat -f json 2>/dev/null | tr -d ' \n' | sed -n 's/.*"available":\([a-z]*\).*/\1/p')
-    if [ -n "$pool_made" ] && [ "${health%% *}" = HEALTH_OK ] && [ "${up_osds:-0}" -eq "$osds" ] && [ "$mgr" = true ]; then
+    [ -n "$t_up" ] || [ "${up_osds:-0}" -ne "$osds" ] || t_up=$((SECONDS - t0))
+    [ -n "$t_mgr" ] || [ "$mgr" != true ] || t_mgr=$((SECONDS - t0))
+    if [ -n "$pool_made" ] && [ "$health" = HEALTH_OK ] && [ "${up_osds:-0}" -eq "$osds" ] && [ "$mgr" = true ]; then
       break
     fi
     if [ $SECONDS -ge $deadline ]; then
-      fail_up "no HEALTH_OK with $osds OSD(s) up within ${timeout} s: health '${health:-no answer}', ${up_osds:-0} OSD(s) up, manager available: ${mgr:-no answer} (logs in $dir/log)"
+      fail_up "no HEALTH_OK with $osds OSD(s) up within ${timeout} s: health '${health:-no answer}' ($(cephcli health 2>/dev/null || echo 'no answer')), ${up_osds:-0} OSD(s) up, manager available: ${mgr:-no answer} (logs in $dir/log)"
     fi
     sleep 0.5
   done
@@ -269,6 +275,7 @@ EOF
   echo "conf=$conf"
   echo "pool=ictus"
   echo "osds=$osds store=$store ready_s=$((SECONDS - t0))"
+  echo "phases_s=monitor:$t_mon,osds_made:$t_osd,osds_up:$t_up,manager:$t_mgr"
 }
 
 case "$cmd" in
