@@ -43,6 +43,16 @@ fn running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The cluster's owner: a child killed and reaped on drop, also when the test fails.
+struct Owner(std::process::Child);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn striped_objects_on_a_real_cluster() {
     // The cluster's owner is a child that this test kills with SIGKILL at the end: the
@@ -52,15 +62,8 @@ fn striped_objects_on_a_real_cluster() {
         assert!(TestCluster::start_or_skip("striped_objects_on_a_real_cluster", 1).is_none(), "{why}");
         return;
     }
-    let mut owner = Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().expect("spawn sleep");
-    let cluster = match TestCluster::start_owned(1, owner.id()) {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = owner.kill();
-            let _ = owner.wait();
-            panic!("{e}");
-        }
-    };
+    let mut owner = Owner(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().expect("spawn sleep"));
+    let cluster = TestCluster::start_owned(1, owner.0.id()).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("cluster up in {:.1} s at {}", cluster.started_in().as_secs_f64(), cluster.dir().display());
     let dir = cluster.dir().to_path_buf();
     let daemons = pids_of(&dir);
@@ -177,8 +180,8 @@ fn striped_objects_on_a_real_cluster() {
 
     // The owner dies by SIGKILL: the watcher takes every daemon down and removes the
     // directory, without this test's help.
-    owner.kill().unwrap();
-    owner.wait().unwrap();
+    owner.0.kill().unwrap();
+    owner.0.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     while dir.exists() || daemons.iter().any(|&p| running(p)) {
         assert!(Instant::now() < deadline, "cluster left after its owner died: {}", cluster.status());
