@@ -21,12 +21,26 @@ need_apt=()
 for pkg in rt-tests xvfb openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc g++ make pkg-config ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "ictus setup: installing Debian packages: ${need_apt[*]}" >&2
+# Ceph for MARS across machines (issue 20): scripts/ceph.sh runs a throw-away
+# single-machine cluster (monitor, manager, OSDs on sparse files) for the tests and the
+# experiment; crates/objstore loads librados and libradosstriper at run time (the -dev
+# packages give the headers its declarations follow). Without recommends: 98 packages,
+# ~290 MB, instead of the dashboard's and cephadm's Python stacks.
+need_ceph=()
+for pkg in ceph-mon ceph-mgr ceph-osd ceph-common librados-dev libradosstriper-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_ceph+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ] || [ ${#need_ceph[@]} -gt 0 ]; then
+  echo "ictus setup: installing Debian packages: ${need_apt[*]} ${need_ceph[*]}" >&2
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  if [ ${#need_apt[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  fi
+  if [ ${#need_ceph[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_ceph[@]}"
+  fi
 fi
 
 # Transparent huge pages for shared memory, for regions that ask (madvise): ictus's
