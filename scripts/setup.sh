@@ -9,22 +9,44 @@ need_apt=()
 # experiment start on a display of their own (MIT-SHM included); openttd-openmsx gives
 # real multi-track MIDI files (GPL-2, read in place by crates/midi/tests/smf_damaged.rs,
 # never copied into the repository), whose every prefix the Standard MIDI File reader
-# must refuse. GStreamer decodes compressed clips for `ictus play` and is the peer of
-# `ictus bench tactus`: the libraries and headers gstreamer-rs builds against (with
-# pkg-config), the tools (gst-launch-1.0 makes the tests' clips), and the plugins for
-# MP4/MKV/WebM, VP8, Vorbis (base, good) and H.264 and friends (libav).
-# ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests xvfb openttd-openmsx pkg-config libgstreamer1.0-dev \
-  libgstreamer-plugins-base1.0-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
+# must refuse. For MARS (ictus bench mars and its tests): nginx-light and fio are the
+# peers (nginx sendfile; background readers), curl checks the HTTP server byte for byte,
+# e2fsprogs (mkfs.ext4) and util-linux (losetup) build the slow disk. For the Unix
+# server: proot is the peer of `ictus bench unix` (ptrace-based user-space chroot);
+# busybox-static is the static binary the Unix server's tests run (a program with raw
+# syscall instructions and no dynamic loader); make builds the compile benchmarks. gcc,
+# g++ and pkg-config build the C programs of those tests and the C library's C and C++
+# examples against its header and pkg-config file in crates/capi/tests (gcc brings
+# libasan, for the runs under AddressSanitizer). GStreamer decodes compressed clips for
+# `ictus play` and is the peer of `ictus bench tactus`: the libraries and headers
+# gstreamer-rs builds against (with pkg-config), the tools (gst-launch-1.0 makes the
+# tests' clips), and the plugins for MP4/MKV/WebM, VP8, Vorbis (base, good) and H.264
+# and friends (libav). ICTUS_APT_PACKAGES adds more.
+for pkg in rt-tests xvfb openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc g++ make \
+  pkg-config libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
   gstreamer1.0-plugins-good gstreamer1.0-libav ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "ictus setup: installing Debian packages: ${need_apt[*]}" >&2
+# Ceph for MARS across machines (issue 20): scripts/ceph.sh runs a throw-away
+# single-machine cluster (monitor, manager, OSDs on sparse files) for the tests and the
+# experiment; crates/objstore loads librados and libradosstriper at run time (the -dev
+# packages give the headers its declarations follow). Without recommends: 98 packages,
+# ~290 MB, instead of the dashboard's and cephadm's Python stacks.
+need_ceph=()
+for pkg in ceph-mon ceph-mgr ceph-osd ceph-common librados-dev libradosstriper-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_ceph+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ] || [ ${#need_ceph[@]} -gt 0 ]; then
+  echo "ictus setup: installing Debian packages: ${need_apt[*]} ${need_ceph[*]}" >&2
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  if [ ${#need_apt[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  fi
+  if [ ${#need_ceph[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_ceph[@]}"
+  fi
 fi
 
 # Transparent huge pages for shared memory, for regions that ask (madvise): ictus's

@@ -14,6 +14,7 @@ mod hostile;
 mod load;
 mod midi;
 mod tactus;
+mod unix;
 
 /// ictus: a Mach-style microkernel personality in user space on Linux.
 ///
@@ -22,6 +23,13 @@ mod tactus;
 #[derive(clap::Parser, Debug)]
 #[command(name = "ictus", version, propagate_version = true)]
 struct Cli {
+    /// Log more: -v adds the events' fields and debug events, -vv trace events
+    /// (RUST_LOG, when set, chooses instead; ICTUS_LOG_FORMAT=json writes JSON).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log less: -q only warnings and errors, -qq only errors.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
+    quiet: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -91,6 +99,13 @@ enum Command {
     /// Run the MIDI input server (000 §4.5): read a device (the virtual cable by default),
     /// send each message to the clients subscribed to its class; registered as "midi_inputport".
     MidiServer(ictus_midi_server::cli::ServerArgs),
+    /// MARS (001): striped volumes and the stream server (HTTP, the streams API on ports).
+    Mars(ictus_mars_server::cli::MarsArgs),
+    /// Unix as an application (004): run a program under a user-level Unix server.
+    Unix(unix::UnixArgs),
+    /// A long-lived Unix server for several programs at once (`ictus unix run --server`),
+    /// with a control socket for its counts and policy (`ictus unix stats|policy`).
+    UnixServer(unix::UnixServerArgs),
     /// The display server (002) and a demo client.
     Display(display::DisplayArgs),
     /// The Tactus media synchronization server (000 §7).
@@ -99,6 +114,20 @@ enum Command {
     Play(tactus::PlayArgs),
     /// Run one experiment and print its table (and write its JSON with --json).
     Bench(BenchArgs),
+    /// Print shell completions for `ictus` to standard output
+    /// (e.g. `ictus completions bash > ~/.local/share/bash-completion/completions/ictus`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of `ictus` and each of its subcommands (ictus.1, ictus-bench.1, …)
+    /// into a directory, made if missing.
+    Man {
+        /// The directory.
+        #[arg(long, default_value = "man")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -145,6 +174,8 @@ static REGISTRY: &[&Experiment] = &[
     &experiments::dhs::DHS,
     &experiments::shm::SHM,
     &experiments::midi::MIDI,
+    &ictus_mars_server::bench::MARS,
+    &ictus_unix_server::bench::UNIX,
     &ictus_display_server::bench::DISPLAY,
     &ictus_tactus_server::bench::TACTUS,
 ];
@@ -270,6 +301,8 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         eprintln!("error: {why}");
         return 2;
     }
+    let verbosity = i8::try_from(cli.verbose).unwrap_or(i8::MAX) - i8::try_from(cli.quiet).unwrap_or(i8::MAX);
+    ictus_server::log::init(verbosity);
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
         Command::ClockServer { name_server, control_socket, name, fifo } => {
@@ -300,10 +333,18 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         Command::Load(a) => load::main(a),
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
+        Command::Mars(a) => ictus_mars_server::cli::main(a),
+        Command::Unix(a) => unix::main(a),
+        Command::UnixServer(a) => unix::server_main(a),
         Command::Display(a) => display::main(a),
         Command::Tactus(a) => tactus::main(a),
         Command::Play(a) => tactus::play(a),
         Command::Bench(args) => return bench(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "ictus", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { out } => man_pages(&out).map_err(Into::into),
     };
     match result {
         Ok(()) => 0,
@@ -320,11 +361,42 @@ fn main() -> ExitCode {
     ExitCode::from(run(std::env::args_os()))
 }
 
+/// `ictus man`: the pages of the whole command line, from its definition.
+fn man_pages(out: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    clap_mangen::generate_to(command(), out)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("writing man pages into {}: {e}", out.display())))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::{CommandFactory, FromArgMatches};
 
     use super::*;
+
+    #[test]
+    fn completions_name_every_subcommand() {
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut command(), "ictus", &mut out);
+            let text = String::from_utf8(out).expect("UTF-8");
+            for sub in command().get_subcommands() {
+                assert!(text.contains(sub.get_name()), "{shell}: no {}", sub.get_name());
+            }
+        }
+    }
+
+    #[test]
+    fn man_pages_for_the_command_and_each_subcommand() {
+        let dir = std::env::temp_dir().join(format!("ictus-man-{}", std::process::id()));
+        man_pages(&dir).expect("ictus man");
+        for sub in command().get_subcommands().map(|c| c.get_name().to_owned()).chain(["".to_owned()]) {
+            let page = if sub.is_empty() { "ictus.1".to_owned() } else { format!("ictus-{sub}.1") };
+            let text = std::fs::read_to_string(dir.join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+            assert!(text.starts_with(".ie") || text.contains(".TH"), "{page} is a man page");
+        }
+        std::fs::remove_dir_all(&dir).expect("remove the pages");
+    }
 
     #[test]
     fn the_registry_is_well_formed() {
@@ -342,7 +414,7 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "display", "tactus"],
+            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars", "unix", "display", "tactus"],
             "names are stable: CI and the testbed use them"
         );
     }

@@ -19,6 +19,11 @@ pub enum NotifyId {
     /// The port named by a send or send-once right died; the name is now a dead name
     /// (`MACH_NOTIFY_DEAD_NAME`).
     DeadName = 0o110,
+    /// ictus's own, sent by the nucleus on the reply right of a request that the
+    /// destination refused unread because it is larger than the port takes (Mach's
+    /// receiver gets `MACH_RCV_TOO_LARGE`; here the caller hears of it too). The count
+    /// in its body is the port's message limit, in bytes.
+    TooLarge = 0o111,
 }
 
 impl NotifyId {
@@ -34,6 +39,7 @@ impl NotifyId {
             0o106 => Some(NotifyId::NoSenders),
             0o107 => Some(NotifyId::SendOnce),
             0o110 => Some(NotifyId::DeadName),
+            0o111 => Some(NotifyId::TooLarge),
             _ => None,
         }
     }

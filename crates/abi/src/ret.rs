@@ -64,12 +64,17 @@ impl ReturnCode {
     pub const SendInvalidRight: ReturnCode = ReturnCode(0x1000_0007);
     /// `MACH_SEND_NO_BUFFER`
     pub const SendNoBuffer: ReturnCode = ReturnCode(0x1000_000d);
+    /// `MACH_SEND_TOO_LARGE` (XNU's number): the message is larger than the destination
+    /// port takes.
+    pub const SendTooLarge: ReturnCode = ReturnCode(0x1000_000e);
     /// `MACH_RCV_INVALID_NAME`
     pub const RcvInvalidName: ReturnCode = ReturnCode(0x1000_4002);
     /// `MACH_RCV_TIMED_OUT`
     pub const RcvTimedOut: ReturnCode = ReturnCode(0x1000_4003);
     /// `MACH_RCV_TOO_LARGE`
     pub const RcvTooLarge: ReturnCode = ReturnCode(0x1000_4004);
+    /// `MACH_RCV_PORT_CHANGED`: the receive right moved while a thread waited on it.
+    pub const RcvPortChanged: ReturnCode = ReturnCode(0x1000_4006);
     /// `MACH_RCV_INVALID_DATA`
     pub const RcvInvalidData: ReturnCode = ReturnCode(0x1000_4008);
     /// `MACH_RCV_PORT_DIED`
@@ -83,7 +88,7 @@ impl ReturnCode {
 }
 
 /// Every known code and its name, in numeric order.
-const KNOWN: [(ReturnCode, &str); 28] = [
+const KNOWN: [(ReturnCode, &str); 30] = [
     (ReturnCode::Success, "Success"),
     (ReturnCode::InvalidAddress, "InvalidAddress"),
     (ReturnCode::NoSpace, "NoSpace"),
@@ -104,9 +109,11 @@ const KNOWN: [(ReturnCode, &str); 28] = [
     (ReturnCode::SendTimedOut, "SendTimedOut"),
     (ReturnCode::SendInvalidRight, "SendInvalidRight"),
     (ReturnCode::SendNoBuffer, "SendNoBuffer"),
+    (ReturnCode::SendTooLarge, "SendTooLarge"),
     (ReturnCode::RcvInvalidName, "RcvInvalidName"),
     (ReturnCode::RcvTimedOut, "RcvTimedOut"),
     (ReturnCode::RcvTooLarge, "RcvTooLarge"),
+    (ReturnCode::RcvPortChanged, "RcvPortChanged"),
     (ReturnCode::RcvInvalidData, "RcvInvalidData"),
     (ReturnCode::RcvPortDied, "RcvPortDied"),
     (ReturnCode::MigBadArguments, "MigBadArguments"),

@@ -5,7 +5,7 @@ use thiserror::Error;
 /// `"ICT1"` in little-endian: the first four bytes of every ictus message.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"ICT1");
 /// The wire version this crate speaks.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 32;
 /// Bytes in one descriptor.
@@ -32,10 +32,19 @@ pub const OOL_MAX: u64 = 64 << 30;
 const FLAG_BIG_INLINE: u16 = 1 << 0;
 const FLAG_CHANNEL_KEPT: u16 = 1 << 1;
 const FLAG_ON_SOCKET: u16 = 1 << 2;
-const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE | FLAG_CHANNEL_KEPT | FLAG_ON_SOCKET;
+const FLAG_COUNTED: u16 = 1 << 3;
+const KNOWN_FLAGS: u16 = FLAG_BIG_INLINE | FLAG_CHANNEL_KEPT | FLAG_ON_SOCKET | FLAG_COUNTED;
+
+/// The byte offset of the header's flags, and the counted flag in them: what a receiver
+/// reads of a datagram before anything else is checked (see [`Header::counted`]).
+pub const FLAGS_OFFSET: usize = 6;
+/// The header's "counted" flag, as a bit of the little-endian `u16` at [`FLAGS_OFFSET`].
+pub const COUNTED_FLAG: u16 = FLAG_COUNTED;
 
 const RECV_HAS_SEND_SOURCE: u16 = 1 << 0;
-const RECV_KNOWN_FLAGS: u16 = RECV_HAS_SEND_SOURCE;
+const RECV_NO_SENDERS: u16 = 1 << 1;
+const RECV_PORT_DESTROYED: u16 = 1 << 2;
+const RECV_KNOWN_FLAGS: u16 = RECV_HAS_SEND_SOURCE | RECV_NO_SENDERS | RECV_PORT_DESTROYED;
 
 /// What the reply slot of a message carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,7 +89,8 @@ impl ReplyKind {
 /// ```text
 /// 0  magic u32 | 4 version u16 | 6 flags u16 | 8 id i32 | 12 reply u8 | 13 ndesc u8
 /// 14 nfds u8   | 15 zero u8    | 16 inline_len u32 | 20 token u32 | 24 big_len u64
-/// flags: bit 0 big in-line, bit 1 channel kept, bit 2 on socket (reply pipes only).
+/// flags: bit 0 big in-line, bit 1 channel kept, bit 2 on socket (reply pipes only),
+///        bit 3 counted (a place in the port's queue was reserved for it).
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -98,6 +108,12 @@ pub struct Header {
     /// its own but says that the reply waits on the channel's connection. A datagram
     /// with it set is refused.
     pub on_socket: bool,
+    /// Set by a sender that reserved a place for this message in the destination
+    /// port's queue (its queue limit, `doc/ipc.md`, *Queue limits*): the receiver gives
+    /// the place back when it takes the message. Meaningful on a port's main
+    /// connection only; a sender can set it without reserving, which only makes room
+    /// for others sooner (the kernel's buffer still bounds what is queued).
+    pub counted: bool,
     /// Number of descriptors after the header.
     pub ndesc: u8,
     /// Number of file descriptors that travel beside the datagram.
@@ -136,10 +152,16 @@ impl DescriptorKind {
 }
 
 /// The state that travels with a receive right.
+///
+/// Its file descriptors come in this order: the port's queue page (always), its send
+/// source (if it has one), its main connections, its send-once connections, its call
+/// channels, then the notify rights of its no-senders and port-destroyed requests (if
+/// armed). A moved receive right's sequence number and make-send count start again at
+/// zero, as in Mach (`ipc_port_clear_receiver`), so they do not travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ReceiveRightInfo {
-    /// Whether the first file descriptor is the port's send source (its `S` end, from
-    /// which send rights are made).
+    /// Whether a send source follows the queue page (the port's `S` end, from which
+    /// send rights are made).
     pub has_send_source: bool,
     /// Number of main connections (receive ends that send rights reach).
     pub main_conns: u16,
@@ -147,21 +169,28 @@ pub struct ReceiveRightInfo {
     pub once_conns: u8,
     /// Number of call channels (private connections clients made for their calls).
     pub channel_conns: u8,
-    /// The port's next sequence number.
-    pub seqno: u64,
-    /// The port's make-send count.
-    pub mscount: u32,
     /// The port's queue limit, in messages.
     pub qlimit: u32,
+    /// The most in-line bytes a message to the port may carry (`0..=BIG_INLINE_MAX`).
+    pub message_limit: u32,
+    /// Places in the port's queue given back so far (the receiver's own count, which
+    /// its queue page only claims: `doc/ipc.md`, *Queue limits*).
+    pub released: u32,
+    /// Whether a no-senders request is armed: its notify right comes after the channels.
+    pub no_senders: bool,
+    /// Whether a port-destroyed request is armed: its notify right comes last.
+    pub port_destroyed: bool,
 }
 
 impl ReceiveRightInfo {
     /// File descriptors this receive right brings.
     pub fn nfds(&self) -> usize {
-        usize::from(self.has_send_source)
+        1 + usize::from(self.has_send_source)
             + usize::from(self.main_conns)
             + usize::from(self.once_conns)
             + usize::from(self.channel_conns)
+            + usize::from(self.no_senders)
+            + usize::from(self.port_destroyed)
     }
 }
 
@@ -171,7 +200,8 @@ impl ReceiveRightInfo {
 /// 0 kind u8 | 1 nfds u8 | 2 flags u16 | 4 a u32 | 8 b u64 | 16 c u64
 /// Send, SendOnce: nfds 1, everything else zero.
 /// Ool:            nfds 1, b = length in bytes (1..=OOL_MAX).
-/// Receive:        flags bit 0 = has send source, a = mscount, b = seqno,
+/// Receive:        flags bit 0 = has send source, bit 1 = no-senders request,
+///                 bit 2 = port-destroyed request, a = message limit, b = places given back,
 ///                 c = qlimit | main_conns << 32 | once_conns << 48 | channel_conns << 56.
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,10 +248,16 @@ impl Descriptor {
             Descriptor::Send | Descriptor::SendOnce => {}
             Descriptor::Ool { len } => out[8..16].copy_from_slice(&len.to_le_bytes()),
             Descriptor::Receive(info) => {
-                let flags = if info.has_send_source { RECV_HAS_SEND_SOURCE } else { 0 };
+                let mut flags = if info.has_send_source { RECV_HAS_SEND_SOURCE } else { 0 };
+                if info.no_senders {
+                    flags |= RECV_NO_SENDERS;
+                }
+                if info.port_destroyed {
+                    flags |= RECV_PORT_DESTROYED;
+                }
                 out[2..4].copy_from_slice(&flags.to_le_bytes());
-                out[4..8].copy_from_slice(&info.mscount.to_le_bytes());
-                out[8..16].copy_from_slice(&info.seqno.to_le_bytes());
+                out[4..8].copy_from_slice(&info.message_limit.to_le_bytes());
+                out[8..16].copy_from_slice(&u64::from(info.released).to_le_bytes());
                 let c = u64::from(info.qlimit)
                     | (u64::from(info.main_conns) << 32)
                     | (u64::from(info.once_conns) << 48)
@@ -260,13 +296,15 @@ impl Descriptor {
                 Descriptor::Ool { len: b }
             }
             DescriptorKind::Receive => {
-                if flags & !RECV_KNOWN_FLAGS != 0 {
+                if flags & !RECV_KNOWN_FLAGS != 0 || b > u64::from(u32::MAX) {
                     return Err(DecodeError::ReservedNonZero);
                 }
                 let info = ReceiveRightInfo {
                     has_send_source: flags & RECV_HAS_SEND_SOURCE != 0,
-                    mscount: a,
-                    seqno: b,
+                    no_senders: flags & RECV_NO_SENDERS != 0,
+                    port_destroyed: flags & RECV_PORT_DESTROYED != 0,
+                    message_limit: a,
+                    released: b as u32,
                     qlimit: (c & 0xffff_ffff) as u32,
                     main_conns: ((c >> 32) & 0xffff) as u16,
                     once_conns: ((c >> 48) & 0xff) as u8,
@@ -274,6 +312,9 @@ impl Descriptor {
                 };
                 if info.qlimit == 0 {
                     return Err(DecodeError::BadReceiveRight("queue limit of zero"));
+                }
+                if u64::from(info.message_limit) > BIG_INLINE_MAX {
+                    return Err(DecodeError::BadReceiveRight("message limit beyond the largest message"));
                 }
                 if info.has_send_source && info.main_conns == 0 {
                     return Err(DecodeError::BadReceiveRight("send source without a main connection"));
@@ -383,6 +424,9 @@ impl Header {
         if self.on_socket {
             flags |= FLAG_ON_SOCKET;
         }
+        if self.counted {
+            flags |= FLAG_COUNTED;
+        }
         out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         out[4..6].copy_from_slice(&VERSION.to_le_bytes());
         out[6..8].copy_from_slice(&flags.to_le_bytes());
@@ -438,12 +482,19 @@ impl Header {
         }
         let kept = flags & FLAG_CHANNEL_KEPT != 0;
         let on_socket = flags & FLAG_ON_SOCKET != 0;
-        Ok(Header { id, reply, token, kept, on_socket, ndesc, nfds, inline_len, big_len })
+        let counted = flags & FLAG_COUNTED != 0;
+        Ok(Header { id, reply, token, kept, on_socket, counted, ndesc, nfds, inline_len, big_len })
     }
 
     /// What of this header [`Datagram::encode_head`] takes, to encode it again.
     pub fn head(&self) -> Head {
-        Head { id: self.id, reply: self.reply, token: self.token, kept: self.kept }
+        Head { id: self.id, reply: self.reply, token: self.token, kept: self.kept, counted: self.counted }
+    }
+
+    /// The message's in-line bytes, wherever they travel: in the datagram, or in the
+    /// big in-line memfd. What a port's message limit is checked against.
+    pub fn inline_total(&self) -> u64 {
+        u64::from(self.inline_len) + self.big_len
     }
 
     /// File descriptors taken by the reply right and the big in-line memfd.
@@ -502,7 +553,12 @@ impl<'a> PipeMessage<'a> {
             return Err(DecodeError::LengthMismatch { stated: PIPE_MESSAGE_MAX, actual: bytes.len() });
         }
         let header = Header::decode(bytes)?;
-        if header.reply != ReplyKind::None || header.ndesc != 0 || header.nfds != 0 || header.big_len != 0 {
+        if header.reply != ReplyKind::None
+            || header.ndesc != 0
+            || header.nfds != 0
+            || header.big_len != 0
+            || header.counted
+        {
             return Err(DecodeError::NotPlainOnPipe);
         }
         let stated = HEADER_LEN + header.inline_len as usize;
@@ -526,6 +582,7 @@ impl<'a> PipeMessage<'a> {
             token: 0,
             kept,
             on_socket: true,
+            counted: false,
             ndesc: 0,
             nfds: 0,
             inline_len: 0,
@@ -549,12 +606,14 @@ pub struct Head {
     pub token: u32,
     /// The channel-kept flag of a reply.
     pub kept: bool,
+    /// The counted flag: a place in the destination's queue is reserved for it.
+    pub counted: bool,
 }
 
 impl Head {
-    /// A head with this id and reply kind, no token, not kept.
+    /// A head with this id and reply kind, no token, not kept, not counted.
     pub fn new(id: i32, reply: ReplyKind) -> Head {
-        Head { id, reply, token: 0, kept: false }
+        Head { id, reply, token: 0, kept: false, counted: false }
     }
 }
 
@@ -642,6 +701,7 @@ impl<'a> Datagram<'a> {
             token: head.token,
             kept: head.kept,
             on_socket: false,
+            counted: head.counted,
             ndesc: descriptors.len() as u8,
             nfds: nfds as u8,
             inline_len: inline_len as u32,
@@ -685,7 +745,7 @@ mod tests {
     fn encode(id: i32, reply: ReplyKind, d: &[Descriptor], inline: &[u8], big: u64) -> Vec<u8> {
         let token = if reply.has_token() { 7 } else { 0 };
         let mut v = Vec::new();
-        Datagram::encode(Head { id, reply, token, kept: false }, d, inline, big, &mut v).unwrap();
+        Datagram::encode(Head { id, reply, token, kept: false, counted: false }, d, inline, big, &mut v).unwrap();
         v
     }
 
@@ -731,7 +791,7 @@ mod tests {
     #[test]
     fn token_goes_with_channel_kinds_only() {
         let mut v = Vec::new();
-        let head = |reply, token| Head { id: 1, reply, token, kept: false };
+        let head = |reply, token| Head { id: 1, reply, token, kept: false, counted: false };
         assert_eq!(Datagram::encode(head(ReplyKind::OnChannel, 0), &[], b"", 0, &mut v), Err(DecodeError::BadToken));
         assert_eq!(Datagram::encode(head(ReplyKind::None, 9), &[], b"", 0, &mut v), Err(DecodeError::BadToken));
         Datagram::encode(head(ReplyKind::OnChannel, 9), &[], b"x", 0, &mut v).unwrap();
@@ -775,6 +835,51 @@ mod tests {
     }
 
     #[test]
+    fn the_counted_flag_round_trips_and_is_where_receivers_look() {
+        let mut v = Vec::new();
+        let head = Head { counted: true, ..Head::new(5, ReplyKind::None) };
+        Datagram::encode(head, &[], b"x", 0, &mut v).unwrap();
+        assert!(Datagram::parse(&v, 0).unwrap().header.counted);
+        let flags = u16::from_le_bytes([v[FLAGS_OFFSET], v[FLAGS_OFFSET + 1]]);
+        assert_ne!(flags & COUNTED_FLAG, 0, "the flag is where a receiver reads it before parsing");
+        Datagram::encode(Head::new(5, ReplyKind::None), &[], b"x", 0, &mut v).unwrap();
+        assert!(!Datagram::parse(&v, 0).unwrap().header.counted);
+        // Never on a reply pipe: a pipe carries replies, and replies are not counted.
+        let mut piped = Vec::new();
+        Datagram::encode(head, &[], b"x", 0, &mut piped).unwrap();
+        assert_eq!(PipeMessage::parse(&piped), Err(DecodeError::NotPlainOnPipe));
+    }
+
+    #[test]
+    fn a_receive_right_brings_its_page_and_its_requests() {
+        let info = ReceiveRightInfo {
+            has_send_source: true,
+            main_conns: 2,
+            once_conns: 1,
+            channel_conns: 1,
+            qlimit: 5,
+            message_limit: 4096,
+            released: 77,
+            no_senders: true,
+            port_destroyed: true,
+        };
+        assert_eq!(info.nfds(), 1 + 1 + 2 + 1 + 1 + 1 + 1);
+        let mut raw = [0u8; DESCRIPTOR_LEN];
+        Descriptor::Receive(info).encode(&mut raw);
+        assert_eq!(Descriptor::decode(&raw), Ok(Descriptor::Receive(info)));
+        // The count is 32 bits wide, and the limit at most the largest message.
+        let mut bad = raw;
+        bad[12] = 1;
+        assert_eq!(Descriptor::decode(&bad), Err(DecodeError::ReservedNonZero));
+        let mut bad = raw;
+        bad[4..8].copy_from_slice(&(BIG_INLINE_MAX as u32 + 1).to_le_bytes());
+        assert!(matches!(Descriptor::decode(&bad), Err(DecodeError::BadReceiveRight(_))));
+        let mut bad = raw;
+        bad[2] |= 1 << 3;
+        assert_eq!(Descriptor::decode(&bad), Err(DecodeError::ReservedNonZero));
+    }
+
+    #[test]
     fn big_inline_excludes_datagram_inline() {
         let mut v = Vec::new();
         let head = Head::new(1, ReplyKind::None);
@@ -789,17 +894,28 @@ mod tests {
             Just(Descriptor::Send),
             Just(Descriptor::SendOnce),
             (1..=OOL_MAX).prop_map(|len| Descriptor::Ool { len }),
-            (any::<bool>(), 1u16..4, 0u8..4, 0u8..4, any::<u64>(), any::<u32>(), 1..=u32::MAX).prop_map(
-                |(src, main, once, chan, seqno, mscount, qlimit)| Descriptor::Receive(ReceiveRightInfo {
-                    has_send_source: src,
-                    main_conns: main,
-                    once_conns: once,
-                    channel_conns: chan,
-                    seqno,
-                    mscount,
-                    qlimit,
-                })
-            ),
+            (
+                any::<bool>(),
+                1u16..4,
+                0u8..4,
+                0u8..4,
+                (any::<bool>(), any::<bool>(), any::<u32>()),
+                0..=BIG_INLINE_MAX as u32,
+                1..=u32::MAX
+            )
+                .prop_map(|(src, main, once, chan, (ns, pd, released), message_limit, qlimit)| {
+                    Descriptor::Receive(ReceiveRightInfo {
+                        has_send_source: src,
+                        main_conns: main,
+                        once_conns: once,
+                        channel_conns: chan,
+                        no_senders: ns,
+                        port_destroyed: pd,
+                        message_limit,
+                        released,
+                        qlimit,
+                    })
+                }),
         ]
     }
 

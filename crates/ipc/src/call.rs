@@ -17,7 +17,7 @@ use crate::incoming::{Arrival, Refused};
 use crate::message::{Message, ReceiveOptions, Received, SendOptions};
 use crate::port::Ident;
 use crate::receive::malformed;
-use crate::send::{ReplySlot, Target};
+use crate::send::{Queue, ReplySlot, Target};
 use crate::space::{Inner, Space};
 use crate::sys::{self, RecvOutcome};
 use crate::table::{Entry, PortEntry};
@@ -56,7 +56,8 @@ impl Space {
             return self.inner.wait_reply(self, &r, &mut None, reply, recv).map(|_| ()).map_err(|(e, _)| e);
         };
         let generation = self.inner.pool.generation();
-        let (slot, mut chan) = match self.inner.pool.take(ident) {
+        let (pooled, queue) = self.inner.pool.take(ident);
+        let (slot, mut chan) = match pooled {
             Some(chan) => (ReplySlot::OnChannel(chan.token), chan),
             None => {
                 let offer = Offer::new().map_err(SendError::Os)?;
@@ -64,7 +65,8 @@ impl Space {
                 (slot, offer.pooled)
             }
         };
-        self.send_message(dest, send_end.map(Target::Shared), msg, slot, deadline)?;
+        let target = send_end.map(|fd| Target::Shared(fd, Queue::Right(ident, queue)));
+        self.send_message(dest, target, msg, slot, deadline)?;
         let waited = match self.inner.wait_pipe_reply(&mut chan, reply, recv) {
             Ok(None) => {
                 let waited = self.inner.wait_reply(self, &chan.fd, &mut chan.timer, reply, recv);

@@ -3,7 +3,8 @@
 //!
 //! - **The client's side** is the pool ([`Pool`]): a space keeps its idle channels by
 //!   the destination port's identity, takes one for a call and puts it back when the
-//!   reply says the port keeps it ([`Pooled`]).
+//!   reply says the port keeps it ([`Pooled`]). Beside them it keeps the port's queue
+//!   page, found once ([`SenderQueue`]).
 //! - **The port's side**: a channel offered with a request is kept under (the client's
 //!   pid as the kernel stamped it, the client's token) if the kernel vouches for the
 //!   pid ([`Inner::accept_offer`]); later requests name it by token ([`kept`]); the
@@ -24,6 +25,7 @@ use ictus_abi::{Datagram, Head, Name, NotifyId, PipeMessage, ReplyKind, HEAD_MAX
 
 use crate::message::Credentials;
 use crate::port::{Channel, ChannelKey, Ident, KeyHash, RecvPort};
+use crate::queue::{QueuePage, Settings};
 use crate::space::{Inner, Space};
 use crate::sys;
 use crate::table::SendOnce;
@@ -68,10 +70,54 @@ impl Offer {
     }
 }
 
-/// A space's idle call channels, by the destination port's identity.
+/// A destination port's queue page as a sender found it, with the settings its note
+/// said when the page's `version` read `seen`.
+pub(crate) struct SenderQueue {
+    pub(crate) page: Arc<QueuePage>,
+    pub(crate) settings: Settings,
+    pub(crate) seen: u32,
+    /// The page memfd's identity, to tell a note about it from one about another.
+    pub(crate) file: Ident,
+}
+
+impl SenderQueue {
+    /// Find the queue page of the port `send_end` reaches (see `QueuePage::find`).
+    pub(crate) fn find(send_end: BorrowedFd<'_>) -> Option<SenderQueue> {
+        let (page, settings, file) = QueuePage::find(send_end)?;
+        let seen = page.words().version.load(Ordering::Acquire);
+        Some(SenderQueue { page: Arc::new(page), settings, seen, file })
+    }
+
+    /// Whether the settings may be out of date: the page's version moved since.
+    #[inline]
+    pub(crate) fn stale(&self) -> bool {
+        self.page.words().version.load(Ordering::Acquire) != self.seen
+    }
+
+    /// The same page with the settings its note says now (or `None`: find it again).
+    pub(crate) fn refreshed(&self, send_end: BorrowedFd<'_>) -> Option<SenderQueue> {
+        let seen = self.page.words().version.load(Ordering::Acquire);
+        let (settings, file) = QueuePage::read_note(send_end)?;
+        if file != self.file {
+            return SenderQueue::find(send_end);
+        }
+        Some(SenderQueue { page: self.page.clone(), settings, seen, file })
+    }
+}
+
+/// What a space keeps for one destination port: idle call channels and the port's
+/// queue page.
+#[derive(Default)]
+struct ForPort {
+    channels: Vec<Pooled>,
+    queue: Option<Arc<SenderQueue>>,
+}
+
+/// A space's idle call channels and destination queue pages, by the destination port's
+/// identity.
 #[derive(Default)]
 pub(crate) struct Pool {
-    by_port: Mutex<HashMap<Ident, Vec<Pooled>, KeyHash>>,
+    by_port: Mutex<HashMap<Ident, ForPort, KeyHash>>,
     /// Bumped whenever the space forgets its channels to a port, so that a call that
     /// was under way meanwhile does not put its channel back.
     forgotten: AtomicU64,
@@ -84,11 +130,31 @@ impl Pool {
         self.forgotten.load(Ordering::Acquire)
     }
 
-    /// A pooled channel to the port `ident`, if there is one. The port's place in the
-    /// pool stays (empty, if need be) while the call is under way, so that forgetting
-    /// the port meanwhile is seen by [`Pool::put`].
-    pub(crate) fn take(&self, ident: Ident) -> Option<Pooled> {
-        self.by_port.lock().unwrap_or_else(|e| e.into_inner()).entry(ident).or_default().pop()
+    /// A pooled channel to the port `ident`, if there is one, and the port's queue page
+    /// if it was found before. The port's place in the pool stays (empty, if need be)
+    /// while the call is under way, so that forgetting the port meanwhile is seen by
+    /// [`Pool::put`].
+    #[inline]
+    pub(crate) fn take(&self, ident: Ident) -> (Option<Pooled>, Option<Arc<SenderQueue>>) {
+        let mut pool = self.by_port.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = pool.entry(ident).or_default();
+        (entry.channels.pop(), entry.queue.clone())
+    }
+
+    /// The port `ident`'s queue page, if it was found before.
+    #[inline]
+    pub(crate) fn queue(&self, ident: Ident) -> Option<Arc<SenderQueue>> {
+        self.by_port.lock().unwrap_or_else(|e| e.into_inner()).get(&ident).and_then(|e| e.queue.clone())
+    }
+
+    /// Keep the port `ident`'s queue page, found since `generation`, unless the space
+    /// forgot the port meanwhile (so that a page is never kept for a port the space no
+    /// longer sends to).
+    pub(crate) fn keep_queue(&self, ident: Ident, queue: Arc<SenderQueue>, generation: u64) {
+        let mut pool = self.by_port.lock().unwrap_or_else(|e| e.into_inner());
+        if self.forgotten.load(Ordering::Acquire) == generation {
+            pool.entry(ident).or_default().queue = Some(queue);
+        }
     }
 
     /// Put a channel back for the next call, unless the space forgot channels since
@@ -100,13 +166,14 @@ impl Pool {
             return;
         }
         let Some(v) = pool.get_mut(&ident) else { return };
-        if v.len() < CHANNELS_PER_PORT {
-            v.push(chan);
+        if v.channels.len() < CHANNELS_PER_PORT {
+            v.channels.push(chan);
         }
     }
 
     /// The space no longer holds a send right to the port `ident`: close its call
-    /// channels too, since a channel reaches the port like a send right.
+    /// channels too, since a channel reaches the port like a send right, and unmap its
+    /// queue page.
     pub(crate) fn forget(&self, ident: Option<Ident>) {
         if let Some(ident) = ident {
             let gone = {
@@ -240,9 +307,22 @@ pub(crate) fn point_to_connection(pipe: Option<&OwnedFd>, kept: bool) {
 /// channel stays open for its next call, with a send-once notification (through the
 /// pipe if it can, else on the connection, never waiting).
 pub(crate) fn reply_unused(fd: &OwnedFd, pipe: Option<&OwnedFd>) {
-    let body = NotifyId::body(Name::NULL, 0);
+    notice(fd, pipe, true, NotifyId::SendOnce, 0);
+}
+
+/// A request was refused unread because it is larger than the port takes: tell the
+/// caller on its reply right (`fd`, or the kept channel's pipe), with the port's limit,
+/// never waiting. `kept` as the channel is.
+pub(crate) fn too_large(fd: &OwnedFd, pipe: Option<&OwnedFd>, kept: bool, limit: u32) {
+    notice(fd, pipe, kept, NotifyId::TooLarge, limit);
+}
+
+/// A notification-like word from the nucleus on a reply right: `id`, and a body naming
+/// no port with `count`.
+fn notice(fd: &OwnedFd, pipe: Option<&OwnedFd>, kept: bool, id: NotifyId, count: u32) {
+    let body = NotifyId::body(Name::NULL, count);
     let mut head = [0u8; HEAD_MAX];
-    let spec = Head { kept: true, ..Head::new(NotifyId::SendOnce.id(), ReplyKind::None) };
+    let spec = Head { kept, ..Head::new(id.id(), ReplyKind::None) };
     if let Ok((_, n)) = Datagram::encode_head(spec, &[], body.len(), 0, &mut head) {
         let bufs = [IoSlice::new(&head[..n]), IoSlice::new(&body)];
         if !reply_through_pipe(pipe, &bufs) {

@@ -61,6 +61,15 @@ pub enum SendError {
     /// The destination's queue stayed full for the whole timeout.
     #[error("send timed out: the destination's queue is full")]
     TimedOut,
+    /// The message carries more in-line bytes than the destination port takes (its
+    /// receiver's limit, `Space::set_message_limit`). Nothing was sent.
+    #[error("message of {size} in-line bytes is larger than the destination takes ({limit} bytes at most)")]
+    TooLarge {
+        /// The message's in-line bytes.
+        size: u64,
+        /// The most the port takes.
+        limit: u32,
+    },
     /// The message breaks a wire limit (too many rights or descriptors).
     #[error("message is malformed: {0}")]
     Invalid(#[from] DecodeError),
@@ -79,6 +88,7 @@ impl SendError {
             SendError::InvalidDest(_) => ReturnCode::SendInvalidDest,
             SendError::InvalidRight(_) => ReturnCode::SendInvalidRight,
             SendError::TimedOut => ReturnCode::SendTimedOut,
+            SendError::TooLarge { .. } => ReturnCode::SendTooLarge,
             SendError::Invalid(_) | SendError::Ool(_) => ReturnCode::SendInvalidData,
             SendError::Os(_) => ReturnCode::SendNoBuffer,
         }
@@ -97,6 +107,25 @@ pub enum ReceiveError {
     /// The receive right was destroyed while waiting.
     #[error("the port died while receiving")]
     PortDied,
+    /// The receive right moved to another space or task while waiting (Mach's
+    /// `MACH_RCV_PORT_CHANGED`).
+    #[error("the receive right moved away while receiving")]
+    PortChanged,
+    /// A message larger than the port takes arrived; it was destroyed unread (its
+    /// descriptors closed, its in-line bytes never read), its sender told if it waited
+    /// for a reply, and counted. The next receive goes on (Mach's `MACH_RCV_TOO_LARGE`).
+    #[error(
+        "refused a message of {size} in-line bytes from pid {}: the port takes {limit} at most",
+        sender.map_or(0, |s| s.pid)
+    )]
+    TooLarge {
+        /// The in-line bytes its header claims.
+        size: u64,
+        /// The most the port takes.
+        limit: u32,
+        /// Who sent it, if the kernel said.
+        sender: Option<Credentials>,
+    },
     /// A message arrived that is not well formed; it was destroyed (its descriptors
     /// closed, nothing inserted) and counted. The next receive goes on.
     #[error("malformed message from pid {} uid {}: {reason}", sender.map_or(0, |s| s.pid), sender.map_or(0, |s| s.uid))]
@@ -118,6 +147,8 @@ impl ReceiveError {
             ReceiveError::InvalidName(_) => ReturnCode::RcvInvalidName,
             ReceiveError::TimedOut => ReturnCode::RcvTimedOut,
             ReceiveError::PortDied => ReturnCode::RcvPortDied,
+            ReceiveError::PortChanged => ReturnCode::RcvPortChanged,
+            ReceiveError::TooLarge { .. } => ReturnCode::RcvTooLarge,
             ReceiveError::Malformed { .. } => ReturnCode::RcvInvalidData,
             ReceiveError::Os(_) => ReturnCode::Failure,
         }

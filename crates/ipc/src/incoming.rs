@@ -19,9 +19,13 @@
 //!    offered channel does not reach the port itself and its reply pipe is a pipe's
 //!    write end, out-of-line memory and big in-line data are memfds at least as long
 //!    as claimed and sealed against writing, shrinking and growing;
-//! 5. a receive right's send source reaches one of the right's own main connections,
-//!    as the kernel's socket diagnostics say (if they cannot say, the source is
-//!    dropped and the right kept).
+//! 5. a receive right's queue page is a memfd of one page that cannot shrink or grow,
+//!    its send source reaches one of the right's own main connections, as the kernel's
+//!    socket diagnostics say (if they cannot say, the source is dropped and the right
+//!    kept), and its requests' notify rights are port sockets.
+//!
+//! Before all of this, a message larger than its port takes is refused from its header
+//! alone ([`oversized`]), its in-line bytes unread.
 //!
 //! Every descriptor is owned by the result or by the refusal's caller: on a refusal they
 //! are all closed when `check` returns.
@@ -37,6 +41,7 @@ use rustix::io::Errno;
 use crate::channel;
 use crate::message::Credentials;
 use crate::port::{conn_kind_at, ConnKind, Ident, RecvPort};
+use crate::queue::QueuePage;
 use crate::sys;
 use crate::table::SendOnce;
 
@@ -101,10 +106,13 @@ pub(crate) enum Item {
     Ool(OwnedFd, u64),
 }
 
-/// A receive right that arrived: its state and its connections.
+/// A receive right that arrived: its state, its queue page, its connections and the
+/// notify rights of its requests.
 pub(crate) struct ReceiveRight {
     /// The state it travelled with.
     pub(crate) info: ReceiveRightInfo,
+    /// Its queue page, mapped.
+    pub(crate) page: QueuePage,
     /// Its send source and the source's identity, if one came and the kernel confirmed
     /// that it reaches one of the right's main connections.
     pub(crate) source: Option<(OwnedFd, Ident)>,
@@ -112,6 +120,9 @@ pub(crate) struct ReceiveRight {
     pub(crate) conns: Vec<(OwnedFd, ConnKind)>,
     /// Its call channels.
     pub(crate) channels: Vec<OwnedFd>,
+    /// The notify rights of its no-senders and port-destroyed requests.
+    pub(crate) no_senders: Option<OwnedFd>,
+    pub(crate) port_destroyed: Option<OwnedFd>,
 }
 
 /// Why a message was refused: the reason a receiver gets in
@@ -142,6 +153,8 @@ pub(crate) enum Refused {
     Memfd(&'static str),
     /// A receive right whose send source reaches another port.
     SourceElsewhere,
+    /// A receive right whose queue page is not one.
+    BadPage,
     /// Big in-line data that could not be read.
     BigInline(Errno),
     /// Out-of-line memory that could not be mapped.
@@ -165,11 +178,40 @@ impl fmt::Display for Refused {
             Refused::PipeNotWriteEnd => f.write_str("a call channel's reply pipe is not a pipe's write end"),
             Refused::Memfd(why) => f.write_str(why),
             Refused::SourceElsewhere => f.write_str("a receive right whose send source reaches another port"),
+            Refused::BadPage => f.write_str("a receive right whose queue page is not a sealed page of memory"),
             Refused::BigInline(e) => write!(f, "reading big in-line data: {e}"),
             Refused::OolMapping(e) => write!(f, "mapping out-of-line memory: {e}"),
             Refused::Pipe(e) => write!(f, "reply pipe: {e}"),
         }
     }
+}
+
+/// A message larger than a port takes: its header says so (the in-line bytes in the
+/// datagram and in a big in-line memfd together), and nothing else of it is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Oversized {
+    /// The header (the reply right's kind and token, to answer on it).
+    pub(crate) header: Header,
+    /// The in-line bytes it claims.
+    pub(crate) size: u64,
+}
+
+/// Whether the datagram whose first bytes are `bytes` carries more than `limit` in-line
+/// bytes, by its header alone: two words read before anything else, so the common case
+/// costs a comparison. `None` also for bytes that are not a header at all (the full
+/// check refuses them).
+#[inline]
+pub(crate) fn oversized(bytes: &[u8], limit: u32) -> Option<Oversized> {
+    if bytes.len() < HEADER_LEN {
+        return None;
+    }
+    let inline_len = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    let big_len = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+    if u64::from(inline_len).saturating_add(big_len) <= u64::from(limit) {
+        return None;
+    }
+    let header = Header::decode(bytes).ok()?;
+    Some(Oversized { header, size: header.inline_total() })
 }
 
 /// Check a datagram of `bytes` that arrived with the descriptors `fds` (all taken:
@@ -296,17 +338,21 @@ fn sealed_memfd(fd: OwnedFd, len: u64) -> Result<OwnedFd, Refused> {
     Ok(fd)
 }
 
-/// A receive right's connections, each a port socket, and its send source, believed
-/// only if the kernel's peer of the source is one of the right's main connections:
-/// otherwise a task holding only a send right to some port could pass that send end
-/// off as a receive right's source.
+/// A receive right: its queue page, its connections, each a port socket, its send
+/// source, believed only if the kernel's peer of the source is one of the right's main
+/// connections (otherwise a task holding only a send right to some port could pass that
+/// send end off as a receive right's source), and its requests' notify rights.
 fn receive_right(info: ReceiveRightInfo, next: &mut impl FnMut() -> OwnedFd) -> Result<ReceiveRight, Refused> {
-    let mut all = Vec::with_capacity(info.nfds());
-    for _ in 0..info.nfds() {
+    let page = QueuePage::adopt(next(), true).ok_or(Refused::BadPage)?;
+    let sockets = info.nfds() - 1;
+    let mut all = Vec::with_capacity(sockets);
+    for _ in 0..sockets {
         let fd = port_socket(next())?;
         let ident = identity(&fd)?;
         all.push((fd, ident));
     }
+    let port_destroyed = if info.port_destroyed { all.pop().map(|(fd, _)| fd) } else { None };
+    let no_senders = if info.no_senders { all.pop().map(|(fd, _)| fd) } else { None };
     let mut all = all.into_iter();
     let source = if info.has_send_source {
         let (source, ident) = all.next().expect("a send source implies a main connection");
@@ -329,7 +375,7 @@ fn receive_right(info: ReceiveRightInfo, next: &mut impl FnMut() -> OwnedFd) -> 
             None => channels.push(fd),
         }
     }
-    Ok(ReceiveRight { info, source, conns, channels })
+    Ok(ReceiveRight { info, page, source, conns, channels, no_senders, port_destroyed })
 }
 
 #[cfg(test)]
@@ -559,6 +605,12 @@ mod tests {
         assert!(matches!(m.reply, Some(Reply::Channel { token: 5, pipe: Some(_), .. })));
     }
 
+    /// A receive right's queue page, as the port would send it.
+    fn page_fd() -> OwnedFd {
+        let page = QueuePage::new().unwrap();
+        sys::dup(page.fd().unwrap()).unwrap()
+    }
+
     #[test]
     fn a_receive_right_is_believed_only_with_its_own_send_source() {
         let mut w = Wire::new();
@@ -567,14 +619,16 @@ mod tests {
             main_conns: 1,
             once_conns: 0,
             channel_conns: 0,
-            seqno: 3,
-            mscount: 1,
             qlimit: 5,
+            message_limit: 4096,
+            released: 3,
+            no_senders: false,
+            port_destroyed: false,
         };
         let bytes = |src| encode(Head::new(1, ReplyKind::None), &[Descriptor::Receive(info(src))], b"");
         // Its own: the source's peer is its main connection.
         let (source, main) = sys::connection().unwrap();
-        let m = w.check(&bytes(true), &[source.as_fd(), main.as_fd()], Arrival::Reply).unwrap();
+        let m = w.check(&bytes(true), &[page_fd().as_fd(), source.as_fd(), main.as_fd()], Arrival::Reply).unwrap();
         let Item::Receive(r) = &m.body[0] else { panic!("a receive right") };
         if sys::peer_inode(source.as_fd()).unwrap().is_none() {
             eprintln!("skipped: the kernel does not answer NETLINK_SOCK_DIAG for AF_UNIX");
@@ -582,17 +636,72 @@ mod tests {
         }
         assert!(r.source.is_some());
         assert_eq!(r.conns.len(), 1);
-        assert_eq!((r.info.seqno, r.info.qlimit), (3, 5));
+        assert_eq!((r.info.released, r.info.qlimit, r.info.message_limit), (3, 5, 4096));
         // Someone else's send end passed off as the source.
         let (other_source, _other_main) = sys::connection().unwrap();
         let (_, main) = sys::connection().unwrap();
-        let got = w.check(&bytes(true), &[other_source.as_fd(), main.as_fd()], Arrival::Reply).err();
+        let got = w.check(&bytes(true), &[page_fd().as_fd(), other_source.as_fd(), main.as_fd()], Arrival::Reply).err();
         assert_eq!(got, Some(Refused::SourceElsewhere));
         // No source at all: nothing to believe.
         let (_, main) = sys::connection().unwrap();
-        let m = w.check(&bytes(false), &[main.as_fd()], Arrival::Reply).unwrap();
+        let m = w.check(&bytes(false), &[page_fd().as_fd(), main.as_fd()], Arrival::Reply).unwrap();
         let Item::Receive(r) = &m.body[0] else { panic!("a receive right") };
         assert!(r.source.is_none());
+        // A page that is not one.
+        let (_, main) = sys::connection().unwrap();
+        let not_a_page = ictus_sys::memfd::create("not-a-page", 4096).unwrap();
+        let got = w.check(&bytes(false), &[not_a_page.as_fd(), main.as_fd()], Arrival::Reply).err();
+        assert_eq!(got, Some(Refused::BadPage));
+    }
+
+    #[test]
+    fn a_receive_right_brings_its_requests_last() {
+        let mut w = Wire::new();
+        let info = ReceiveRightInfo {
+            has_send_source: false,
+            main_conns: 1,
+            once_conns: 1,
+            channel_conns: 0,
+            qlimit: 5,
+            message_limit: 4096,
+            released: 0,
+            no_senders: true,
+            port_destroyed: true,
+        };
+        let bytes = encode(Head::new(1, ReplyKind::None), &[Descriptor::Receive(info)], b"");
+        let (_, main) = sys::connection().unwrap();
+        let (_, once) = sys::connection().unwrap();
+        let (ns, _) = sys::connection().unwrap();
+        let (pd, _) = sys::connection().unwrap();
+        let page = page_fd();
+        let fds = [page.as_fd(), main.as_fd(), once.as_fd(), ns.as_fd(), pd.as_fd()];
+        let m = w.check(&bytes, &fds, Arrival::Reply).unwrap();
+        let Item::Receive(r) = &m.body[0] else { panic!("a receive right") };
+        assert_eq!(r.conns.len(), 2);
+        assert!(sys::same_file(r.no_senders.as_ref().unwrap(), &ns));
+        assert!(sys::same_file(r.port_destroyed.as_ref().unwrap(), &pd));
+        // A notify right must be a port socket.
+        let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+        let page = page_fd();
+        let fds = [page.as_fd(), main.as_fd(), once.as_fd(), ns.as_fd(), pipe_r.as_fd()];
+        assert_eq!(w.check(&bytes, &fds, Arrival::Reply).err(), Some(Refused::NotAPort));
+    }
+
+    #[test]
+    fn a_message_larger_than_the_port_takes_is_seen_from_its_header() {
+        let small = plain(1, b"12345678");
+        assert_eq!(oversized(&small, 8), None);
+        let big = oversized(&small, 7).expect("8 bytes is more than 7");
+        assert_eq!((big.size, big.header.id), (8, 1));
+        let mut v = Vec::new();
+        Datagram::encode(Head::new(2, ReplyKind::SendOnce), &[], &[], 1 << 30, &mut v).unwrap();
+        assert_eq!(oversized(&v, 4096).map(|o| o.size), Some(1 << 30), "big in-line data, by its length alone");
+        assert_eq!(oversized(&v, 1 << 30), None);
+        // Not a header: left for the full check to refuse.
+        assert_eq!(oversized(&v[..20], 0), None);
+        let mut garbage = v.clone();
+        garbage[0] = 0;
+        assert_eq!(oversized(&garbage, 0), None);
     }
 
     #[test]

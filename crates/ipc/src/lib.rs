@@ -28,6 +28,9 @@
 //! ```
 #![deny(unsafe_code)]
 
+#[cfg(feature = "tokio")]
+#[allow(unsafe_code)]
+pub mod aio;
 mod bootstrap;
 mod call;
 mod channel;
@@ -39,6 +42,7 @@ mod notify;
 mod ool;
 mod plan;
 mod port;
+mod queue;
 mod receive;
 mod send;
 mod set;

@@ -107,15 +107,21 @@ pub struct ReceiveOptions {
 
 /// The identity of a message's sender, as the kernel verified it (`SCM_CREDENTIALS`).
 ///
-/// A process cannot claim another's pid, uid or gid unless it holds `CAP_SYS_ADMIN`
-/// (pid) or `CAP_SETUID`/`CAP_SETGID` (ids), as `unix(7)` describes.
+/// The uid and gid are the sender's *real* ids: what the kernel stamps on a message
+/// whose sender attached no credentials of its own (`scm_send` with `current_uid()`),
+/// and ictus never attaches any. A sender whose effective ids differ (a root daemon
+/// running as `nobody` for a while, a set-user-id program) can take its real ids back
+/// at will, so they are the ids it holds for good; a receiver that must know the
+/// effective ids asks the sender to drop the others first (`doc/ipc.md`, *Sender
+/// identity*). A process cannot claim another's pid, uid or gid unless it holds
+/// `CAP_SYS_ADMIN` (pid) or `CAP_SETUID`/`CAP_SETGID` (ids), as `unix(7)` describes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Credentials {
     /// Process id (thread group id) of the sender.
     pub pid: u32,
-    /// Effective user id of the sender.
+    /// Real user id of the sender.
     pub uid: u32,
-    /// Effective group id of the sender.
+    /// Real group id of the sender.
     pub gid: u32,
 }
 
@@ -148,8 +154,9 @@ pub struct Received {
     pub(crate) buf: Vec<u8>,
     pub(crate) data_start: usize,
     pub(crate) data_end: usize,
-    pub(crate) big: Vec<u8>,
-    pub(crate) is_big: bool,
+    /// Big in-line data: the sender's sealed memfd, mapped read-only while the message
+    /// is held, and unmapped with it.
+    pub(crate) big: Option<OolRegion>,
 }
 
 impl Received {
@@ -166,17 +173,15 @@ impl Received {
             buf: vec![0; DATAGRAM_MAX],
             data_start: 0,
             data_end: 0,
-            big: Vec::new(),
-            is_big: false,
+            big: None,
         }
     }
 
     /// The in-line data.
     pub fn data(&self) -> &[u8] {
-        if self.is_big {
-            &self.big
-        } else {
-            &self.buf[self.data_start..self.data_end]
+        match &self.big {
+            Some(big) => big,
+            None => &self.buf[self.data_start..self.data_end],
         }
     }
 
@@ -190,8 +195,8 @@ impl Received {
         self.ool.clear();
         self.data_start = 0;
         self.data_end = 0;
-        // `big` keeps its bytes for the next big message; `is_big` says if they count.
-        self.is_big = false;
+        // Big in-line data is unmapped with its message: nothing of it stays.
+        self.big = None;
     }
 }
 

@@ -90,29 +90,19 @@ impl Space {
             }
             NotifyKind::NoSenders => {
                 let port = self.receive_port(name)?;
-                let notifier = self.inner.notifier(&self.inner)?;
-                {
-                    let mut st = port.lock();
-                    for w in st.ns_watches.drain(..) {
-                        notifier.cancel(w);
-                    }
-                    st.no_senders = None;
-                    st.ns_watcher = None;
-                    let Some(target) = target else { return Ok(()) };
-                    // Let go of the send source: from now on the kernel tells us when
-                    // the last send right anywhere is gone.
-                    st.send_source = None;
-                    st.no_senders = Some(target);
-                    st.ns_watcher = Some(notifier.watcher());
-                    let mains: Vec<Arc<OwnedFd>> =
-                        st.conns.iter().filter(|c| c.kind != ConnKind::Once).map(|c| c.fd.clone()).collect();
-                    for fd in mains {
-                        let w = notifier.watch_no_senders(&port, fd)?;
-                        st.ns_watches.push(w);
+                match target {
+                    Some(target) => self.inner.arm_no_senders(self, &port, target),
+                    None => {
+                        let notifier = self.inner.notifier(&self.inner)?;
+                        let mut st = port.lock();
+                        for w in st.ns_watches.drain(..) {
+                            notifier.cancel(w);
+                        }
+                        st.no_senders = None;
+                        st.ns_watcher = None;
+                        Ok(())
                     }
                 }
-                self.inner.check_no_senders(&port);
-                Ok(())
             }
             NotifyKind::PortDestroyed => {
                 let port = self.receive_port(name)?;
@@ -133,6 +123,36 @@ impl Space {
 }
 
 impl Inner {
+    /// Arm a no-senders request on `port`, held in `space`, replacing any: the port lets
+    /// go of its send source, so that from now on the kernel tells when the last send
+    /// right anywhere is gone, and the notifier watches every connection that reaches
+    /// the port like a send right. Fires at once if none is left.
+    pub(crate) fn arm_no_senders(
+        &self,
+        space: &Space,
+        port: &Arc<RecvPort>,
+        target: NotifyTarget,
+    ) -> Result<(), RightsError> {
+        let notifier = self.notifier(&space.inner)?;
+        {
+            let mut st = port.lock();
+            for w in st.ns_watches.drain(..) {
+                notifier.cancel(w);
+            }
+            st.send_source = None;
+            st.no_senders = Some(target);
+            st.ns_watcher = Some(notifier.watcher());
+            let mains: Vec<Arc<OwnedFd>> =
+                st.conns.iter().filter(|c| c.kind != ConnKind::Once).map(|c| c.fd.clone()).collect();
+            for fd in mains {
+                let w = notifier.watch_no_senders(port, fd)?;
+                st.ns_watches.push(w);
+            }
+        }
+        self.check_no_senders(port);
+        Ok(())
+    }
+
     /// Send a small message built here (notifications), waiting at most a second.
     fn send_raw(&self, dest: &OwnedFd, id: i32, body: &[u8], descs: &[Descriptor], fds: &[BorrowedFd<'_>]) -> bool {
         let mut head = [0u8; HEAD_MAX];

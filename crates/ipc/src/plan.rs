@@ -5,7 +5,6 @@
 //! ([`Undo`]). Mach's rule: rights are taken only if the message is sent.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use ictus_abi::{Descriptor, Name, ReplyKind};
@@ -257,7 +256,7 @@ impl Space {
                 if let Some(set) = &set {
                     set.remove(&p);
                 }
-                let packed = p.lock().pack(p.seqno.load(Ordering::Relaxed));
+                let packed = p.lock().pack(&p);
                 let info = packed.info;
                 if packed.fds.len() != info.nfds() {
                     // More connections than one message can describe: refuse the move.

@@ -20,14 +20,18 @@
 //! The port keeps the main send end as its *send source* to make send rights from,
 //! unless a no-senders notification is armed: then it lets go of it, so the kernel
 //! reports a hang-up when the last send right anywhere is closed.
+//!
+//! Its queue limit is counted in its *queue page* (`queue`): every main connection's
+//! send end has a note in its own receive queue that leads senders to it.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use ictus_abi::Name;
 
+use crate::queue::{Ledger, QueuePage, Settings, Sizes};
 use crate::set::PortSet;
 use crate::sys::{self, Interest};
 
@@ -41,8 +45,8 @@ pub(crate) const DOORBELL: u8 = 0xdb;
 /// The epoll event datum of a port's wake eventfd (connection ids start at 1).
 pub(crate) const WAKE_EVENT: u64 = u64::MAX;
 
-/// Mach's default queue limit is 5 messages; ictus ports buffer more by default,
-/// because the kernel's socket buffer is the queue and a small one costs throughput.
+/// Mach's default queue limit is 5 messages; ictus ports queue more by default, so
+/// that a burst of one-way messages does not hold senders back.
 pub const DEFAULT_QLIMIT: u32 = 128;
 /// The largest queue limit, in messages.
 pub const MAX_QLIMIT: u32 = 65_536;
@@ -138,6 +142,10 @@ pub(crate) struct RecvState {
     pub(crate) ident: Option<Ident>,
     pub(crate) mscount: u32,
     pub(crate) qlimit: u32,
+    /// How many of the first places may hold large datagrams (see `queue::Sizes`).
+    pub(crate) large: u32,
+    /// The version of the settings in the connections' notes.
+    pub(crate) version: u32,
     pub(crate) epoll: Option<Arc<OwnedFd>>,
     /// An eventfd in the epoll that wakes every waiter when the port dies or moves.
     wake: Option<OwnedFd>,
@@ -150,7 +158,10 @@ pub(crate) struct RecvState {
     this: Weak<RecvPort>,
     pub(crate) port_destroyed: Option<NotifyTarget>,
     pub(crate) set: Option<Weak<PortSet>>,
+    /// The receive right was destroyed: waiters get `PortDied`.
     pub(crate) dead: bool,
+    /// The receive right moved to another task: waiters get `PortChanged`.
+    pub(crate) moved: bool,
 }
 
 pub(crate) struct RecvPort {
@@ -159,45 +170,72 @@ pub(crate) struct RecvPort {
     pub(crate) seqno: AtomicU64,
     /// This port's name in the space that holds it.
     pub(crate) name: AtomicU32,
+    /// The queue page, shared with every sender, and this receiver's own count.
+    pub(crate) page: QueuePage,
+    pub(crate) ledger: Ledger,
+    /// The most in-line bytes a message may carry (the receiver's own copy; senders
+    /// read it in the connections' notes).
+    pub(crate) limit: AtomicU32,
+    /// Bumped when the receive right moves between spaces of this process, so that a
+    /// thread of the old space waiting on it stops (`PortChanged`).
+    pub(crate) epoch: AtomicU64,
 }
 
 /// The descriptors and state of a receive right on its way to another task.
 pub(crate) struct Packed {
     pub(crate) info: ictus_abi::ReceiveRightInfo,
     pub(crate) fds: Vec<Arc<OwnedFd>>,
-    /// The call channels (their descriptors are also the last of `fds`), kept so that
-    /// a failed move can put them back; their watches are cancelled once it succeeds.
+    /// The call channels (their descriptors are also among `fds`), kept so that a
+    /// failed move can put them back; their watches are cancelled once it succeeds.
     pub(crate) channels: Vec<(ChannelKey, Channel)>,
+    /// The notification requests that travel with the right (their notify rights are
+    /// the last of `fds`), kept so that a failed move can put them back.
+    pub(crate) no_senders: Option<NotifyTarget>,
+    pub(crate) port_destroyed: Option<NotifyTarget>,
+}
+
+/// What a receive right is made of when it is made again from parts (a moved right).
+pub(crate) struct Parts {
+    pub(crate) send_source: Option<Arc<OwnedFd>>,
+    pub(crate) ident: Option<Ident>,
+    pub(crate) conns: Vec<(Arc<OwnedFd>, ConnKind)>,
+    pub(crate) qlimit: u32,
+    pub(crate) limit: u32,
+    pub(crate) page: QueuePage,
+    /// Places given back so far.
+    pub(crate) released: u32,
 }
 
 impl RecvPort {
     /// A new port with one main connection and its send source.
     pub(crate) fn new() -> rustix::io::Result<Arc<RecvPort>> {
         let (s, r) = sys::connection()?;
-        sys::set_queue_limit(s.as_fd(), DEFAULT_QLIMIT)?;
         let ident = sys::identity(s.as_fd())?;
-        let port = RecvPort::from_parts(
-            Some(Arc::new(s)),
-            Some(ident),
-            vec![(Arc::new(r), ConnKind::Main)],
-            0,
-            0,
-            DEFAULT_QLIMIT,
-        );
+        let large = size_buffer(s.as_fd(), DEFAULT_QLIMIT)?;
+        let page = QueuePage::new()?;
+        let settings = Settings { version: 1, qlimit: DEFAULT_QLIMIT, large, limit: ictus_abi::BIG_INLINE_MAX as u32 };
+        page.post_note(r.as_fd(), settings, true);
+        let port = RecvPort::from_parts(Parts {
+            send_source: Some(Arc::new(s)),
+            ident: Some(ident),
+            conns: vec![(Arc::new(r), ConnKind::Main)],
+            qlimit: DEFAULT_QLIMIT,
+            limit: settings.limit,
+            page,
+            released: 0,
+        });
+        port.lock().large = large;
         Ok(port)
     }
 
-    pub(crate) fn from_parts(
-        send_source: Option<Arc<OwnedFd>>,
-        ident: Option<Ident>,
-        conns: Vec<(Arc<OwnedFd>, ConnKind)>,
-        seqno: u64,
-        mscount: u32,
-        qlimit: u32,
-    ) -> Arc<RecvPort> {
+    /// A receive right from its parts. Its sequence number and make-send count start
+    /// at zero, as a moved right's do in Mach.
+    pub(crate) fn from_parts(parts: Parts) -> Arc<RecvPort> {
+        let Parts { send_source, ident, conns, qlimit, limit, page, released } = parts;
         let conns: Vec<Conn> =
             conns.into_iter().enumerate().map(|(i, (fd, kind))| Conn { id: i as u64 + 1, fd, kind }).collect();
         let next_conn = conns.len() as u64 + 1;
+        let version = page.words().version.load(Ordering::Relaxed);
         Arc::new_cyclic(|this| RecvPort {
             id: NEXT_PORT_ID.fetch_add(1, Ordering::Relaxed),
             st: Mutex::new(RecvState {
@@ -205,8 +243,10 @@ impl RecvPort {
                 channels: HashMap::default(),
                 send_source,
                 ident,
-                mscount,
+                mscount: 0,
                 qlimit,
+                large: 0,
+                version: version.max(1),
                 epoll: None,
                 wake: None,
                 next_conn,
@@ -217,10 +257,81 @@ impl RecvPort {
                 port_destroyed: None,
                 set: None,
                 dead: false,
+                moved: false,
             }),
-            seqno: AtomicU64::new(seqno),
+            seqno: AtomicU64::new(0),
             name: AtomicU32::new(0),
+            ledger: Ledger::starting_at(released),
+            page,
+            limit: AtomicU32::new(limit),
+            epoch: AtomicU64::new(0),
         })
+    }
+
+    /// The receive right moved to another space of this process (`extract_right`,
+    /// `insert_right`): as in Mach, its sequence number and make-send count start again
+    /// at zero, and threads of the old space waiting on it stop (`PortChanged`).
+    pub(crate) fn moved_within(&self) {
+        self.seqno.store(0, Ordering::Relaxed);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let mut st = self.lock();
+        st.mscount = 0;
+        st.wake_waiters();
+    }
+
+    /// A receive right that arrived from another task: the settings its notes say.
+    /// How many places may hold large datagrams follows from the buffer of its send
+    /// source; without one (a no-senders request is armed) none may, which keeps the
+    /// count exact at the cost of a memfd for large messages.
+    pub(crate) fn settle_settings(&self) {
+        let mut st = self.lock();
+        let large = st.send_source.as_ref().and_then(|s| rustix::net::sockopt::socket_send_buffer_size(s).ok());
+        st.large = large.map_or(0, |b| Sizes::here().large_places(b, st.qlimit));
+    }
+
+    /// Change the port's settings (`change` sets the queue limit in its state; the
+    /// message limit is set before): size the buffer of the connection whose send end
+    /// the port holds again, put a note with the new settings on it in place of the
+    /// old, tell senders to read it again (the page's `version`), and wake those
+    /// waiting for a place. A connection whose send end the port does not hold (one
+    /// made while a no-senders request was armed) keeps its note: senders on it go on
+    /// with the settings it was made with.
+    pub(crate) fn change_settings(&self, change: impl FnOnce(&mut RecvState)) -> rustix::io::Result<()> {
+        let mut st = self.lock();
+        change(&mut st);
+        if let Some(src) = st.send_source.clone() {
+            st.large = size_buffer(src.as_fd(), st.qlimit)?;
+            take_notes(src.as_fd());
+        }
+        st.version = st.version.wrapping_add(1).max(1);
+        let settings = st.settings(self.limit.load(Ordering::Relaxed));
+        for fd in st.mains() {
+            self.page.post_note(fd.as_fd(), settings, false);
+        }
+        drop(st);
+        self.page.words().version.store(settings.version, Ordering::Release);
+        self.page.wake(u32::MAX);
+        Ok(())
+    }
+
+    /// The settings senders read in the connections' notes.
+    pub(crate) fn settings(&self) -> Settings {
+        self.lock().settings(self.limit.load(Ordering::Relaxed))
+    }
+
+    /// Messages queued and counted against the queue limit: places taken (as the
+    /// page claims) and not given back.
+    pub(crate) fn counted(&self) -> u32 {
+        self.ledger.queued(&self.page.words())
+    }
+
+    /// A counted message was taken off the main connection: give its place back, and
+    /// wake a sender sleeping for one.
+    #[inline]
+    pub(crate) fn release(&self) {
+        if self.ledger.release(&self.page.words()) {
+            self.page.wake(1);
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, RecvState> {
@@ -232,7 +343,63 @@ impl RecvPort {
     }
 }
 
+/// Take every note queued at a send end the port holds (only notes are ever sent to
+/// a send end).
+fn take_notes(send_end: BorrowedFd<'_>) {
+    let mut buf = [0u8; 64];
+    let mut fds = Vec::new();
+    while matches!(sys::recv(send_end, &mut buf, &mut fds, true), Ok(sys::RecvOutcome::Datagram { .. })) {
+        fds.clear();
+    }
+}
+
+/// Size a main connection's send buffer for `qlimit` counted messages (`queue::Sizes`)
+/// and return how many places may hold large datagrams in what the kernel granted.
+pub(crate) fn size_buffer(send_end: BorrowedFd<'_>, qlimit: u32) -> rustix::io::Result<u32> {
+    let sizes = Sizes::here();
+    let got = sys::set_send_buffer(send_end, sizes.buffer_wanted(qlimit))?;
+    if !sizes.holds(got, qlimit) {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "ictus: a queue limit of {qlimit} messages needs a {} KiB socket buffer and the kernel gave {} KiB \
+                 (net.core.wmem_max): senders may be held back before that many messages are queued",
+                sizes.buffer_wanted(qlimit) >> 10,
+                got >> 10
+            )
+        });
+    }
+    Ok(sizes.large_places(got, qlimit))
+}
+
 impl RecvState {
+    /// The settings senders read in the connections' notes.
+    pub(crate) fn settings(&self, limit: u32) -> Settings {
+        Settings { version: self.version, qlimit: self.qlimit, large: self.large.min(self.qlimit), limit }
+    }
+
+    /// Wake every thread waiting on this port: through the epoll, and with a doorbell
+    /// for one blocked on the main connection alone (a doorbell that nobody reads here
+    /// travels on and is ignored).
+    pub(crate) fn wake_waiters(&self) {
+        if let Some(w) = &self.wake {
+            sys::eventfd_signal(w.as_fd());
+        }
+        if let Some(src) = &self.send_source {
+            let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
+        }
+    }
+
+    /// The main connections' receive ends.
+    pub(crate) fn mains(&self) -> impl Iterator<Item = &Arc<OwnedFd>> + '_ {
+        self.conns.iter().filter(|c| c.kind == ConnKind::Main).map(|c| &c.fd)
+    }
+
+    /// Whether nothing waits on any main connection (`SIOCINQ`).
+    pub(crate) fn mains_empty(&self) -> bool {
+        self.mains().all(|fd| ictus_sys::socket::inq_len(fd.as_fd()).is_ok_and(|n| n == 0))
+    }
+
     /// Add a connection, registering it with the port's epoll and waking a receiver
     /// blocked on the main connection alone.
     pub(crate) fn add_conn(&mut self, fd: Arc<OwnedFd>, kind: ConnKind) -> rustix::io::Result<u64> {
@@ -287,8 +454,11 @@ impl RecvState {
             return Ok((src.clone(), ident, None));
         }
         let (s, r) = sys::connection()?;
-        sys::set_queue_limit(s.as_fd(), self.qlimit)?;
+        self.large = size_buffer(s.as_fd(), self.qlimit)?;
         let ident = sys::identity(s.as_fd())?;
+        if let Some(port) = self.this.upgrade() {
+            port.page.post_note(r.as_fd(), self.settings(port.limit.load(Ordering::Relaxed)), true);
+        }
         let r = Arc::new(r);
         let id = self.add_conn(r.clone(), ConnKind::Main)?;
         self.watch_for_no_senders(r);
@@ -341,19 +511,17 @@ impl RecvState {
         }
     }
 
-    /// Take the port's descriptors and state to move the receive right elsewhere.
-    /// The port is dead here afterwards.
-    pub(crate) fn pack(&mut self, seqno: u64) -> Packed {
-        // Wake every thread waiting on this port, so it finds the port gone: through
-        // the epoll, and with a doorbell for one blocked on the main connection alone
-        // (a doorbell that nobody reads here travels on and is ignored).
-        if let Some(w) = &self.wake {
-            sys::eventfd_signal(w.as_fd());
-        }
-        if let Some(src) = &self.send_source {
-            let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
-        }
+    /// Take the port's descriptors and state to move the receive right elsewhere, with
+    /// its notification requests. The port is gone from here afterwards (`moved`);
+    /// [`RecvState::unpack`] puts everything back if the move fails.
+    pub(crate) fn pack(&mut self, port: &RecvPort) -> Packed {
+        // Wake every thread waiting on this port, so it finds the port gone.
+        self.wake_waiters();
         let mut fds = Vec::new();
+        // The queue page first: it is the port's, and comes with every move.
+        if let Some(page) = port.page.fd().and_then(|fd| sys::dup(fd).ok()) {
+            fds.push(Arc::new(page));
+        }
         let has_send_source = self.send_source.is_some();
         if let Some(src) = self.send_source.take() {
             fds.push(src);
@@ -371,24 +539,31 @@ impl RecvState {
         let onces = count(ConnKind::Once, &mut fds) as u8;
         let channels: Vec<(ChannelKey, Channel)> = self.channels.drain().collect();
         fds.extend(channels.iter().map(|(_, c)| c.fd.clone()));
+        let no_senders = self.no_senders.take();
+        let port_destroyed = self.port_destroyed.take();
+        fds.extend(no_senders.iter().chain(port_destroyed.iter()).map(|t| t.fd.clone()));
         if let Some(ep) = &self.epoll {
             for c in &conns {
                 sys::epoll_delete(ep.as_fd(), c.fd.as_fd());
             }
         }
-        self.dead = true;
+        self.moved = true;
         Packed {
             info: ictus_abi::ReceiveRightInfo {
                 has_send_source,
                 main_conns: mains,
                 once_conns: onces,
                 channel_conns: u8::try_from(channels.len()).unwrap_or(u8::MAX),
-                seqno,
-                mscount: self.mscount,
                 qlimit: self.qlimit,
+                message_limit: port.limit.load(Ordering::Relaxed),
+                released: port.ledger.released(),
+                no_senders: no_senders.is_some(),
+                port_destroyed: port_destroyed.is_some(),
             },
             fds,
             channels,
+            no_senders,
+            port_destroyed,
         }
     }
 
@@ -396,22 +571,25 @@ impl RecvState {
     pub(crate) fn unpack(&mut self, p: Packed) {
         let conns = usize::from(p.info.main_conns) + usize::from(p.info.once_conns);
         let mut fds = p.fds.into_iter();
+        let _page = fds.next();
         if p.info.has_send_source {
             self.send_source = fds.next();
         }
-        self.dead = false;
+        self.moved = false;
         for (i, fd) in fds.take(conns).enumerate() {
             if let Some(kind) = conn_kind_at(&p.info, i) {
                 let _ = self.add_conn(fd, kind);
             }
         }
         self.channels.extend(p.channels);
+        self.no_senders = p.no_senders;
+        self.port_destroyed = p.port_destroyed;
     }
 }
 
-/// The kind of the `i`-th connection of a packed receive right (after its send source),
-/// main connections first, then once connections; `None` for a call channel (they come
-/// last).
+/// The kind of the `i`-th connection of a packed receive right (after its queue page
+/// and send source), main connections first, then once connections; `None` for a call
+/// channel (they come after).
 pub(crate) fn conn_kind_at(info: &ictus_abi::ReceiveRightInfo, i: usize) -> Option<ConnKind> {
     let mains = usize::from(info.main_conns);
     let onces = usize::from(info.once_conns);

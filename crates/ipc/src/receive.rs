@@ -1,9 +1,11 @@
 //! The receive path: wait, read one datagram, check what arrived, then insert it.
 //!
 //! - **Wait and read** ([`Inner::receive_port`]): straight in `recvmsg` on the main
-//!   connection when it is the port's only one, else in the port's epoll; doorbells
-//!   are skipped, a send-once connection is read at most once, a hang-up is told from
-//!   an empty datagram by asking the kernel.
+//!   connection when it is the port's only one, else in the port's epoll; a send-once
+//!   connection is read at most once, a hang-up is told from an empty datagram by
+//!   asking the kernel. A counted message gives its place in the queue back at once
+//!   (`queue`); a doorbell only makes the port look at its queue again. A message
+//!   larger than the port takes is refused by its header, unread ([`oversized`]).
 //! - **Check** (`incoming::check`): the bytes, every descriptor's kind, the descriptors
 //!   and the sender's identity together, into one validated [`Incoming`], or a refusal.
 //!   Nothing is inserted anywhere yet; a limit on what a receiver accepts is one more
@@ -21,11 +23,14 @@ use std::time::Instant;
 
 use ictus_abi::{Name, NotifyId};
 
+use ictus_abi::{ReplyKind, COUNTED_FLAG, FLAGS_OFFSET, HEAD_MAX, INLINE_DATAGRAM_MAX};
+
+use crate::channel;
 use crate::error::ReceiveError;
-use crate::incoming::{self, Arrival, Data, Incoming, Item, Refused, Reply};
+use crate::incoming::{self, oversized, Arrival, Data, Incoming, Item, Oversized, Refused, Reply};
 use crate::message::{Credentials, ReceiveOptions, Received, ReceivedRight, RightKind};
 use crate::ool::OolRegion;
-use crate::port::{ConnKind, RecvPort, DOORBELL, MAX_QLIMIT};
+use crate::port::{ConnKind, NotifyTarget, Parts, RecvPort, DOORBELL, MAX_QLIMIT};
 use crate::set::PortSet;
 use crate::space::{Inner, Space};
 use crate::sys::{self, RecvOutcome, Waited};
@@ -44,6 +49,9 @@ impl Space {
     /// with the next message.
     pub fn receive(&self, name: Name, into: &mut Received, opts: ReceiveOptions) -> Result<(), ReceiveError> {
         let deadline = opts.timeout.map(|t| Instant::now() + t);
+        // What `into` held of the last message (a big in-line mapping, regions) goes
+        // now, not when the next message comes.
+        into.reset();
         enum Source {
             Port(Arc<RecvPort>),
             Set(Arc<PortSet>),
@@ -59,7 +67,7 @@ impl Space {
                 let Some(id) = wait_one(s.ep.as_fd(), deadline)? else { continue };
                 let Some(port) = s.member(id) else { continue };
                 match self.inner.receive_port(self, &port, into, Some(Instant::now()), opts) {
-                    Err(ReceiveError::TimedOut) | Err(ReceiveError::PortDied) => continue,
+                    Err(ReceiveError::TimedOut | ReceiveError::PortDied | ReceiveError::PortChanged) => continue,
                     other => return other,
                 }
             },
@@ -78,6 +86,7 @@ impl Inner {
         opts: ReceiveOptions,
     ) -> Result<(), ReceiveError> {
         let mut fds = Vec::new();
+        let epoch = p.epoch.load(Ordering::Acquire);
         loop {
             // Choose how to wait: straight on the main connection when it is the only
             // one and a doorbell can reach it; otherwise through the port's epoll.
@@ -85,6 +94,9 @@ impl Inner {
                 let mut st = p.lock();
                 if st.dead {
                     return Err(ReceiveError::PortDied);
+                }
+                if st.moved || p.epoch.load(Ordering::Acquire) != epoch {
+                    return Err(ReceiveError::PortChanged);
                 }
                 if st.conns.len() == 1 && st.conns[0].kind == ConnKind::Main && st.send_source.is_some() {
                     Ok((st.conns[0].fd.clone(), st.conns[0].id))
@@ -107,7 +119,11 @@ impl Inner {
                 }
             };
             fds.clear();
-            match sys::recv(fd.as_fd(), &mut rcv.buf, &mut fds, nonblocking)? {
+            // Room for the head and as many in-line bytes as the port takes: a longer
+            // datagram is cut short by the kernel, its rest never copied.
+            let limit = p.limit.load(Ordering::Relaxed);
+            let room = HEAD_MAX + (limit as usize).min(INLINE_DATAGRAM_MAX);
+            match sys::recv(fd.as_fd(), &mut rcv.buf[..room], &mut fds, nonblocking)? {
                 RecvOutcome::Empty => continue,
                 RecvOutcome::Zero => {
                     if !sys::hung_up(fd.as_fd()) {
@@ -136,8 +152,19 @@ impl Inner {
                         // refuse anything more sent on this send-once right.
                         p.lock().remove_conn(cid);
                     }
-                    if kind == ConnKind::Main && len == 1 && rcv.buf[0] == DOORBELL && fds.is_empty() {
-                        continue;
+                    if kind == ConnKind::Main {
+                        if len == 1 && rcv.buf[0] == DOORBELL && fds.is_empty() {
+                            doorbell(p);
+                            continue;
+                        }
+                        if counted(&rcv.buf[..len]) {
+                            p.release();
+                        } else {
+                            uncounted(p);
+                        }
+                    }
+                    if let Some(big) = oversized(&rcv.buf[..len], limit) {
+                        return Err(self.refuse_too_large(p, big, limit, creds, &mut fds, kind));
                     }
                     if truncated {
                         return Err(self.count_malformed(malformed(Refused::Truncated, creds)));
@@ -211,8 +238,9 @@ impl Inner {
                 rcv.data_end = range.end;
             }
             Data::Memfd(fd, len) => {
-                sys::read_all_at(fd.as_fd(), len as usize, &mut rcv.big).map_err(|e| fail(Refused::BigInline(e)))?;
-                rcv.is_big = true;
+                // Mapped, read-only, for as long as the message is held: no copy, and
+                // nothing of it stays once the message goes (`Received::reset`).
+                rcv.big = Some(OolRegion::map(fd, len, populate).map_err(|e| fail(Refused::BigInline(e)))?);
             }
         }
         // A plain message has an empty body: nothing to walk, nothing to allocate.
@@ -235,12 +263,10 @@ impl Inner {
                 // A later call from the same client: answered back on its channel.
                 Some(Reply::OnChannel(so)) => t.alloc(send_once(so)).ok().map(once_right),
             };
-            let moved_channels = if rights.is_empty() { Vec::new() } else { insert_rights(&mut t, rcv, rights) };
+            let arrived = if rights.is_empty() { Vec::new() } else { insert_rights(&mut t, rcv, rights) };
             drop(t);
-            if !moved_channels.is_empty() {
-                for (port, channels) in moved_channels {
-                    self.rekey_moved(space, &port, channels);
-                }
+            for a in arrived {
+                self.settle_moved(space, a);
             }
         }
         rcv.id = id;
@@ -249,11 +275,19 @@ impl Inner {
     }
 }
 
+/// A receive right that arrived, inserted: what is left to do once the table is
+/// unlocked (its call channels keyed again, its requests armed in this space).
+pub(crate) struct Arrived {
+    port: Arc<RecvPort>,
+    channels: Vec<OwnedFd>,
+    no_senders: Option<OwnedFd>,
+    port_destroyed: Option<OwnedFd>,
+}
+
 /// Insert a body's rights into the table, in order, describing each in `rcv.ports`.
-/// Returns the moved receive rights that came with call channels, to key again once
-/// the table is unlocked.
-fn insert_rights(t: &mut Table, rcv: &mut Received, rights: Vec<Item>) -> Vec<(Arc<RecvPort>, Vec<OwnedFd>)> {
-    let mut moved_channels = Vec::new();
+/// Returns the receive rights that came, to settle once the table is unlocked.
+fn insert_rights(t: &mut Table, rcv: &mut Received, rights: Vec<Item>) -> Vec<Arrived> {
+    let mut arrived = Vec::new();
     for item in rights {
         match item {
             Item::Send(fd, ident) => {
@@ -277,17 +311,22 @@ fn insert_rights(t: &mut Table, rcv: &mut Received, rights: Vec<Item>) -> Vec<(A
                     conns.push((Arc::new(fd), kind));
                 }
                 let info = r.info;
-                let port = RecvPort::from_parts(
+                let port = RecvPort::from_parts(Parts {
                     send_source,
                     ident,
                     conns,
-                    info.seqno,
-                    info.mscount,
-                    info.qlimit.min(MAX_QLIMIT),
-                );
-                if !r.channels.is_empty() {
-                    moved_channels.push((port.clone(), r.channels));
-                }
+                    qlimit: info.qlimit.min(MAX_QLIMIT),
+                    limit: info.message_limit,
+                    page: r.page,
+                    released: info.released,
+                });
+                port.settle_settings();
+                arrived.push(Arrived {
+                    port: port.clone(),
+                    channels: r.channels,
+                    no_senders: r.no_senders,
+                    port_destroyed: r.port_destroyed,
+                });
                 if let Ok(n) = t.insert_receive(port, ident) {
                     rcv.ports.push(ReceivedRight { name: n, kind: RightKind::Receive });
                 }
@@ -295,7 +334,92 @@ fn insert_rights(t: &mut Table, rcv: &mut Received, rights: Vec<Item>) -> Vec<(A
             Item::Ool(..) => unreachable!("regions were mapped above"),
         }
     }
-    moved_channels
+    arrived
+}
+
+impl Inner {
+    /// A receive right arrived in `space`: key its call channels again, and arm the
+    /// requests that travelled with it here, as Mach keeps them with the port.
+    fn settle_moved(&self, space: &Space, a: Arrived) {
+        if !a.channels.is_empty() {
+            self.rekey_moved(space, &a.port, a.channels);
+        }
+        if let Some(fd) = a.port_destroyed {
+            a.port.lock().port_destroyed = Some(NotifyTarget { fd: Arc::new(fd) });
+        }
+        if let Some(fd) = a.no_senders {
+            let _ = self.arm_no_senders(space, &a.port, NotifyTarget { fd: Arc::new(fd) });
+        }
+    }
+
+    /// A message larger than the port takes: destroy it unread, answer its reply right
+    /// (if any) with a too-large notice so that a caller hears why, and count it.
+    fn refuse_too_large(
+        &self,
+        p: &Arc<RecvPort>,
+        big: Oversized,
+        limit: u32,
+        creds: Option<Credentials>,
+        fds: &mut Vec<OwnedFd>,
+        kind: ConnKind,
+    ) -> ReceiveError {
+        let h = big.header;
+        let reply = fds.first().filter(|fd| sys::is_port_socket(fd.as_fd()));
+        match (h.reply, kind) {
+            (ReplyKind::Send | ReplyKind::SendOnce, _) => {
+                if let Some(fd) = reply {
+                    channel::too_large(fd, None, false, limit);
+                }
+            }
+            (ReplyKind::Channel | ReplyKind::ChannelPipe, ConnKind::Main) => {
+                if let Some(fd) = reply.filter(|fd| channel::is_foreign(p, fd.as_fd())) {
+                    channel::too_large(fd, None, false, limit);
+                }
+            }
+            (ReplyKind::OnChannel, ConnKind::Main) => {
+                if let Some(so) = creds.and_then(|c| channel::kept(p, c, h.token)) {
+                    channel::too_large(&so.fd, so.pipe.as_deref(), true, limit);
+                }
+            }
+            _ => {}
+        }
+        fds.clear();
+        self.count_too_large();
+        ReceiveError::TooLarge { size: big.size, limit, sender: creds }
+    }
+}
+
+/// Whether a datagram's header says it was counted against the queue limit (read
+/// before anything else is checked: a sender that lies only gives places back early).
+#[inline]
+fn counted(bytes: &[u8]) -> bool {
+    bytes.len() >= FLAGS_OFFSET + 2
+        && u16::from_le_bytes([bytes[FLAGS_OFFSET], bytes[FLAGS_OFFSET + 1]]) & COUNTED_FLAG != 0
+}
+
+/// A doorbell on the main connection: a blocked sender asks the port to look at its
+/// queue (the port's own doorbells, which only wake its receivers, come here too).
+/// The count is written out again, places taken and never used are given back after
+/// the grace (`queue::Ledger::audit`), and sleepers are woken to look again.
+fn doorbell(p: &RecvPort) {
+    let w = p.page.words();
+    let empty = p.ledger.queued(&w) > 0 && p.lock().mains_empty();
+    let given = p.ledger.audit(&w, Instant::now(), empty);
+    if given > 0 || w.waiters.load(Ordering::Relaxed) != 0 {
+        p.page.wake(u32::MAX);
+    }
+}
+
+/// An uncounted message on the main connection: a notification, or a sender that did
+/// not find the port's queue page. If a note was taken from a connection's send end,
+/// put another there.
+#[cold]
+fn uncounted(p: &RecvPort) {
+    let st = p.lock();
+    let settings = st.settings(p.limit.load(Ordering::Relaxed));
+    for fd in st.mains() {
+        p.page.post_note(fd.as_fd(), settings, false);
+    }
 }
 
 fn once_right(name: Name) -> ReceivedRight {

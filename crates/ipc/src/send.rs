@@ -3,14 +3,18 @@
 //! 1. **Resolve** the destination into a [`Target`] (a shared send end, or a send-once
 //!    right taken out of the table while it is used) and every right the message names
 //!    into a [`Plan`] (`plan`): nothing is taken for good yet.
-//! 2. **Route**: [`Route::choose`] is the one place that decides how the message
+//! 2. **Place**: a message to a send right takes a place in the destination's queue
+//!    (its queue page, `queue`), waiting while the queue is full ([`take_place`]), and
+//!    goes out marked *counted*; one larger than the port takes is refused here.
+//! 3. **Route**: [`Route::choose`] is the one place that decides how the message
 //!    leaves — one write to a kept call channel's reply pipe, one datagram, or one
 //!    datagram with the in-line data in a sealed memfd beside it — and
 //!    [`Route::after_refusal`] the one place that decides what to try when the kernel
 //!    refuses a route.
-//! 3. **Transmit**: seal out-of-line regions, encode the head, hand the message to the
-//!    kernel along the route; the outcome is a [`Delivery`].
-//! 4. **Commit** what the plan took (a moved right leaves the table, a made send right
+//! 4. **Transmit**: seal out-of-line regions, encode the head, hand the message to the
+//!    kernel along the route; the outcome is a [`Delivery`]. A message not delivered
+//!    gives its place back.
+//! 5. **Commit** what the plan took (a moved right leaves the table, a made send right
 //!    counts) if it was delivered; otherwise **undo** it all, and a dead destination
 //!    becomes a dead name.
 //!
@@ -19,6 +23,7 @@
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,10 +33,12 @@ use ictus_abi::{
 };
 use rustix::io::Errno;
 
-use crate::channel::{point_to_connection, reply_through_pipe};
+use crate::channel::{point_to_connection, reply_through_pipe, SenderQueue};
 use crate::error::SendError;
 use crate::message::{Message, SendOptions};
 use crate::plan::Plan;
+use crate::port::{Ident, RecvPort, DOORBELL};
+use crate::queue::{Place, QueuePage, Settings, RING_EVERY, SMALL_DATAGRAM};
 use crate::space::Space;
 use crate::sys::{self, SendOutcome};
 use crate::table::{Entry, PortEntry, SendOnce, Table};
@@ -55,18 +62,55 @@ pub(crate) enum ReplySlot {
 
 /// Where a message goes, resolved.
 pub(crate) enum Target {
-    /// A send end shared by every send right to the port.
-    Shared(Arc<OwnedFd>),
+    /// A send end shared by every send right to the port, and how a message to it is
+    /// counted against the port's queue limit.
+    Shared(Arc<OwnedFd>, Queue),
     /// A send-once right, taken out of the table (its name reserved) until the send
-    /// commits or undoes, so that no other thread can use it too.
+    /// commits or undoes, so that no other thread can use it too. Not held back by the
+    /// queue limit, as in Mach.
     Once(SendOnce),
+}
+
+/// How a message to a shared send end finds the destination's queue page.
+pub(crate) enum Queue {
+    /// The destination is this space's own receive right.
+    Own(Arc<RecvPort>),
+    /// A send right to the port of this identity: its page is in the space's pool once
+    /// found (and here already if the caller looked).
+    Right(Ident, Option<Arc<SenderQueue>>),
+    /// A send right whose port's identity is not known: sent uncounted.
+    Unknown,
+}
+
+/// The destination's queue page and settings, for one send.
+enum Counter {
+    Own(Arc<RecvPort>, Settings),
+    Sender(Arc<SenderQueue>),
+}
+
+impl Counter {
+    #[inline]
+    fn page(&self) -> &QueuePage {
+        match self {
+            Counter::Own(p, _) => &p.page,
+            Counter::Sender(q) => &q.page,
+        }
+    }
+
+    #[inline]
+    fn settings(&self) -> Settings {
+        match self {
+            Counter::Own(_, s) => *s,
+            Counter::Sender(q) => q.settings,
+        }
+    }
 }
 
 impl Target {
     #[inline]
     fn fd(&self) -> &Arc<OwnedFd> {
         match self {
-            Target::Shared(fd) => fd,
+            Target::Shared(fd, _) => fd,
             Target::Once(so) => &so.fd,
         }
     }
@@ -83,7 +127,7 @@ impl Target {
     fn pipe(&self) -> Option<&OwnedFd> {
         match self {
             Target::Once(so) => so.pipe.as_deref(),
-            Target::Shared(_) => None,
+            Target::Shared(..) => None,
         }
     }
 
@@ -91,7 +135,7 @@ impl Target {
     /// send end, to turn the name into a dead name if its port has died.
     fn put_back(self, t: &mut Table, dest: Name) -> Arc<OwnedFd> {
         match self {
-            Target::Shared(fd) => fd,
+            Target::Shared(fd, _) => fd,
             Target::Once(so) => {
                 let fd = so.fd.clone();
                 t.restore(dest, Entry::SendOnce(so));
@@ -115,13 +159,18 @@ enum Route {
 
 impl Route {
     /// The route for a message whose plan is made and whose out-of-line regions are
-    /// sealed.
+    /// sealed. `large` says whether its place in the destination's queue may hold a
+    /// datagram larger than `SMALL_DATAGRAM` (`queue::Sizes`); if not, larger in-line
+    /// data goes in a memfd, so that every counted message fits the port's buffer.
     #[inline]
-    fn choose(msg: &Message, plan: &Plan, target: &Target) -> Route {
-        if msg.data.len() > INLINE_DATAGRAM_MAX {
+    fn choose(msg: &Message, plan: &Plan, target: &Target, large: bool) -> Route {
+        let len = msg.data.len();
+        if len > INLINE_DATAGRAM_MAX {
             Route::BigInline
-        } else if target.pipe().is_some() && plan.is_plain() && HEADER_LEN + msg.data.len() <= PIPE_MESSAGE_MAX {
+        } else if target.pipe().is_some() && plan.is_plain() && HEADER_LEN + len <= PIPE_MESSAGE_MAX {
             Route::Pipe
+        } else if !large && len != 0 && HEADER_LEN + plan.descriptors().len() * DESCRIPTOR_LEN + len > SMALL_DATAGRAM {
+            Route::BigInline
         } else {
             Route::Datagram
         }
@@ -235,8 +284,10 @@ impl Space {
         Ok(target)
     }
 
-    /// Seal the out-of-line regions, then hand the message to the kernel along the
-    /// chosen route, and along the next one while a route is refused.
+    /// Take a place in the destination's queue (a shared send end), seal the
+    /// out-of-line regions, then hand the message to the kernel along the chosen route,
+    /// and along the next one while a route is refused. A message that is not
+    /// delivered gives its place back.
     #[inline]
     fn transmit(
         &self,
@@ -245,23 +296,71 @@ impl Space {
         plan: &mut Plan,
         deadline: Option<Instant>,
     ) -> Result<Delivery, SendError> {
+        let counter = self.counter(target);
+        if let Some(c) = &counter {
+            let limit = c.settings().limit;
+            if msg.data.len() as u64 > u64::from(limit) {
+                return Err(SendError::TooLarge { size: msg.data.len() as u64, limit });
+            }
+        }
         if !msg.ool.is_empty() {
             seal_regions(msg, plan)?;
         }
-        let route = Route::choose(msg, plan, target);
-        if route == Route::BigInline || !plan.is_bare() {
-            return transmit_from(route, target, msg, plan, deadline);
-        }
-        // The common case: in-line data in the datagram (or the pipe), a header and
-        // nothing else.
-        let header = plain_head(head(msg, plan, target), msg.data.len(), 0);
-        match attempt(route, target, &[IoSlice::new(&header), IoSlice::new(&msg.data)], &[], deadline)? {
-            Attempt::Done(delivery) => Ok(delivery),
-            Attempt::Refused => {
-                let next = route.after_refusal(msg).ok_or(SendError::Os(Errno::MSGSIZE))?;
-                transmit_from(next, target, msg, plan, deadline)
+        let (counted, large) = match &counter {
+            None => (false, true),
+            Some(c) => match take_place(c, target.fd().as_fd(), deadline) {
+                Ok(large) => (true, large),
+                Err(delivery) => return Ok(delivery),
+            },
+        };
+        let delivery = transmit_placed(target, msg, plan, deadline, counted, large);
+        if counted && !matches!(delivery, Ok(Delivery::Sent)) {
+            if let Some(c) = &counter {
+                c.page().words().cancel();
             }
         }
+        delivery
+    }
+
+    /// How a message to `target` is counted: `None` for a send-once right, or when the
+    /// destination's queue page cannot be found (the message then goes uncounted, held
+    /// back by the kernel's buffer alone).
+    #[inline]
+    fn counter(&self, target: &Target) -> Option<Counter> {
+        match target {
+            Target::Once(_) | Target::Shared(_, Queue::Unknown) => None,
+            Target::Shared(_, Queue::Own(p)) => Some(Counter::Own(p.clone(), p.settings())),
+            Target::Shared(fd, Queue::Right(ident, cached)) => {
+                let cached = match cached {
+                    Some(q) => Some(q.clone()),
+                    None => self.inner.pool.queue(*ident),
+                };
+                match cached {
+                    Some(q) if !q.stale() => Some(Counter::Sender(q)),
+                    cached => self.find_queue(*ident, fd.as_fd(), cached).map(Counter::Sender),
+                }
+            }
+        }
+    }
+
+    /// Find the destination's queue page from the note on its send end (or read the
+    /// note again, its settings having changed), and keep it for the next send.
+    #[cold]
+    #[inline(never)]
+    fn find_queue(
+        &self,
+        ident: Ident,
+        fd: BorrowedFd<'_>,
+        cached: Option<Arc<SenderQueue>>,
+    ) -> Option<Arc<SenderQueue>> {
+        let generation = self.inner.pool.generation();
+        let found = match cached {
+            Some(q) => q.refreshed(fd),
+            None => SenderQueue::find(fd),
+        };
+        let q = Arc::new(found?);
+        self.inner.pool.keep_queue(ident, q.clone(), generation);
+        Some(q)
     }
 
     /// Commit what the plan took if the message was delivered; otherwise undo it all,
@@ -324,10 +423,97 @@ impl Space {
     }
 }
 
+/// Hand the message to the kernel along the chosen route, and along the next one while
+/// a route is refused: marked counted if it took a place, its in-line data in a memfd
+/// unless it may be `large`.
+#[inline]
+fn transmit_placed(
+    target: &Target,
+    msg: &Message,
+    plan: &Plan,
+    deadline: Option<Instant>,
+    counted: bool,
+    large: bool,
+) -> Result<Delivery, SendError> {
+    let route = Route::choose(msg, plan, target, large);
+    let head = head(msg, plan, target, counted);
+    if route == Route::BigInline || !plan.is_bare() {
+        return transmit_from(route, head, target, msg, plan, deadline);
+    }
+    // The common case: in-line data in the datagram (or the pipe), a header and
+    // nothing else.
+    let header = plain_head(head, msg.data.len(), 0);
+    match attempt(route, target, &[IoSlice::new(&header), IoSlice::new(&msg.data)], &[], deadline)? {
+        Attempt::Done(delivery) => Ok(delivery),
+        Attempt::Refused => {
+            let next = route.after_refusal(msg).ok_or(SendError::Os(Errno::MSGSIZE))?;
+            transmit_from(next, head, target, msg, plan, deadline)
+        }
+    }
+}
+
+/// Take a place in the destination's queue, waiting while it is full until `deadline`
+/// (`None`: for ever; a past deadline: not at all). `Ok` says whether the place may
+/// hold a large datagram; otherwise how the send ended (`QueueFull`, `PortDead`).
+#[inline]
+fn take_place(c: &Counter, end: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<bool, Delivery> {
+    match c.page().words().reserve(&c.settings()) {
+        Place::Taken { large, .. } => Ok(large),
+        Place::Full => wait_for_place(c, end, deadline),
+    }
+}
+
+/// [`take_place`] when the queue is full: sleep on the page's `released` word until the
+/// receiver gives a place back (it wakes one sleeper per message it takes), waking on
+/// one's own every `RING_EVERY` to look again; ring the port (a doorbell) when the
+/// kernel says nothing of this connection is queued, so that it looks for places taken
+/// and never used (`queue::Ledger::audit`).
+#[cold]
+#[inline(never)]
+fn wait_for_place(c: &Counter, end: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<bool, Delivery> {
+    let w = c.page().words();
+    let settings = c.settings();
+    let mut rang: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(Delivery::QueueFull);
+        }
+        w.waiters.fetch_add(1, Ordering::AcqRel);
+        let seen = w.released.load(Ordering::Acquire);
+        // Look again now that this sender counts as a waiter: a place given back
+        // before is seen here, one given back after wakes it.
+        if let Place::Taken { large, .. } = w.reserve(&settings) {
+            w.waiters.fetch_sub(1, Ordering::AcqRel);
+            return Ok(large);
+        }
+        if rang.is_none_or(|t| now.saturating_duration_since(t) >= RING_EVERY)
+            && ictus_sys::socket::outq_len(end).is_ok_and(|n| n == 0)
+        {
+            let _ = sys::send(end, &[IoSlice::new(&[DOORBELL])], &[], Some(now));
+            rang = Some(now);
+        }
+        let wait = deadline.map_or(RING_EVERY, |d| d.saturating_duration_since(now).min(RING_EVERY));
+        sys::futex_wait(w.released, seen, wait);
+        w.waiters.fetch_sub(1, Ordering::AcqRel);
+        if sys::hung_up(end) {
+            return Err(Delivery::PortDead);
+        }
+        if let Place::Taken { large, .. } = w.reserve(&settings) {
+            return Ok(large);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            // Giving up: if a wake-up meant for a sender came here, pass it on.
+            c.page().wake(1);
+            return Err(Delivery::QueueFull);
+        }
+    }
+}
+
 /// The head a message's header is built from.
 #[inline]
-fn head(msg: &Message, plan: &Plan, target: &Target) -> Head {
-    Head { id: msg.id, reply: plan.reply, token: plan.token, kept: target.kept() }
+fn head(msg: &Message, plan: &Plan, target: &Target, counted: bool) -> Head {
+    Head { id: msg.id, reply: plan.reply, token: plan.token, kept: target.kept(), counted }
 }
 
 /// What one attempt along a route came to.
@@ -370,12 +556,12 @@ fn attempt(
 #[inline(never)]
 fn transmit_from(
     mut route: Route,
+    head: Head,
     target: &Target,
     msg: &Message,
     plan: &Plan,
     deadline: Option<Instant>,
 ) -> Result<Delivery, SendError> {
-    let head = head(msg, plan, target);
     let mut big: Option<(OwnedFd, u64)> = None;
     loop {
         if route == Route::BigInline && big.is_none() {
@@ -443,6 +629,7 @@ fn plain_head(head: Head, inline_len: usize, big_len: u64) -> [u8; HEADER_LEN] {
         token: head.token,
         kept: head.kept,
         on_socket: false,
+        counted: head.counted,
         ndesc: 0,
         nfds: (head.reply.fds() + usize::from(big_len != 0)) as u8,
         inline_len: inline_len as u32,
@@ -481,7 +668,10 @@ fn encode_head<'a>(
 fn resolve_target(t: &mut Table, dest: Name) -> Result<Target, SendError> {
     let invalid = SendError::InvalidDest(dest);
     let port = match t.get(dest).map_err(|_| SendError::InvalidDest(dest))? {
-        Entry::Port(PortEntry { send: Some(s), .. }) => return Ok(Target::Shared(s.fd.clone())),
+        Entry::Port(PortEntry { send: Some(s), ident, .. }) => {
+            let queue = ident.map_or(Queue::Unknown, |i| Queue::Right(i, None));
+            return Ok(Target::Shared(s.fd.clone(), queue));
+        }
         Entry::Port(PortEntry { recv: Some(p), .. }) => p.clone(),
         Entry::SendOnce(_) => {
             return match t.reserve(dest) {
@@ -492,7 +682,7 @@ fn resolve_target(t: &mut Table, dest: Name) -> Result<Target, SendError> {
         _ => return Err(invalid),
     };
     let (fd, _, _) = port.lock().send_end().map_err(SendError::Os)?;
-    Ok(Target::Shared(fd))
+    Ok(Target::Shared(fd, Queue::Own(port)))
 }
 
 /// In-line data too large for a datagram (or for the port's buffer), copied into a
@@ -514,7 +704,7 @@ mod tests {
     use crate::message::PortArg;
 
     fn shared() -> Target {
-        Target::Shared(Arc::new(sys::connection().unwrap().0))
+        Target::Shared(Arc::new(sys::connection().unwrap().0), Queue::Unknown)
     }
 
     fn kept_reply(pipe: bool) -> Target {
@@ -531,22 +721,30 @@ mod tests {
         let over_a_page = Message::new(1, vec![0; PIPE_MESSAGE_MAX - HEADER_LEN + 1]);
         let huge = Message::new(1, vec![0; INLINE_DATAGRAM_MAX + 1]);
         // A plain reply that fits a pipe write goes through the kept channel's pipe.
-        assert_eq!(Route::choose(&small, &plain, &kept_reply(true)), Route::Pipe);
-        assert_eq!(Route::choose(&page, &plain, &kept_reply(true)), Route::Pipe);
-        assert_eq!(Route::choose(&over_a_page, &plain, &kept_reply(true)), Route::Datagram);
+        assert_eq!(Route::choose(&small, &plain, &kept_reply(true), true), Route::Pipe);
+        assert_eq!(Route::choose(&page, &plain, &kept_reply(true), true), Route::Pipe);
+        assert_eq!(Route::choose(&over_a_page, &plain, &kept_reply(true), true), Route::Datagram);
         // No pipe, or not a reply: a datagram.
-        assert_eq!(Route::choose(&small, &plain, &kept_reply(false)), Route::Datagram);
-        assert_eq!(Route::choose(&small, &plain, &shared()), Route::Datagram);
+        assert_eq!(Route::choose(&small, &plain, &kept_reply(false), true), Route::Datagram);
+        assert_eq!(Route::choose(&small, &plain, &shared(), true), Route::Datagram);
         // Anything but in-line data goes on the connection.
         let mut with_right = Plan::new();
         with_right.reply = ReplyKind::SendOnce;
-        assert_eq!(Route::choose(&small, &with_right, &kept_reply(true)), Route::Datagram);
+        assert_eq!(Route::choose(&small, &with_right, &kept_reply(true), true), Route::Datagram);
         let mut with_region = Plan::new();
         with_region.push_region(sys::memfd(1).unwrap(), 1);
-        assert_eq!(Route::choose(&small, &with_region, &kept_reply(true)), Route::Datagram);
+        assert_eq!(Route::choose(&small, &with_region, &kept_reply(true), true), Route::Datagram);
         // More than a datagram carries: a memfd beside it, whatever the target.
-        assert_eq!(Route::choose(&huge, &plain, &kept_reply(true)), Route::BigInline);
-        assert_eq!(Route::choose(&huge, &plain, &shared()), Route::BigInline);
+        assert_eq!(Route::choose(&huge, &plain, &kept_reply(true), true), Route::BigInline);
+        assert_eq!(Route::choose(&huge, &plain, &shared(), true), Route::BigInline);
+        // A place beyond those that may hold a large datagram: more than a small
+        // datagram's worth goes in a memfd; a small one, or nothing in-line, stays.
+        let just_small = Message::new(1, vec![0; SMALL_DATAGRAM - HEADER_LEN]);
+        let just_over = Message::new(1, vec![0; SMALL_DATAGRAM - HEADER_LEN + 1]);
+        assert_eq!(Route::choose(&just_small, &plain, &shared(), false), Route::Datagram);
+        assert_eq!(Route::choose(&just_over, &plain, &shared(), false), Route::BigInline);
+        assert_eq!(Route::choose(&just_over, &plain, &shared(), true), Route::Datagram);
+        assert_eq!(Route::choose(&Message::new(1, vec![]), &with_right, &shared(), false), Route::Datagram);
     }
 
     /// The plain header is what `Datagram::encode_head` writes for the same message.
@@ -555,11 +753,13 @@ mod tests {
         for (reply, token) in [(ReplyKind::None, 0), (ReplyKind::OnChannel, 9), (ReplyKind::SendOnce, 0)] {
             for kept in [false, true] {
                 for (inline_len, big_len) in [(0, 0), (64, 0), (INLINE_DATAGRAM_MAX, 0), (0, 100_000)] {
-                    let head = Head { id: -3, reply, token, kept };
-                    let fast = plain_head(head, inline_len, big_len);
-                    let mut wire = [0u8; HEAD_MAX];
-                    let (_, n) = Datagram::encode_head(head, &[], inline_len, big_len, &mut wire).unwrap();
-                    assert_eq!(&fast[..], &wire[..n], "{reply:?} kept {kept} {inline_len} {big_len}");
+                    for counted in [false, true] {
+                        let head = Head { id: -3, reply, token, kept, counted };
+                        let fast = plain_head(head, inline_len, big_len);
+                        let mut wire = [0u8; HEAD_MAX];
+                        let (_, n) = Datagram::encode_head(head, &[], inline_len, big_len, &mut wire).unwrap();
+                        assert_eq!(&fast[..], &wire[..n], "{reply:?} kept {kept} {inline_len} {big_len}");
+                    }
                 }
             }
         }

@@ -42,6 +42,7 @@ pub(crate) struct Inner {
     pub(crate) pool: Pool,
     pub(crate) notifier: OnceLock<Notifier>,
     malformed: AtomicU64,
+    too_large: AtomicU64,
     /// This task's credentials, the sender of notifications it makes itself.
     pub(crate) me: Credentials,
 }
@@ -55,6 +56,13 @@ pub struct PortStatus {
     pub mscount: u32,
     /// The queue limit, in messages.
     pub qlimit: u32,
+    /// Messages queued (Mach's `mps_msgcount`): those counted against the queue limit
+    /// (a sender that has taken its place and is about to send counts already, as its
+    /// message would in Mach), and messages waiting on send-once rights. Notifications
+    /// and messages from senders that bypass the count are not in it.
+    pub msgcount: u32,
+    /// The most in-line bytes a message may carry (`Space::set_message_limit`).
+    pub message_limit: u32,
     /// Outstanding send-once rights.
     pub sorights: u32,
     /// Connections currently reaching the port.
@@ -70,6 +78,8 @@ pub struct SpaceStats {
     pub names: usize,
     /// Malformed messages received and destroyed.
     pub malformed: u64,
+    /// Messages refused unread because they were larger than their port takes.
+    pub too_large: u64,
 }
 
 impl Default for Space {
@@ -93,6 +103,7 @@ impl Space {
                 pool: Pool::default(),
                 notifier: OnceLock::new(),
                 malformed: AtomicU64::new(0),
+                too_large: AtomicU64::new(0),
                 me: sys::own_credentials(),
             }),
         }
@@ -118,7 +129,11 @@ impl Space {
 
     /// Counters.
     pub fn stats(&self) -> SpaceStats {
-        SpaceStats { names: self.table().len(), malformed: self.inner.malformed.load(Ordering::Relaxed) }
+        SpaceStats {
+            names: self.table().len(),
+            malformed: self.inner.malformed.load(Ordering::Relaxed),
+            too_large: self.inner.too_large.load(Ordering::Relaxed),
+        }
     }
 
     /// Every name in the space.
@@ -421,6 +436,8 @@ impl Space {
                 if let Some(set) = set {
                     set.remove(&port);
                 }
+                // Mach's rules for a moving receive right (`ipc_port_clear_receiver`).
+                port.moved_within();
                 Ok((Entry::Port(PortEntry { send: None, recv: Some(port), ident }), RightKind::Receive))
             }
             _ => Err(RightsError::InvalidRight(name)),
@@ -469,30 +486,52 @@ impl Space {
     /// A receive right's attributes.
     pub fn port_status(&self, name: Name) -> Result<PortStatus, RightsError> {
         let port = self.receive_port(name)?;
+        let counted = port.counted();
         let st = port.lock();
+        let once_waiting = st
+            .conns
+            .iter()
+            .filter(|c| c.kind == ConnKind::Once)
+            .filter(|c| ictus_sys::socket::inq_len(c.fd.as_fd()).is_ok_and(|n| n > 0))
+            .count() as u32;
         Ok(PortStatus {
             seqno: port.seqno.load(Ordering::Relaxed),
             mscount: st.mscount,
             qlimit: st.qlimit,
+            msgcount: counted.saturating_add(once_waiting),
+            message_limit: port.limit.load(Ordering::Relaxed),
             sorights: st.conns.iter().filter(|c| c.kind == ConnKind::Once).count() as u32,
             connections: st.conns.len() as u32,
             has_send_source: st.send_source.is_some(),
         })
     }
 
-    /// Set a receive right's queue limit, in messages (1..=65536). Senders block, or
-    /// fail without waiting, when that many small messages are queued. The limit is
-    /// the kernel's socket buffer, so it counts bytes: large messages fill it sooner.
+    /// Set a receive right's queue limit, in messages (1..=65536;
+    /// `mach_port_set_qlimit`). With `qlimit` messages queued, the next sender through a
+    /// send right blocks until one is received, or fails at once if it asked not to
+    /// wait; send-once rights are not held back (`doc/ipc.md`, *Queue limits*).
     pub fn set_qlimit(&self, name: Name, qlimit: u32) -> Result<(), RightsError> {
         if qlimit == 0 || qlimit > MAX_QLIMIT {
             return Err(RightsError::InvalidValue);
         }
         let port = self.receive_port(name)?;
-        let mut st = port.lock();
-        if let Some(src) = &st.send_source {
-            sys::set_queue_limit(src.as_fd(), qlimit)?;
+        port.change_settings(|st| st.qlimit = qlimit)?;
+        Ok(())
+    }
+
+    /// Set the most in-line bytes a message to this receive right may carry
+    /// (`0..=1 GiB`; 1 GiB by default). A server sets what its protocol needs. Senders
+    /// through send rights are refused a larger message before anything is sent
+    /// (`SendError::TooLarge`); one that arrives anyway (a sender that bypasses the
+    /// check, a send-once right) is destroyed unread and its caller, if it waits for a
+    /// reply, told why (`ReceiveError::TooLarge`, Mach's `MACH_RCV_TOO_LARGE`).
+    pub fn set_message_limit(&self, name: Name, bytes: u32) -> Result<(), RightsError> {
+        if u64::from(bytes) > ictus_abi::BIG_INLINE_MAX {
+            return Err(RightsError::InvalidValue);
         }
-        st.qlimit = qlimit;
+        let port = self.receive_port(name)?;
+        port.limit.store(bytes, Ordering::Relaxed);
+        port.change_settings(|_| {})?;
         Ok(())
     }
 
@@ -545,6 +584,11 @@ impl Inner {
     pub(crate) fn count_malformed(&self, e: ReceiveError) -> ReceiveError {
         self.malformed.fetch_add(1, Ordering::Relaxed);
         e
+    }
+
+    /// Count a message refused because it was larger than its port takes.
+    pub(crate) fn count_too_large(&self) {
+        self.too_large.fetch_add(1, Ordering::Relaxed);
     }
 
     /// If the send or send-once right under `name` has lost its port, turn the name
@@ -635,7 +679,6 @@ impl Inner {
         let (target, packed) = {
             let mut st = p.lock();
             let target = st.port_destroyed.take();
-            st.no_senders = None;
             st.ns_watcher = None;
             if target.is_none() {
                 // Shut the connections down while they are still in the port's epoll,
@@ -645,9 +688,13 @@ impl Inner {
                     sys::shut_down(c.fd.as_fd());
                 }
             }
-            let packed = st.pack(p.seqno.load(Ordering::Relaxed));
+            // A no-senders request travels with a right handed on, as in Mach; with a
+            // right destroyed, its notify right goes too.
+            let packed = st.pack(&p);
             (target, packed)
         };
+        // Senders waiting for a place look again, and find the port gone.
+        p.page.wake(u32::MAX);
         if let Some(target) = target {
             if self.notify_port_destroyed(&target, p.name(), &packed) {
                 return;

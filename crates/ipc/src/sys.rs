@@ -11,6 +11,7 @@
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use ictus_sys::memfd::{SealFlags, Size};
@@ -19,10 +20,6 @@ use rustix::io::{Errno, ReadWriteFlags};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
 use crate::message::Credentials;
-
-/// Kernel send-buffer bytes allowed per queued message when a queue limit is set.
-/// A small datagram costs about this much of `sk_sndbuf` (its `skb` truesize).
-pub(crate) const BYTES_PER_QUEUED_MESSAGE: usize = 2048;
 
 /// Create one connection: `(send end, receive end)` of a `SOCK_SEQPACKET` socketpair.
 /// The receive end asks for the sender's credentials on every message.
@@ -87,11 +84,15 @@ pub(crate) fn pipe_read(fd: BorrowedFd<'_>, buf: &mut [u8], deadline: Option<Ins
     }
 }
 
-/// Set the byte budget of a connection's queue from a limit in messages.
-pub(crate) fn set_queue_limit(send_end: BorrowedFd<'_>, qlimit: u32) -> rustix::io::Result<()> {
-    // The kernel doubles what it is given (socket(7), SO_SNDBUF), so give half.
-    let bytes = (qlimit as usize).saturating_mul(BYTES_PER_QUEUED_MESSAGE) / 2;
-    rustix::net::sockopt::set_socket_send_buffer_size(send_end, bytes.max(1))
+/// Ask for a send buffer of `bytes` on a connection's send end, and return what the
+/// kernel granted: it doubles what it is given and caps it at twice `wmem_max`
+/// (socket(7), `SO_SNDBUF`), so half is asked for and the result read back.
+///
+/// # References
+/// - [`socket(7)`](https://man7.org/linux/man-pages/man7/socket.7.html), `SO_SNDBUF`
+pub(crate) fn set_send_buffer(send_end: BorrowedFd<'_>, bytes: usize) -> rustix::io::Result<usize> {
+    rustix::net::sockopt::set_socket_send_buffer_size(send_end, (bytes / 2).max(1))?;
+    rustix::net::sockopt::socket_send_buffer_size(send_end)
 }
 
 /// Check that an untrusted descriptor is an `AF_UNIX` `SOCK_SEQPACKET` socket, the only
@@ -242,7 +243,11 @@ pub(crate) fn recv(
     loop {
         match ictus_sys::socket::recvmsg(fd, &mut [IoSliceMut::new(buf)], fds, flags) {
             Err(Errno::AGAIN) => return Ok(RecvOutcome::Empty),
-            Err(Errno::INTR) => {}
+            // The peer was closed with datagrams unread in its own queue (a port's note,
+            // `queue::Note`, sits in every send end's queue): the kernel reports that
+            // once as an error on this end (`unix_release_sock`), and what was queued
+            // here is still there. Look again.
+            Err(Errno::INTR | Errno::CONNRESET) => {}
             Err(e) => return Err(e),
             Ok(m) => {
                 let truncated = m.truncated || m.control_truncated;
@@ -254,6 +259,39 @@ pub(crate) fn recv(
             }
         }
     }
+}
+
+/// Peek at the next datagram queued on `fd` without taking it (`MSG_PEEK`): its bytes
+/// into `buf`, copies of its descriptors appended to `fds`. Never waits; `EAGAIN` when
+/// nothing is queued. Returns the bytes placed.
+pub(crate) fn peek(fd: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> rustix::io::Result<usize> {
+    loop {
+        match ictus_sys::socket::recvmsg(fd, &mut [IoSliceMut::new(buf)], fds, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+            Ok(m) => return Ok(m.bytes),
+        }
+    }
+}
+
+/// `FUTEX_WAKE` on a word in shared memory (not private: the sleepers may be in other
+/// processes that map the same file): wake up to `n` threads sleeping on it.
+///
+/// # References
+/// - [`futex(2)`](https://man7.org/linux/man-pages/man2/futex.2.html), `FUTEX_WAKE`
+pub(crate) fn futex_wake(word: &AtomicU32, n: u32) {
+    let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), n);
+}
+
+/// `FUTEX_WAIT` on a word in shared memory while it holds `expected`, for at most
+/// `timeout`. Returns on a wake-up, a changed value, a signal or the time-out alike:
+/// the caller looks again.
+///
+/// # References
+/// - [`futex(2)`](https://man7.org/linux/man-pages/man2/futex.2.html), `FUTEX_WAIT`
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let t = timespec(timeout);
+    let _ = rustix::thread::futex::wait(word, rustix::thread::futex::Flags::empty(), expected, Some(&t));
 }
 
 /// An anonymous, sealable memfd of `len` bytes.
@@ -333,34 +371,15 @@ pub(crate) fn write_all_at(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Resul
     Ok(())
 }
 
-/// Read the first `len` bytes of a file into `out`, resized to `len` (`pread`, retried
-/// until done). The buffer is kept between messages: only newly grown bytes are zeroed.
-pub(crate) fn read_all_at(fd: BorrowedFd<'_>, len: usize, out: &mut Vec<u8>) -> rustix::io::Result<()> {
-    if out.len() < len {
-        out.resize(len, 0);
-    } else {
-        out.truncate(len);
-    }
-    let mut off = 0;
-    while off < len {
-        match rustix::io::pread(fd, &mut out[off..], off as u64) {
-            Ok(0) => return Err(Errno::IO),
-            Ok(n) => off += n,
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 // ----- sockets: who, and how --------------------------------------------------------
 
-/// This process's pid and effective uid and gid, as the kernel would stamp them.
+/// This process's pid and real uid and gid, as the kernel stamps them on its messages
+/// (`Credentials`).
 pub(crate) fn own_credentials() -> Credentials {
     Credentials {
         pid: rustix::process::getpid().as_raw_nonzero().get() as u32,
-        uid: rustix::process::geteuid().as_raw(),
-        gid: rustix::process::getegid().as_raw(),
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
     }
 }
 

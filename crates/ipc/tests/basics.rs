@@ -293,3 +293,195 @@ fn replies_of_every_shape_reach_a_kept_call_channel() {
     server.join().unwrap();
     forwarder.join().unwrap();
 }
+
+// ----- queue limits, moved receive rights, message limits (issues 15 and 23) ----------------
+
+/// Wait, without a measured duration, until `cond` holds (a generous watchdog).
+#[track_caller]
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Mach's queue limit, exactly: with qlimit N, N messages queue whoever sends them
+/// (three client spaces, each with its own mapping of the port's queue page, and the
+/// receiver itself), the next non-blocking send fails, a blocked sender wakes when one
+/// message is received, and a send-once right is not held back. `msgcount` says how
+/// many are queued all along.
+#[test]
+fn qlimit_is_exact_for_any_number_of_senders() {
+    for qlimit in [1u32, 2, 5, 14] {
+        let s = Space::new();
+        let p = s.allocate_port().unwrap();
+        s.set_qlimit(p, qlimit).unwrap();
+        let clients: Vec<(Space, Name)> = (0..3)
+            .map(|_| {
+                let c = Space::new();
+                let (cp, _) = c.extract_right(&s, p, Disposition::MakeSend).unwrap();
+                (c, cp)
+            })
+            .collect();
+        let mut sent = 0u32;
+        'fill: loop {
+            for (i, (c, cp)) in clients.iter().enumerate() {
+                match c.send(*cp, &mut Message::new(i as i32, vec![i as u8; 64]), SendOptions::NONBLOCKING) {
+                    Ok(()) => sent += 1,
+                    Err(SendError::TimedOut) => break 'fill,
+                    Err(e) => panic!("qlimit {qlimit}: {e}"),
+                }
+                assert!(sent <= qlimit, "qlimit {qlimit}: more messages queued than the limit");
+            }
+        }
+        assert_eq!(sent, qlimit, "qlimit {qlimit}: messages queued before a sender was refused");
+        assert_eq!(s.port_status(p).unwrap().msgcount, qlimit);
+        for (c, cp) in &clients {
+            let r = c.send(*cp, &mut Message::new(9, vec![0; 8]), SendOptions::NONBLOCKING);
+            assert!(matches!(r, Err(SendError::TimedOut)), "qlimit {qlimit}: {r:?}");
+        }
+        // The receiver's own send right is held back the same way.
+        s.insert_right(&s, p, p, Disposition::MakeSend).unwrap();
+        let r = s.send(p, &mut Message::new(9, vec![0; 8]), SendOptions::NONBLOCKING);
+        assert!(matches!(r, Err(SendError::TimedOut)), "qlimit {qlimit}: the receiver's own right: {r:?}");
+        // A send-once right is not held back by the limit.
+        let (once, _) = clients[0].0.extract_right(&s, p, Disposition::MakeSendOnce).unwrap();
+        clients[0].0.send(once, &mut Message::new(50, vec![5; 8]), SendOptions::NONBLOCKING).unwrap();
+        eventually("the send-once message is counted", || s.port_status(p).unwrap().msgcount == qlimit + 1);
+
+        // Two blocked senders; each received message lets exactly one of them in.
+        let blocked: Vec<_> = clients
+            .iter()
+            .take(2)
+            .map(|(c, cp)| {
+                let (c, cp) = (c.clone(), *cp);
+                std::thread::spawn(move || c.send(cp, &mut Message::new(77, vec![7; 8]), SendOptions::default()))
+            })
+            .collect();
+        let mut got = Vec::new();
+        for round in 0..2 {
+            got.push(rcv(&s, p).id);
+            eventually("a blocked sender takes the place given back", || {
+                s.port_status(p).unwrap().msgcount >= qlimit + u32::from(!got.contains(&50))
+            });
+            let status = s.port_status(p).unwrap();
+            assert!(
+                status.msgcount <= qlimit + u32::from(!got.contains(&50)),
+                "qlimit {qlimit} round {round}: {} queued",
+                status.msgcount
+            );
+        }
+        // The rest: the queued ones, and whichever blocked sender is still waiting.
+        while got.len() < qlimit as usize + 3 {
+            got.push(rcv(&s, p).id);
+            assert!(s.port_status(p).unwrap().msgcount <= qlimit, "qlimit {qlimit}: {got:?}");
+        }
+        for b in blocked {
+            b.join().unwrap().unwrap();
+        }
+        let mut r = Received::new();
+        let nothing = s.receive(p, &mut r, ReceiveOptions { timeout: Some(Duration::ZERO), ..Default::default() });
+        assert!(matches!(nothing, Err(ReceiveError::TimedOut)), "qlimit {qlimit}: one message too many: {got:?}");
+        assert_eq!(got.iter().filter(|&&id| id == 77).count(), 2);
+        assert_eq!(got.iter().filter(|&&id| id == 50).count(), 1);
+        assert_eq!(s.port_status(p).unwrap().msgcount, 0);
+    }
+}
+
+/// A sender waiting on a full queue with a timeout gives up, and its place is not lost:
+/// the queue takes exactly qlimit again afterwards.
+#[test]
+fn a_sender_that_gives_up_takes_no_place() {
+    let (s, p, client, cp) = server_and_client();
+    s.set_qlimit(p, 2).unwrap();
+    for i in 0..2 {
+        client.send(cp, &mut Message::new(i, vec![]), SendOptions::NONBLOCKING).unwrap();
+    }
+    let r = client.send(cp, &mut Message::new(2, vec![]), SendOptions { timeout: Some(Duration::from_millis(30)) });
+    assert!(matches!(r, Err(SendError::TimedOut)), "{r:?}");
+    assert_eq!(rcv(&s, p).id, 0);
+    client.send(cp, &mut Message::new(3, vec![]), SendOptions::NONBLOCKING).unwrap();
+    let r = client.send(cp, &mut Message::new(4, vec![]), SendOptions::NONBLOCKING);
+    assert!(matches!(r, Err(SendError::TimedOut)), "{r:?}");
+    assert_eq!((rcv(&s, p).id, rcv(&s, p).id), (1, 3));
+}
+
+/// Mach's rules for a moving receive right (`ipc_port_clear_receiver`): its sequence
+/// number and make-send count start again at zero in the new holder, whether it moves
+/// between spaces directly or in a message; queued messages, the queue limit and the
+/// message limit go with it.
+#[test]
+fn a_moved_receive_right_starts_its_seqno_and_make_send_count_again() {
+    for in_a_message in [false, true] {
+        let (s, p, client, cp) = server_and_client();
+        s.set_qlimit(p, 7).unwrap();
+        s.set_message_limit(p, 1000).unwrap();
+        for i in 0..3 {
+            client.send(cp, &mut Message::new(i, vec![]), SendOptions::default()).unwrap();
+        }
+        assert_eq!(rcv(&s, p).seqno, 0);
+        assert_eq!(rcv(&s, p).seqno, 1);
+        let before = s.port_status(p).unwrap();
+        assert_eq!((before.seqno, before.mscount, before.msgcount), (2, 1, 1));
+        let t = Space::new();
+        let q = if in_a_message {
+            let carrier = t.allocate_port().unwrap();
+            let (tc, _) = s.extract_right(&t, carrier, Disposition::MakeSend).unwrap();
+            let mut m = Message::new(1, vec![]);
+            m.ports = vec![PortArg::new(p, Disposition::MoveReceive)];
+            s.send(tc, &mut m, SendOptions::default()).unwrap();
+            let r = rcv(&t, carrier);
+            assert_eq!(r.ports[0].kind, RightKind::Receive);
+            r.ports[0].name
+        } else {
+            t.extract_right(&s, p, Disposition::MoveReceive).unwrap().0
+        };
+        let after = t.port_status(q).unwrap();
+        assert_eq!(
+            (after.seqno, after.mscount, after.qlimit, after.message_limit, after.msgcount),
+            (0, 0, 7, 1000, 1),
+            "in a message: {in_a_message}"
+        );
+        let r = rcv(&t, q);
+        assert_eq!((r.id, r.seqno), (2, 0), "the first message the new holder receives");
+        client.send(cp, &mut Message::new(3, vec![]), SendOptions::default()).unwrap();
+        assert_eq!(rcv(&t, q).seqno, 1);
+        // The old send right still reaches the port, and the limit still holds.
+        let r = client.send(cp, &mut Message::new(4, vec![0; 1001]), SendOptions::default());
+        assert!(matches!(r, Err(SendError::TooLarge { size: 1001, limit: 1000 })), "{r:?}");
+    }
+}
+
+/// A port's message limit: a larger message is refused to its sender before anything
+/// is sent, with the sizes; one at the limit arrives; big in-line data under a large
+/// limit still arrives (mapped, and gone with the message).
+#[test]
+fn a_message_larger_than_the_port_takes_is_refused_to_its_sender() {
+    let (s, p, client, cp) = server_and_client();
+    assert_eq!(s.port_status(p).unwrap().message_limit, 1 << 30, "the default: the largest message");
+    s.set_message_limit(p, 4096).unwrap();
+    assert_eq!(s.port_status(p).unwrap().message_limit, 4096);
+    let r = client.send(cp, &mut Message::new(1, vec![0; 4097]), SendOptions::default());
+    match r {
+        Err(e @ SendError::TooLarge { size: 4097, limit: 4096 }) => {
+            assert_eq!(e.code(), ictus_abi::ReturnCode::SendTooLarge);
+            assert!(e.to_string().contains("4096"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut r = Received::new();
+    let mut m = Message::new(2, vec![1; 10]);
+    let got = client.call(cp, &mut Message::new(3, vec![0; 5000]), &mut r, SendOptions::default(), watchdog());
+    assert!(matches!(got, Err(CallError::Send(SendError::TooLarge { .. }))), "{got:?}");
+    client.send(cp, &mut Message::new(4, vec![2; 4096]), SendOptions::default()).unwrap();
+    assert_eq!(rcv(&s, p).data(), &[2; 4096][..]);
+    assert!(matches!(s.set_message_limit(p, (1 << 30) + 1), Err(RightsError::InvalidValue)));
+    s.set_message_limit(p, 8 << 20).unwrap();
+    let big: Vec<u8> = (0..(6 << 20)).map(|i| (i % 253) as u8).collect();
+    client.send(cp, &mut m, SendOptions::default()).unwrap();
+    client.send(cp, &mut Message::new(5, big.clone()), SendOptions::default()).unwrap();
+    assert_eq!(rcv(&s, p).id, 2);
+    assert_eq!(rcv(&s, p).data(), &big[..]);
+    assert_eq!(s.stats().too_large, 0, "every refusal happened at the sender");
+}

@@ -49,8 +49,8 @@ fn ool_of(len: usize, seed: u8) -> OolBuffer {
 fn me() -> Credentials {
     Credentials {
         pid: std::process::id(),
-        uid: rustix::process::geteuid().as_raw(),
-        gid: rustix::process::getegid().as_raw(),
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
     }
 }
 
@@ -1079,4 +1079,124 @@ fn child_holder() {
     let mut r = Received::new();
     let res = s.receive(elsewhere, &mut r, ReceiveOptions::default());
     panic!("the holder was to be killed, got {res:?}");
+}
+
+// ----- 11. exact queue limits and the trailer's ids across processes ---------------------------
+
+/// Mach's queue limit across processes: with qlimit 5, a child fills exactly 5 places
+/// and a second child, another process with its own mapping of the port's queue page,
+/// finds the queue full at once; both then block, and each message the parent receives
+/// lets exactly one of them in, never more than 5 queued.
+#[test]
+fn qlimit_is_exact_across_processes() {
+    let _serial = serial();
+    let base = Resources::settled();
+    {
+        let s = Space::new();
+        let boot = s.allocate_port().unwrap();
+        let p = s.allocate_port().unwrap();
+        s.set_qlimit(p, 5).unwrap();
+        let mut children = Vec::new();
+        let mut filled = Vec::new();
+        for _ in 0..2 {
+            let mut cmd = child_command("child_filler", "filler");
+            s.give_bootstrap(&mut cmd, boot).unwrap();
+            let child = ChildGuard::spawn(cmd, "filler");
+            let c = parent_hello(&s, boot, &child);
+            send(&s, c, with_ports(GO, &[], &[(p, Disposition::MakeSend)]));
+            let full = recv(&s, boot);
+            assert_eq!(full.id, FULL);
+            filled.push(u32::from_le_bytes(full.data().try_into().unwrap()));
+            children.push((child, c));
+        }
+        assert_eq!(filled, vec![5, 0], "the first child fills the queue, the second finds it full");
+        assert_eq!(s.port_status(p).unwrap().msgcount, 5);
+        let mut got = Vec::new();
+        for i in 0..7 {
+            let r = recv(&s, p);
+            got.push(r.id);
+            if i < 2 {
+                // A blocked child takes the place given back, and no more.
+                let until = std::time::Instant::now() + WATCHDOG;
+                while s.port_status(p).unwrap().msgcount < 5 {
+                    assert!(std::time::Instant::now() < until, "no blocked sender woke after receive {i}");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            assert!(s.port_status(p).unwrap().msgcount <= 5, "more than the limit queued: {got:?}");
+        }
+        assert_eq!(got.iter().filter(|&&id| id == CHATTER).count(), 5, "{got:?}");
+        assert_eq!(got.iter().filter(|&&id| id == DONE).count(), 2, "{got:?}");
+        assert_empty(&s, p);
+        for (child, c) in children {
+            child.expect_success();
+            s.deallocate(c).unwrap();
+        }
+        s.destroy(boot).unwrap();
+        s.destroy(p).unwrap();
+    }
+    assert_back_to(&base, "exact queue limit across processes");
+}
+
+#[test]
+fn child_filler() {
+    if !child_role("filler") {
+        return;
+    }
+    let s = Space::task();
+    let (boot, c) = child_hello(&s);
+    let go = recv(&s, c);
+    assert_eq!(go.id, GO);
+    let p = go.ports[0].name;
+    let mut n = 0u32;
+    loop {
+        match s.send(p, &mut Message::new(CHATTER, n.to_le_bytes().to_vec()), SendOptions::NONBLOCKING) {
+            Ok(()) => n += 1,
+            Err(SendError::TimedOut) => break,
+            Err(e) => panic!("fill: {e}"),
+        }
+        assert!(n <= 5, "more messages queued than the limit");
+    }
+    send(&s, boot, Message::new(FULL, n.to_le_bytes().to_vec()));
+    // Blocks until the parent receives one.
+    send(&s, p, Message::new(DONE, n.to_le_bytes().to_vec()));
+}
+
+/// The trailer's uid and gid are the sender's real ids, as the kernel stamps them
+/// (`doc/ipc.md`, *Sender identity*): a sender with real uid 0 and effective uid 65534
+/// arrives as uid 0 — the ids it can take back at will. Needs root to change ids.
+#[test]
+fn the_trailer_carries_the_senders_real_ids() {
+    let _serial = serial();
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: changing the effective uid needs root");
+        return;
+    }
+    let s = Space::new();
+    let boot = s.allocate_port().unwrap();
+    let mut cmd = child_command("child_seteuid", "seteuid");
+    s.give_bootstrap(&mut cmd, boot).unwrap();
+    let child = ChildGuard::spawn(cmd, "seteuid");
+    let c = parent_hello(&s, boot, &child);
+    let done = recv(&s, boot);
+    assert_eq!(done.id, DONE);
+    assert_eq!(done.data(), &65534u32.to_le_bytes()[..], "the child's effective uid when it sent");
+    assert_eq!(done.sender, Credentials { pid: child.pid(), uid: 0, gid: 0 }, "its real ids");
+    child.expect_success();
+    s.deallocate(c).unwrap();
+    s.destroy(boot).unwrap();
+}
+
+#[test]
+fn child_seteuid() {
+    if !child_role("seteuid") {
+        return;
+    }
+    let s = Space::task();
+    let (boot, _) = child_hello(&s);
+    // Per thread (setresuid(2), the kernel's call): this thread sends.
+    rustix::thread::set_thread_res_gid(None, rustix::process::Gid::from_raw(65534), None).expect("setegid");
+    rustix::thread::set_thread_res_uid(None, rustix::process::Uid::from_raw(65534), None).expect("seteuid");
+    let euid = rustix::process::geteuid().as_raw();
+    send(&s, boot, Message::new(DONE, euid.to_le_bytes().to_vec()));
 }

@@ -15,6 +15,8 @@
 //! - [`Registrar`]: the server's names with the name server, registered again when the
 //!   name server restarts;
 //! - [`ServeError`]: the one error of a server's start and loop;
+//! - [`log`]: the logs (`tracing`, `RUST_LOG`, `-v`/`-q`, one line per event or JSON)
+//!   and [`rtlog`], the preallocated ring real-time paths log through;
 //! - error codes: a server's error enum maps to [`ictus_abi::ReturnCode`], which is open
 //!   (any `u32`), with Mach's codes as constants.
 //!
@@ -74,14 +76,16 @@
 
 mod error;
 mod listener;
+pub mod log;
 mod ports;
 mod registrar;
+pub mod rtlog;
 mod running;
 mod serve;
 
 pub use error::ServeError;
 pub use listener::{ListenError, Listener, Occupied};
-pub use ports::{DeadNameWatches, ReceiveCounts, ServicePorts, MAX_CONSECUTIVE_ERRORS};
+pub use ports::{DeadNameWatches, ReceiveCounts, ServicePorts, MAX_CONSECUTIVE_ERRORS, SMALL_REQUESTS};
 pub use registrar::{RegisterError, Registrar, MAX_BACKOFF};
 pub use running::{serve_until_signalled, Running};
 pub use serve::{Door, Loop, Serve, Wait, BATCH};

@@ -39,6 +39,17 @@ impl<const N: usize> ServicePorts<N> {
         Ok(p)
     }
 
+    /// Refuse messages with more than `bytes` of in-line data on every port, unread
+    /// (`Space::set_message_limit`; a sender through a send right is refused before it
+    /// sends). Each server sets what its own protocol takes, so that no client can make
+    /// it hold memory for a message it never wanted ([`SMALL_REQUESTS`]).
+    pub fn set_message_limit(&self, bytes: u32) -> Result<(), RightsError> {
+        for &port in self.services.iter().chain([&self.notify]) {
+            self.space.set_message_limit(port, bytes)?;
+        }
+        Ok(())
+    }
+
     /// The port set to receive on.
     pub fn set(&self) -> Name {
         self.set
@@ -54,6 +65,10 @@ impl<const N: usize> ServicePorts<N> {
         self.notify
     }
 }
+
+/// The message limit of a server whose requests and notifications are small: a name of
+/// at most 255 bytes, a time, a filter. 4 KiB, with room to spare.
+pub const SMALL_REQUESTS: u32 = 4 << 10;
 
 /// Receive errors in a row after which a server's loop gives up (a broken set, not a
 /// bad client: malformed messages do not count).

@@ -207,9 +207,11 @@ impl Keeper {
                     }
                     if let (Some(name), Some(ns)) = (dead, &self.ns) {
                         if name == ns.server_port() {
-                            eprintln!(
-                                "ictus {}: the name server died; registering {} again as soon as a new one answers at {}",
-                                self.who,
+                            tracing::warn!(
+                                server = self.who,
+                                names = %self.quoted(),
+                                path = %self.path.display(),
+                                "the name server died; registering {} again as soon as a new one answers at {}",
                                 self.quoted(),
                                 self.path.display()
                             );
@@ -249,13 +251,15 @@ impl Keeper {
             }
         }
         if !done.is_empty() {
-            eprintln!("ictus {}: registered {} again with the new name server", self.who, done.join(", "));
+            let names = done.join(", ");
+            tracing::info!(server = self.who, names = %names, "registered {names} again with the new name server");
         }
         if !taken.is_empty() {
-            eprintln!(
-                "ictus {}: {} taken on the new name server by another task; leaving it to that task",
-                self.who,
-                taken.join(", ")
+            let names = taken.join(", ");
+            tracing::warn!(
+                server = self.who,
+                names = %names,
+                "{names} taken on the new name server by another task; leaving it to that task"
             );
         }
         self.ns = Some(ns);

@@ -56,7 +56,16 @@ pub trait Serve {
     /// default says so at powers of two, so that a hostile sender cannot flood the log.
     fn malformed(&mut self, count: u64, e: &ReceiveError) {
         if count.is_power_of_two() {
-            eprintln!("ictus {}: dropped a malformed message ({count} so far): {e}", Self::NAME);
+            let sender = match e {
+                ReceiveError::Malformed { sender, .. } => sender.map_or(0, |s| s.pid),
+                _ => 0,
+            };
+            tracing::warn!(
+                server = Self::NAME,
+                count,
+                client_pid = sender,
+                "dropped a malformed message ({count} so far): {e}"
+            );
         }
     }
 }
@@ -180,9 +189,11 @@ impl<S: Serve, const N: usize> Loop<S, N> {
                 let port = self.ports.service(d.port);
                 let (_, refused) = d.listener.serve_pending(|| self.space.send_right_fd(port).ok());
                 if refused > 0 {
-                    eprintln!(
-                        "ictus {}: refused {refused} connection(s) to {} from another user",
-                        S::NAME,
+                    tracing::warn!(
+                        server = S::NAME,
+                        refused,
+                        path = %d.listener.path().display(),
+                        "refused {refused} connection(s) to {} from another user",
                         d.listener.path().display()
                     );
                 }
@@ -205,7 +216,8 @@ impl<S: Serve, const N: usize> Loop<S, N> {
                     handled += 1;
                 }
                 Err(ReceiveError::TimedOut) => break,
-                Err(e @ ReceiveError::Malformed { .. }) => {
+                // A bad client's message, refused and counted: not an error of the set.
+                Err(e @ (ReceiveError::Malformed { .. } | ReceiveError::TooLarge { .. })) => {
                     self.counts.malformed += 1;
                     self.server.malformed(self.counts.malformed, &e);
                 }

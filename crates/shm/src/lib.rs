@@ -21,6 +21,9 @@
 //! `doc/shm.md` explains the design and what of the papers is left out.
 #![deny(unsafe_code)]
 
+#[cfg(all(feature = "tokio", not(loom)))]
+#[allow(unsafe_code)]
+pub mod aio;
 pub mod record;
 pub mod ring;
 mod sync;

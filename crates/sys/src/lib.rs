@@ -8,7 +8,7 @@
 //!
 //! | module | calls | why not plain rustix |
 //! | --- | --- | --- |
-//! | [`socket`] | `sendmsg`, `recvmsg` with `SCM_RIGHTS` and `SCM_CREDENTIALS` | an aligned control buffer with room for the kernel's limit, every received descriptor owned (also on truncation), no sender address asked for on receive |
+//! | [`socket`] | `sendmsg`, `recvmsg` with `SCM_RIGHTS` and `SCM_CREDENTIALS`; `SIOCOUTQ`, `SIOCINQ` | an aligned control buffer with room for the kernel's limit, every received descriptor owned (also on truncation), no sender address asked for on receive; rustix has no `SIOCOUTQ` |
 //! | [`mm`] | `mmap`, `munmap`, `madvise` | a mapping that unmaps itself, with bounds-checked atomics in shared memory |
 //! | [`memfd`] | `memfd_create`, `F_ADD_SEALS`, `F_GET_SEALS`, `fstat` | one way to make, seal and check an untrusted memfd |
 //! | [`sched`] | `sched_setattr`, `sched_getattr` | not in rustix; `SCHED_DEADLINE` needs them |

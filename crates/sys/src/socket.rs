@@ -203,6 +203,34 @@ pub fn recvmsg(
     })
 }
 
+/// `ioctl(fd, SIOCOUTQ, &n)`: on an `AF_UNIX` socket, the bytes of kernel memory its
+/// sent datagrams still hold, each counted by its buffer's true size (`sk_wmem_alloc`),
+/// until the peer takes it. Zero when the peer has read everything this socket (or any
+/// other holder of the same open socket) sent.
+///
+/// # References
+/// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SIOCOUTQ`
+///   (`SIOCOUTQ` is `TIOCOUTQ`: `include/uapi/linux/sockios.h`)
+pub fn outq_len(fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer, which points to a
+    // live, writable c_int for the duration of the call. unix(7).
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if r < 0 {
+        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// `ioctl(fd, SIOCINQ, &n)`: on an `AF_UNIX` `SOCK_SEQPACKET` socket, the bytes of every
+/// datagram waiting to be read (zero: nothing waits).
+///
+/// # References
+/// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SIOCINQ`
+pub fn inq_len(fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    rustix::io::ioctl_fionread(fd).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +340,46 @@ mod tests {
         let m = recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
         assert!(m.truncated);
         assert_eq!((m.bytes, fds.len()), (10, 1));
+    }
+
+    #[test]
+    fn queued_bytes_are_told_on_both_sides() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        assert_eq!((outq_len(a.as_fd()), inq_len(b.as_fd())), (Ok(0), Ok(0)));
+        rustix::net::send(&a, &[1u8; 100], SendFlags::empty()).unwrap();
+        rustix::net::send(&a, &[2u8; 50], SendFlags::empty()).unwrap();
+        let out = outq_len(a.as_fd()).unwrap();
+        assert!(out >= 150, "the kernel's memory for two datagrams: {out}");
+        assert_eq!(inq_len(b.as_fd()), Ok(150), "the bytes of every datagram waiting");
+        let mut buf = [0u8; 128];
+        let mut fds = Vec::new();
+        for _ in 0..2 {
+            recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
+        }
+        assert_eq!((outq_len(a.as_fd()), inq_len(b.as_fd())), (Ok(0), Ok(0)));
+    }
+
+    /// Peeking a datagram that carries descriptors installs copies of them and leaves
+    /// the datagram, descriptors and all, for the next reader.
+    #[test]
+    fn a_peek_copies_descriptors_and_leaves_the_datagram() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        sendmsg(a.as_fd(), &[IoSlice::new(b"page")], &[r.as_fd()], SendFlags::empty()).unwrap();
+        drop(r);
+        let mut buf = [0u8; 8];
+        for _ in 0..2 {
+            let mut fds = Vec::new();
+            let m =
+                recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::PEEK | RecvFlags::DONTWAIT)
+                    .unwrap();
+            assert_eq!((m.bytes, fds.len()), (4, 1));
+        }
+        let mut fds = Vec::new();
+        recvmsg(b.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT).unwrap();
+        assert_eq!(fds.len(), 1, "still there for a real read");
+        drop(fds);
+        assert_eq!(rustix::io::write(&w, b"x"), Err(Errno::PIPE), "every copy was owned and closed");
     }
 
     #[test]

@@ -41,15 +41,20 @@ pub fn serve(opts: ServeOptions) -> Result<(), CliError> {
             let req = ThreadRequest { policy: Some(Policy::Fifo { priority }), ..ThreadRequest::default() };
             // A refusal is reported once by `configure_current_thread`; serve anyway.
             let granted = configure_current_thread(&req);
-            eprintln!("ictus clock-server: serving as {}", granted.describe());
+            tracing::info!(server = "clock-server", priority, "serving as {}", granted.describe());
         }
         let space = Space::task();
         let mut server = Server::new(space.clone())?;
         let name = opts.name.unwrap_or_else(|| SERVICE_NAME.to_owned());
         let names =
             Registrar::start("clock-server", opts.name_server.as_deref(), &space, &[(&name, server.clock_port())])?;
-        eprintln!(
-            "ictus clock-server: clock port registered as {name:?}; control port on {} (pid {})",
+        tracing::info!(
+            server = "clock-server",
+            name = %name,
+            port = server.clock_port().0,
+            control_socket = %path.display(),
+            pid = std::process::id(),
+            "clock port registered as {name:?}; control port on {} (pid {})",
             path.display(),
             std::process::id()
         );
@@ -59,8 +64,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), CliError> {
         drop(server);
         drop(listener);
         match &result {
-            Ok(()) => eprintln!("ictus clock-server: stopped; removed {}", path.display()),
-            Err(e) => eprintln!("ictus clock-server: stopping: {e}"),
+            Ok(()) => {
+                tracing::info!(server = "clock-server", path = %path.display(), "stopped; removed {}", path.display())
+            }
+            Err(e) => tracing::error!(server = "clock-server", "stopping: {e}"),
         }
         result
     })

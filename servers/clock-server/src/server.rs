@@ -40,7 +40,7 @@ use ictus_abi::Name;
 use ictus_idl::{Context, Decode, Dispatched, Encode, Encoder, Outcome, Service};
 use ictus_ipc::{Credentials, Received, ReceivedRight, RightKind, RightsError, SendError, SendOptions, Space};
 use ictus_rt::{clock, AlarmId, AlarmQueue, Time};
-use ictus_server::{DeadNameWatches, Door, Listener, Loop, Serve, ServicePorts, Wait};
+use ictus_server::{DeadNameWatches, Door, Listener, Loop, Serve, ServicePorts, Wait, SMALL_REQUESTS};
 
 use crate::protocol::{
     AlarmMessage, AlarmPort, Clock, ClockControl, ClockControlServer, ClockError, ClockServer, ClockStats, WireTime,
@@ -493,6 +493,7 @@ impl Server {
     /// [`Space::task`], for a real server).
     pub fn new(space: Space) -> Result<Server, ServeError> {
         let ports = ServicePorts::allocate(&space)?;
+        ports.set_message_limit(SMALL_REQUESTS)?;
         let table = Table {
             queue: AlarmQueue::new(MAX_PENDING),
             per_client: HashMap::new(),

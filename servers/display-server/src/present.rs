@@ -48,7 +48,6 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
         core.damage_pending.store(false, Ordering::Release);
     }
     let wins: Vec<Arc<Win>> = lock(&core.windows).values().cloned().collect();
-    let due_before = ps.next_due;
     ps.next_due = None;
     let mut frames: Vec<(Arc<Win>, Message)> = Vec::new();
     let mut framed: Vec<u64> = Vec::new();
@@ -134,11 +133,6 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
         }
     }
     drop(wins);
-    if ps.next_due.is_some_and(|d| due_before.map_or(true, |b| d < b)) {
-        // A frame to send earlier than the presenter may be sleeping until (this cycle
-        // may run on another thread): it looks again.
-        core.wake_presenter();
-    }
     if damage_now {
         ps.last_damage = now;
     }
@@ -178,28 +172,12 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
     Ok(true)
 }
 
-/// How long the presenter leaves the X connection out of its wait after a wake-up
-/// that found nothing on it (see [`run`]).
-const X_QUIET_NS: u64 = 2_000_000;
-
 /// Run until `core.stop`.
 pub(crate) fn run(core: Arc<Core>) {
     // Timer slack of 1 ns: a frame's timed wake-up is not deferred by the default
     // 50 µs (PR_SET_TIMERSLACK, no privilege needed).
     let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
     let mut xev = Vec::new();
-    // Whether to run a cycle: at the start, after a wake-up through `present_wake`
-    // (everything that gives the presenter work writes it), an X event, or a timeout.
-    // A wake-up only because the X connection became readable (most often the answer
-    // to another thread's round trip, read by whichever thread looks first) runs none:
-    // it would wait on the present lock that thread holds, and switch twice more for
-    // nothing.
-    let mut need_cycle = true;
-    // After such a wake-up that found no event, the X connection is left out of the
-    // next wait for at most `X_QUIET_NS`: the thread in its round trip reads the answer
-    // (until then the descriptor stays readable and would wake this thread at once).
-    let mut x_quiet = false;
-    let (mut next_due, mut last_damage) = (None, 0u64);
     loop {
         if core.stop.load(Ordering::Acquire) {
             break;
@@ -210,16 +188,11 @@ pub(crate) fn run(core: Arc<Core>) {
                 eprintln!("ictus display: lost the X server; presenting stops");
                 break;
             }
-            x_quiet = !need_cycle && xev.is_empty();
-            need_cycle |= !xev.is_empty();
             for e in xev.drain(..) {
                 x_event(&core, e);
             }
         }
-        // Without a cycle, the times to sleep until as the last cycle (of any thread)
-        // left them; if another thread is in one now, as this thread's last: a cycle
-        // that sets an earlier time wakes the presenter.
-        if need_cycle {
+        let (next_due, last_damage) = {
             let mut ps = lock(&core.present);
             match cycle(&core, &mut ps, false) {
                 Ok(true) => continue,
@@ -229,43 +202,32 @@ pub(crate) fn run(core: Arc<Core>) {
                     // is no longer read by the X server.
                     let retired = std::mem::take(&mut *lock(&core.retired));
                     core.free(retired);
-                    (next_due, last_damage) = (ps.next_due, ps.last_damage);
+                    (ps.next_due, ps.last_damage)
                 }
                 Err(()) => {
                     eprintln!("ictus display: lost the X server; presenting stops");
                     break;
                 }
             }
-        } else {
-            match core.present.try_lock() {
-                Ok(ps) => (next_due, last_damage) = (ps.next_due, ps.last_damage),
-                Err(std::sync::TryLockError::Poisoned(p)) => {
-                    let ps = p.into_inner();
-                    (next_due, last_damage) = (ps.next_due, ps.last_damage);
-                }
-                Err(std::sync::TryLockError::WouldBlock) => {}
-            }
-        }
+        };
         // Sleep until woken, the next frame, or the next refresh.
         let mut wake_at = next_due;
         if core.damage_pending.load(Ordering::Acquire) {
             let r = last_damage + core.refresh_ns;
             wake_at = Some(wake_at.map_or(r, |w| w.min(r)));
         }
-        let cap = if x_quiet { X_QUIET_NS } else { 100_000_000 };
-        let d = wake_at.map_or(cap, |t| t.saturating_sub(monotonic_ns()).min(cap));
-        let timeout = Timespec { tv_sec: (d / 1_000_000_000) as i64, tv_nsec: (d % 1_000_000_000) as i64 };
+        let timeout = wake_at.map(|t| {
+            let d = t.saturating_sub(monotonic_ns()).min(100_000_000);
+            Timespec { tv_sec: (d / 1_000_000_000) as i64, tv_nsec: (d % 1_000_000_000) as i64 }
+        });
+        let timeout = timeout.or(Some(Timespec { tv_sec: 0, tv_nsec: 100_000_000 }));
         let mut fds = vec![PollFd::new(&core.present_wake, PollFlags::IN)];
-        if let (Some(x), false) = (&core.x, x_quiet) {
+        if let Some(x) = &core.x {
             fds.push(PollFd::from_borrowed_fd(x.fd(), PollFlags::IN));
         }
-        let ready = poll(&mut fds, Some(&timeout)).unwrap_or(0);
-        let woken = !fds[0].revents().is_empty();
+        let _ = poll(&mut fds, timeout.as_ref());
         let mut b = [0u8; 8];
-        if woken {
-            let _ = rustix::io::read(core.present_wake.as_fd(), &mut b);
-        }
-        need_cycle = woken || ready == 0;
+        let _ = rustix::io::read(core.present_wake.as_fd(), &mut b);
     }
     // Stopping: answer what waits, so nobody hangs on a server that is going.
     for f in std::mem::take(&mut *lock(&core.fences)) {

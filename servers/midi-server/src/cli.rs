@@ -86,12 +86,21 @@ pub fn serve(args: ServerArgs) -> Result<(), CliError> {
             &[(&args.name, server.service_port())],
         )
         .map_err(ServeError::from)?;
-        eprintln!("ictus midi-server: reading {spec}, registered as {:?} (pid {})", args.name, std::process::id());
+        tracing::info!(
+            server = "midi-server",
+            device = %spec,
+            name = %args.name,
+            port = server.service_port().0,
+            pid = std::process::id(),
+            "reading {spec}, registered as {:?} (pid {})",
+            args.name,
+            std::process::id()
+        );
         let result = server.run(stop);
         names.stop();
         let stats = server.stats();
         drop(server);
-        eprintln!("ictus midi-server: stopped; {}", stats.to_json());
+        tracing::info!(server = "midi-server", "stopped; {}", stats.to_json());
         Ok(result?)
     })
 }

@@ -36,7 +36,9 @@ use ictus_midi::device::Device;
 use ictus_midi::{Message, Parser};
 use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
 use ictus_rt::{clock, Time};
-use ictus_server::{DeadNameWatches, Loop, Serve, ServicePorts, Wait};
+use ictus_server::rtlog::{RtEvent, RtLog, RtWriter};
+use ictus_server::{DeadNameWatches, Loop, Serve, ServicePorts, Wait, SMALL_REQUESTS};
+use tracing::Level;
 
 use crate::protocol::{
     Class, Delivery, InputStats, MidiError, MidiInput, MidiInputServer, MAX_PER_CLIENT, MAX_SUBSCRIPTIONS,
@@ -307,11 +309,12 @@ impl MidiInput for Methods {
     }
 }
 
-/// The driver thread, stopped and joined on drop.
+/// The driver thread and the drainer of its log ring, stopped and joined on drop.
 #[derive(Debug)]
 struct Driver {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    drainer: Option<JoinHandle<()>>,
 }
 
 impl Drop for Driver {
@@ -320,8 +323,40 @@ impl Drop for Driver {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // The driver's end dropped its writer: the drainer logs what is left and stops.
+        if let Some(d) = self.drainer.take() {
+            d.thread().unpark();
+            let _ = d.join();
+        }
     }
 }
+
+/// What the driver thread logs, through its ring (it never formats or writes a line).
+static DRIVER_EVENTS: &[RtEvent] = &[
+    RtEvent {
+        level: Level::WARN,
+        name: "device_read_failed",
+        message: "the device's read failed (errno {}, {} in a row)",
+        fields: ["errno", "in_a_row", ""],
+    },
+    RtEvent {
+        level: Level::ERROR,
+        name: "device_gave_up",
+        message: "the device failed {} reads in a row; the driver stops reading it",
+        fields: ["in_a_row", "", ""],
+    },
+    RtEvent {
+        level: Level::INFO,
+        name: "device_ended",
+        message: "the device ended after {} bytes",
+        fields: ["bytes", "", ""],
+    },
+];
+const DEVICE_READ_FAILED: usize = 0;
+const DEVICE_GAVE_UP: usize = 1;
+const DEVICE_ENDED: usize = 2;
+/// Events the driver's ring holds between two drains ([`ictus_server::rtlog::DRAIN_PERIOD`]).
+const DRIVER_LOG_SLOTS: usize = 64;
 
 fn driver_thread(
     mut device: Box<dyn Device>,
@@ -329,6 +364,7 @@ fn driver_thread(
     stop: &AtomicBool,
     counters: &DriverCounters,
     req: &ThreadRequest,
+    mut log: RtWriter,
 ) {
     let granted = configure_current_thread(req);
     *counters.granted.lock().unwrap_or_else(PoisonError::into_inner) = granted.describe();
@@ -338,6 +374,7 @@ fn driver_thread(
         match device.read(&mut buf, Some(DRIVER_POLL)) {
             Ok(0) => {
                 counters.ended.store(true, Ordering::SeqCst);
+                log.record(DEVICE_ENDED, clock::now().as_nanos(), [counters.bytes.load(Ordering::Relaxed), 0, 0]);
                 break;
             }
             Ok(n) => {
@@ -350,11 +387,15 @@ fn driver_thread(
                 consecutive = 0;
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {}
-            Err(_) => {
+            Err(e) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
                 consecutive += 1;
+                let at = clock::now().as_nanos();
+                let errno = e.raw_os_error().map_or(0, i32::unsigned_abs);
+                log.record(DEVICE_READ_FAILED, at, [u64::from(errno), u64::from(consecutive), 0]);
                 if consecutive >= MAX_CONSECUTIVE_ERRORS {
                     counters.ended.store(true, Ordering::SeqCst);
+                    log.record(DEVICE_GAVE_UP, at, [u64::from(consecutive), 0, 0]);
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -463,6 +504,7 @@ impl Server {
     /// server). Starts the driver thread.
     pub fn new(space: Space, device: Box<dyn Device>, options: &Options) -> Result<Server, ServeError> {
         let ports = ServicePorts::allocate(&space)?;
+        ports.set_message_limit(SMALL_REQUESTS)?;
         let (producer, consumer) = ring::ring(options.ring_slots).map_err(|e| ServeError::setup("ring", e))?;
         let counters = Arc::new(DriverCounters::default());
         let state = Arc::new(State {
@@ -479,12 +521,15 @@ impl Server {
             // Replies never wait: a client that stops reading must not stall the only thread.
             .with_reply_timeout(Duration::ZERO);
         let stop = Arc::new(AtomicBool::new(false));
+        // The ring is made here, before the driver thread runs: it allocates nothing.
+        let (log, log_reader) = RtLog::channel(DRIVER_EVENTS, DRIVER_LOG_SLOTS);
+        let drainer = RtLog::spawn_drainer(log_reader, "midi-server").map_err(ServeError::Thread)?;
         let thread = {
             let stop = Arc::clone(&stop);
             let req = options.driver_thread.clone();
             std::thread::Builder::new()
                 .name("midi-driver".into())
-                .spawn(move || driver_thread(device, producer, &stop, &counters, &req))
+                .spawn(move || driver_thread(device, producer, &stop, &counters, &req, log))
                 .map_err(ServeError::Thread)?
         };
         let core = Core {
@@ -493,7 +538,7 @@ impl Server {
             consumer,
             parser: Parser::with_max_sysex(options.max_sysex),
             malformed: 0,
-            _driver: Driver { stop, thread: Some(thread) },
+            _driver: Driver { stop, thread: Some(thread), drainer: Some(drainer) },
         };
         Ok(Server { inner: Loop::new(&space, ports, core), server_thread: options.server_thread.clone() })
     }
@@ -602,5 +647,65 @@ impl Running {
     /// Stop the server and wait for it.
     pub fn stop(self) -> Result<(), ServeError> {
         self.inner.stop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::os::fd::AsFd as _;
+
+    /// A device whose reads fail `fails` times with EIO, then end.
+    #[derive(Debug)]
+    struct Failing {
+        fails: u32,
+        fd: OwnedFd,
+    }
+
+    impl Device for Failing {
+        fn describe(&self) -> String {
+            "failing".into()
+        }
+        fn read(&mut self, _buf: &mut [u8], _timeout: Option<Duration>) -> io::Result<usize> {
+            if self.fails == 0 {
+                return Ok(0);
+            }
+            self.fails -= 1;
+            Err(io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error()))
+        }
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            Ok(bytes.len())
+        }
+        fn wait_writable(&mut self, _timeout: Option<Duration>) -> io::Result<bool> {
+            Ok(true)
+        }
+        fn fd(&self) -> BorrowedFd<'_> {
+            self.fd.as_fd()
+        }
+    }
+
+    #[test]
+    fn the_driver_logs_its_device_errors_through_its_ring() {
+        let fd = std::fs::File::open("/dev/null").unwrap().into();
+        let (producer, _consumer) = ring::ring(16).unwrap();
+        let (log, reader) = RtLog::channel(DRIVER_EVENTS, DRIVER_LOG_SLOTS);
+        let counters = DriverCounters::default();
+        let stop = AtomicBool::new(false);
+        driver_thread(Box::new(Failing { fails: 3, fd }), producer, &stop, &counters, &ThreadRequest::default(), log);
+        let mut got = Vec::new();
+        reader.drain(|d| got.push((d.event, d.args)));
+        let eio = u64::from(rustix::io::Errno::IO.raw_os_error().unsigned_abs());
+        assert_eq!(
+            got,
+            [
+                (DEVICE_READ_FAILED, [eio, 1, 0]),
+                (DEVICE_READ_FAILED, [eio, 2, 0]),
+                (DEVICE_READ_FAILED, [eio, 3, 0]),
+                (DEVICE_ENDED, [0, 0, 0]),
+            ]
+        );
+        assert_eq!(reader.lost(), 0);
+        assert_eq!(counters.errors.load(Ordering::Relaxed), 3);
     }
 }

@@ -24,13 +24,23 @@ pub fn serve(socket: Option<PathBuf>) -> Result<(), ServeError> {
         let listener = Listener::bind(&path, "name server")?;
         let mut server = Server::new(Space::task())?;
         let restart = if listener.reclaimed() { "; replaces one that died, recovering its names" } else { "" };
-        eprintln!("ictus name-server: serving on {} (pid {}){restart}", path.display(), std::process::id());
+        tracing::info!(
+            server = "name-server",
+            path = %path.display(),
+            pid = std::process::id(),
+            restart = listener.reclaimed(),
+            "serving on {} (pid {}){restart}",
+            path.display(),
+            std::process::id()
+        );
         let result = server.run(Some(&listener), stop);
         drop(server);
         drop(listener);
         match &result {
-            Ok(()) => eprintln!("ictus name-server: stopped; removed {}", path.display()),
-            Err(e) => eprintln!("ictus name-server: stopping: {e}"),
+            Ok(()) => {
+                tracing::info!(server = "name-server", path = %path.display(), "stopped; removed {}", path.display())
+            }
+            Err(e) => tracing::error!(server = "name-server", "stopping: {e}"),
         }
         result
     })

@@ -74,7 +74,7 @@ use ictus_idl::{Context, Decode, Dispatched, Outcome, SendRight, ServerStats, Se
 use ictus_ipc::{
     Credentials, Disposition, NotifyKind, PortArg, Received, ReceivedRight, RightKind, RightsError, Space,
 };
-use ictus_server::{Door, Listener, Loop, Serve, ServicePorts, Wait};
+use ictus_server::{Door, Listener, Loop, Serve, ServicePorts, Wait, SMALL_REQUESTS};
 
 use crate::protocol::{validate_name, Names, NamesError, NamesServer, LOOKUP, MAX_NAMES_PER_CLIENT, MAX_REGISTRATIONS};
 
@@ -431,6 +431,7 @@ impl Server {
     /// [`Space::task`], for a real server).
     pub fn new(space: Space) -> Result<Server, ServeError> {
         let ports = ServicePorts::allocate(&space)?;
+        ports.set_message_limit(SMALL_REQUESTS)?;
         let registry = Arc::new(Registry { space: space.clone(), notify: ports.notify(), table: Mutex::default() });
         let service =
             NamesService { registry: Arc::clone(&registry), generated: NamesServer(Methods(Arc::clone(&registry))) };

@@ -41,7 +41,7 @@ pub static IPC: Experiment = Experiment {
     figures: &[1],
     quick_s: 8.0,
     full_s: 150.0,
-    roles: &[&SEQPACKET_ROLE, &PIPE_ROLE, &futex::ROLE, &ports::ROLE],
+    roles: &[&SEQPACKET_ROLE, &PIPE_ROLE, &futex::ROLE, &ports::ROLE, &crate::ipc_async::ROLE],
     args: no_args,
     run,
 };
@@ -98,6 +98,10 @@ fn transports(notes: &mut Notes) -> Vec<Box<dyn Transport>> {
             Err(e) => notes.not_measured(format!("our transport {mode:?}"), format!("could not run: {e}")),
         }
     }
+    match crate::ipc_async::AsyncPortTransport::spawn() {
+        Ok(t) => transports.push(Box::new(t)),
+        Err(e) => notes.push(format!("our transport {} could not run: {e}", crate::ipc_async::PORT_ASYNC)),
+    }
     transports
 }
 
@@ -147,6 +151,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         ["transport", "size_bytes", "reply_bytes", "mean_ns"].iter().map(|s| s.to_string()).collect();
     add_rows(&mut report, &measured, &memcpy);
     add_headlines(&mut report, &measured);
+    crate::ipc_async::add_headline(&mut report, &measured, PORT_INLINE);
     match stubs {
         Some(Ok(pair)) => add_stub_overhead(&mut report, &pair),
         Some(Err(e)) => notes.not_measured("stub overhead pair", format!("stopped: {e}")),

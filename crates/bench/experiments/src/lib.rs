@@ -10,7 +10,7 @@
 //!
 //! | module | `ictus bench …` | the papers' figures |
 //! | --- | --- | --- |
-//! | [`ipc`] | `ipc` | 000 §8, Figure 3 (transfer costs) |
+//! | [`ipc`] | `ipc` | 000 §8, Figure 3 (transfer costs); [`ipc_async`], the async API's round trip |
 //! | [`fileread`] | `fileread` | 000 Table 2 (file read methods) |
 //! | [`alarm`] | `alarm` | 000 §3.1, §5 (wake-up lateness) |
 //! | [`timer_overhead`] | `timer-overhead` | 000 §6 (timer overhead) |
@@ -29,6 +29,7 @@ pub mod alarm;
 pub mod dhs;
 pub mod fileread;
 pub mod ipc;
+pub mod ipc_async;
 pub mod midi;
 pub mod peers;
 pub mod rtipc;

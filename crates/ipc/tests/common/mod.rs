@@ -113,28 +113,38 @@ pub fn open_fds() -> BTreeMap<i32, String> {
     out
 }
 
-/// Mappings of memfds (out-of-line regions) in this process.
+/// Mappings of memfds (out-of-line regions and big in-line data) in this process.
 pub fn memfd_mappings() -> usize {
     maps_of("self")
 }
 
-/// Mappings of memfds in process `pid` (`"self"` for this one).
+/// Mappings of memfds in process `pid` (`"self"` for this one), other than ports'
+/// queue pages.
 pub fn maps_of(pid: &str) -> usize {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map(|m| m.lines().filter(|l| l.contains("memfd:")).count())
+        .map(|m| m.lines().filter(|l| l.contains("memfd:") && !l.contains("memfd:ictus-queue")).count())
         .unwrap_or(0)
 }
 
-/// What a test may leak: descriptors and memfd mappings.
+/// Mappings of ports' queue pages in this process (a port's own, and a sender's of
+/// each port it sends to).
+pub fn queue_page_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .map(|m| m.lines().filter(|l| l.contains("memfd:ictus-queue")).count())
+        .unwrap_or(0)
+}
+
+/// What a test may leak: descriptors, memfd mappings, queue pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resources {
     pub fds: BTreeMap<i32, String>,
     pub memfd_maps: usize,
+    pub queue_maps: usize,
 }
 
 impl Resources {
     pub fn now() -> Resources {
-        Resources { fds: open_fds(), memfd_maps: memfd_mappings() }
+        Resources { fds: open_fds(), memfd_maps: memfd_mappings(), queue_maps: queue_page_mappings() }
     }
 
     /// A baseline: what the process holds once nothing is being torn down any more
@@ -158,8 +168,8 @@ impl Resources {
         let gone: Vec<_> = self.fds.iter().filter(|(k, v)| other.fds.get(k) != Some(v)).collect();
         let new: Vec<_> = other.fds.iter().filter(|(k, v)| self.fds.get(k) != Some(v)).collect();
         format!(
-            "descriptors closed: {gone:?}\ndescriptors opened: {new:?}\nmemfd mappings: {} -> {}",
-            self.memfd_maps, other.memfd_maps
+            "descriptors closed: {gone:?}\ndescriptors opened: {new:?}\nmemfd mappings: {} -> {}\nqueue pages: {} -> {}",
+            self.memfd_maps, other.memfd_maps, self.queue_maps, other.queue_maps
         )
     }
 }
@@ -323,7 +333,8 @@ pub fn raw_recv(sock: BorrowedFd<'_>) -> (Vec<u8>, Vec<OwnedFd>) {
 pub fn encode(id: i32, reply: ReplyKind, descriptors: &[Descriptor], inline: &[u8], big_len: u64) -> Vec<u8> {
     let token = u32::from(reply.has_token());
     let mut v = Vec::new();
-    Datagram::encode(Head { id, reply, token, kept: false }, descriptors, inline, big_len, &mut v).expect("encode");
+    Datagram::encode(Head { id, reply, token, kept: false, counted: false }, descriptors, inline, big_len, &mut v)
+        .expect("encode");
     v
 }
 

@@ -1,0 +1,138 @@
+//! The cache of failed path lookups (004 §4.3's shared state, for the case a compile
+//! hits thousands of times: a header that is not in this directory of the search
+//! path). A lookup the server answered `ENOENT` is remembered under the session's
+//! namespace *generation*, a counter the server bumps whenever a name may have
+//! appeared (a create, mkdir, rename, link, symlink, bind; and every second, for names
+//! made outside the session) on a page every process maps read-only
+//! ([`GEN_FD`](crate::wire::GEN_FD)); a later lookup of the same path under the same
+//! generation fails in the library without a trap's round trip to the server.
+//!
+//! Relative paths are keyed with the working directory's own generation, bumped here
+//! whenever the process changes directory (`chdir` through the server, `fchdir`,
+//! which the filter sends here). Paths under `/proc` and `/dev` are never cached.
+//!
+//! The same table keeps `readlink`'s "not a link" (`EINVAL`) answers, under
+//! [`not_link`] of the path's key: glibc's `realpath` reads every component of a
+//! path as a link, and gcc's `cc1` does it a thousand times per compile for a few
+//! dozen directories. A path that is not a link can become one, or disappear, only
+//! by a rename, a link, a symlink, an unlink or a rmdir, after each of which the
+//! server bumps the generation (and every second, for changes made outside).
+//!
+//! The cache is the library's, in the program's memory: a program that corrupts it
+//! makes only its own lookups fail.
+
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use crate::sys::{self, syscall6};
+use crate::wire::GEN_FD;
+
+const ENTRIES: usize = 1024;
+
+struct Entry {
+    key: AtomicU64,
+    generation: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Entry = Entry { key: AtomicU64::new(0), generation: AtomicU64::new(u64::MAX) };
+static TABLE: [Entry; ENTRIES] = [EMPTY; ENTRIES];
+static PAGE: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+static CWD: AtomicU64 = AtomicU64::new(0);
+
+/// Map the generation page (the loader, in each new image). Without it the cache
+/// stays off.
+pub fn map_generation() {
+    // SAFETY: a read-only shared mapping of the page the server sealed (mmap(2)).
+    let p = unsafe { syscall6(sys::SYS_MMAP, 0, 4096, 1, 0x01, GEN_FD as u64, 0) };
+    if p > 0 {
+        PAGE.store(p as *mut AtomicU64, Ordering::Release);
+    }
+}
+
+/// The namespace generation now, if the page is mapped.
+pub fn generation() -> Option<u64> {
+    let p = PAGE.load(Ordering::Acquire);
+    // SAFETY: a page mapped read-only for the life of the image; the counter is an
+    // aligned u64 at its start.
+    (!p.is_null()).then(|| unsafe { (*p).load(Ordering::Acquire) })
+}
+
+/// Whether the policy refuses call `n` (the server's bitmap on the page).
+pub fn refused(n: u32) -> bool {
+    let p = PAGE.load(Ordering::Acquire);
+    if p.is_null() || n >= crate::sysno::MAX_KNOWN {
+        return false;
+    }
+    // SAFETY: the page is mapped read-only for the life of the image; the bitmap is
+    // inside it (checked in wire).
+    let byte = unsafe { core::ptr::read_volatile((p as *const u8).add(crate::wire::GEN_REFUSED_AT + n as usize / 8)) };
+    byte & (1 << (n % 8)) != 0
+}
+
+/// The working directory changed: relative entries no longer apply.
+pub fn cwd_changed() {
+    CWD.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The key of a lookup, or `None` if it must not be cached.
+pub fn key(path: &[u8], follow: bool) -> Option<u64> {
+    if path.is_empty() || path.starts_with(b"/proc") || path.starts_with(b"/dev") {
+        return None;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut mix = |b: u8| h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    for &b in path {
+        mix(b);
+    }
+    mix(follow as u8);
+    if path[0] != b'/' {
+        for b in CWD.load(Ordering::Acquire).to_le_bytes() {
+            mix(b);
+        }
+        mix(0xfe);
+    }
+    Some(h | 1)
+}
+
+fn slot(key: u64) -> &'static Entry {
+    &TABLE[(key >> 7) as usize % ENTRIES]
+}
+
+/// Whether `key` is known to be missing under `generation`.
+pub fn known_missing(key: u64, generation: u64) -> bool {
+    let e = slot(key);
+    e.key.load(Ordering::Acquire) == key && e.generation.load(Ordering::Acquire) == generation
+}
+
+/// The key under which a path's "not a link" answer (`readlink`'s `EINVAL`) is kept,
+/// derived from its lookup key (`follow` false).
+pub fn not_link(key: u64) -> u64 {
+    (key ^ 0x6e6f_745f_6c69_6e6b).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+}
+
+/// Remember that `key` was missing under `generation` (read before asking).
+pub fn remember_missing(key: u64, generation: u64) {
+    let e = slot(key);
+    // Invalidate first, so a reader never pairs the new key with an old generation.
+    e.generation.store(u64::MAX, Ordering::Release);
+    e.key.store(key, Ordering::Release);
+    e.generation.store(generation, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_link_answers_are_kept_apart_from_missing_ones() {
+        let k = key(b"/usr/include", false).unwrap();
+        assert_ne!(not_link(k), k);
+        assert_eq!(not_link(k) & 1, 1);
+        remember_missing(not_link(k), 7);
+        assert!(known_missing(not_link(k), 7));
+        assert!(!known_missing(not_link(k), 8), "a new generation forgets it");
+        assert!(!known_missing(k, 7), "not a link is not missing");
+        assert_ne!(key(b"/usr/include", true), Some(k));
+        assert_eq!(key(b"/proc/self/exe", false), None);
+    }
+}

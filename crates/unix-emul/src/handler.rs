@@ -1,0 +1,995 @@
+//! The SIGSYS handler: the library's system-call entry (004 §3.3's "equivalent of
+//! the Unix system call handler"). The seccomp filter traps every call that is not
+//! done natively; the kernel delivers SIGSYS with the call's registers, and this
+//! handler answers it — by itself, or by a call to the server — and writes the result
+//! into the saved `rax`, so that the program resumes after its `syscall` instruction
+//! as if the kernel had answered.
+//!
+//! Nothing here is trusted by the server: the program can overwrite this code, jump
+//! into it with registers of its choosing, or replace the handler. What the library
+//! may do by itself is what the filter lets its call sites do, and that is harmless
+//! under any policy (see `doc/unix.md`, *Trust boundary*).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::conn::{self, CallError};
+use crate::sys::{self, syscall6};
+use crate::sysno::{self as nr, errno, ArgCheck, Class};
+use crate::wire::{self, CONN_HI, INTERP_FD, PROG_FD, RESERVED_LO};
+use crate::{patch, state};
+
+/// `SIGSYS`.
+pub const SIGSYS: u64 = 31;
+/// `SIGTRAP`: the library's too, for the moments a call site is being patched.
+pub const SIGTRAP: u64 = 5;
+/// The signals the library owns, which the program may neither block nor handle
+/// (its actions for them are kept virtually).
+const LIBRARY_SIGNALS: u64 = (1 << (SIGSYS - 1)) | (1 << (SIGTRAP - 1));
+const SI_KERNEL: i32 = 0x80;
+const SA_SIGINFO: u64 = 4;
+const SA_ONSTACK: u64 = 0x0800_0000;
+const SA_NODEFER: u64 = 0x4000_0000;
+const SA_RESTORER: u64 = 0x0400_0000;
+const AT_FDCWD: i64 = -100;
+const AT_EMPTY_PATH: u64 = 0x1000;
+const O_CLOEXEC: u64 = 0o2000000;
+const SYS_SECCOMP_CODE: i32 = 1;
+
+// Offsets into `ucontext_t` (x86_64, the kernel's struct ucontext / sigcontext).
+const GREGS: usize = 40;
+const REG_R8: usize = 0;
+const REG_R9: usize = 1;
+const REG_R10: usize = 2;
+const REG_RDI: usize = 8;
+const REG_RSI: usize = 9;
+const REG_RDX: usize = 12;
+const REG_RAX: usize = 13;
+const REG_RIP: usize = 16;
+
+const CLONE_VM: u64 = 0x100;
+const CLONE_VFORK: u64 = 0x4000;
+const CLONE_THREAD: u64 = 0x10000;
+
+/// The program's own SIGSYS and SIGTRAP actions (handler, flags, restorer, mask):
+/// those signals belong to the library, so the program's `rt_sigaction` of them lands
+/// here.
+static VIRTUAL_SIGSYS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static VIRTUAL_SIGTRAP: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+fn virtual_action(sig: u64) -> Option<&'static [AtomicU64; 4]> {
+    match sig {
+        SIGSYS => Some(&VIRTUAL_SIGSYS),
+        SIGTRAP => Some(&VIRTUAL_SIGTRAP),
+        _ => None,
+    }
+}
+
+core::arch::global_asm!(".globl ictus_unix_restorer", "ictus_unix_restorer:", "mov eax, 15", "syscall", "ud2",);
+
+extern "C" {
+    fn ictus_unix_restorer();
+}
+
+/// Install the SIGSYS and SIGTRAP handlers (each new image, by the loader).
+pub fn install() -> i64 {
+    let flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTORER;
+    let restorer = ictus_unix_restorer as *const () as usize as u64;
+    let sys_act: [u64; 4] = [sigsys as *const () as usize as u64, flags, restorer, 0];
+    let trap_act: [u64; 4] = [sigtrap as *const () as usize as u64, flags, restorer, 0];
+    // SAFETY: valid kernel sigactions (rt_sigaction(2)), sigsetsize 8.
+    unsafe {
+        let r = syscall6(sys::SYS_RT_SIGACTION, SIGSYS, sys_act.as_ptr() as u64, 0, 8, 0, 0);
+        if r < 0 {
+            return r;
+        }
+        syscall6(sys::SYS_RT_SIGACTION, SIGTRAP, trap_act.as_ptr() as u64, 0, 8, 0, 0)
+    }
+}
+
+unsafe fn greg(uc: *mut u8, i: usize) -> *mut u64 {
+    // SAFETY: uc is the kernel's ucontext; gregs has 23 entries and i < 23.
+    unsafe { uc.add(GREGS + 8 * i) as *mut u64 }
+}
+
+/// The handler the kernel calls.
+///
+/// # Safety
+/// Called by the kernel with a valid `siginfo_t` and `ucontext_t`.
+unsafe extern "C" fn sigsys(sig: i32, info: *mut u8, uc: *mut u8) {
+    // SAFETY: info is the kernel's siginfo_t (si_errno at 4, si_code at 8).
+    let (si_errno, si_code) = unsafe { (*(info.add(4) as *const i32), *(info.add(8) as *const i32)) };
+    if si_code != SYS_SECCOMP_CODE || si_errno != wire::TRAP_DATA as i32 {
+        // SAFETY: forwarding the kernel's own arguments.
+        unsafe { forward(&VIRTUAL_SIGSYS, SIGSYS, sig, info, uc) };
+        return;
+    }
+    // SAFETY: uc is the kernel's ucontext (registers at the trap).
+    unsafe {
+        let n = *greg(uc, REG_RAX) as u32;
+        let rip = *greg(uc, REG_RIP);
+        let a = [
+            *greg(uc, REG_RDI),
+            *greg(uc, REG_RSI),
+            *greg(uc, REG_RDX),
+            *greg(uc, REG_R10),
+            *greg(uc, REG_R8),
+            *greg(uc, REG_R9),
+        ];
+        if matches!(n, nr::VFORK | nr::CLONE | nr::CLONE3) && !refused(n) {
+            clone_trap(uc, n, a, rip);
+            return;
+        }
+        let r = if n == nr::RT_SIGPROCMASK { sigprocmask_in_frame(uc, a) } else { dispatch(n, a) };
+        *greg(uc, REG_RAX) = r as u64;
+        // Next time, this site calls the library without a trap.
+        patch::maybe_patch(rip, n);
+    }
+}
+
+/// The SIGTRAP handler: an `int3` of a call site being patched (see [`patch`]) does
+/// what the `mov` it covers would have done; anything else is the program's.
+///
+/// # Safety
+/// Called by the kernel with a valid `siginfo_t` and `ucontext_t`.
+unsafe extern "C" fn sigtrap(sig: i32, info: *mut u8, uc: *mut u8) {
+    // SAFETY: info is the kernel's siginfo_t; uc its ucontext.
+    unsafe {
+        if *(info.add(8) as *const i32) == SI_KERNEL {
+            let rip = *greg(uc, REG_RIP);
+            if let Some(n) = patch::patching_int3(rip) {
+                *greg(uc, REG_RAX) = n as u64;
+                *greg(uc, REG_RIP) = rip - 1 + 5;
+                return;
+            }
+        }
+        forward(&VIRTUAL_SIGTRAP, SIGTRAP, sig, info, uc);
+    }
+}
+
+/// `vfork`, `clone` with `CLONE_VM` but not `CLONE_THREAD`, and every `clone3`,
+/// trapped: counted if the child will share this memory (the pid on the state page
+/// must not be its answer), then made from an entry of the library (the filter
+/// allows them there) with the program's own registers: the handler returns to the
+/// entry's `syscall`, and parent and child go back to the site from there.
+unsafe fn clone_trap(uc: *mut u8, n: u32, a: [u64; 6], rip: u64) {
+    let flags = match n {
+        nr::VFORK => CLONE_VM | CLONE_VFORK,
+        nr::CLONE => a[0],
+        _ => {
+            let mut f = [0u8; 8];
+            if a[1] < 8 || sys::read_own(&mut f, a[0]) != 8 {
+                // The kernel's answer for a struct it cannot read.
+                // SAFETY: uc is the kernel's ucontext.
+                unsafe { *greg(uc, REG_RAX) = -(if a[1] < 8 { errno::EINVAL } else { errno::EFAULT } as i64) as u64 };
+                return;
+            }
+            u64::from_le_bytes(f)
+        }
+    };
+    let shares = flags & CLONE_VM != 0 && flags & CLONE_THREAD == 0;
+    let decrement = shares && flags & CLONE_VFORK != 0;
+    if shares {
+        state::shared_child_begin();
+    }
+    let target = if n == nr::VFORK { patch::maybe_patch(rip, n) } else { None };
+    match target.or_else(|| patch::trampoline(rip, decrement)) {
+        // SAFETY: uc is the kernel's ucontext; the entry is the library's code.
+        Some(t) => unsafe {
+            *greg(uc, REG_RIP) = t;
+            *greg(uc, REG_RAX) = n as u64;
+        },
+        None => {
+            if decrement {
+                state::shared_child_done();
+            }
+            // SAFETY: as above.
+            unsafe { *greg(uc, REG_RAX) = -(errno::EAGAIN as i64) as u64 };
+        }
+    }
+}
+
+/// Whether the policy refuses call `n` (the server's bitmap on the generation page):
+/// then the library answers nothing itself, the server refuses and counts.
+pub fn refused(n: u32) -> bool {
+    crate::cache::refused(n)
+}
+
+/// Offset of `uc_sigmask` in the kernel's `struct ucontext` (x86_64).
+const UC_SIGMASK: usize = 296;
+const UNBLOCKABLE: u64 = LIBRARY_SIGNALS | (1 << (9 - 1)) | (1 << (19 - 1));
+
+/// `rt_sigprocmask(how, set, oldset, 8)` trapped: the mask the program has is the one
+/// saved in the signal frame, which `rt_sigreturn` will install when this handler
+/// returns — so the change is made there (a change made with the system call here
+/// would be undone by the return), minus SIGSYS, which must never be blocked.
+unsafe fn sigprocmask_in_frame(uc: *mut u8, a: [u64; 6]) -> i64 {
+    if a[3] != 8 {
+        return -(errno::EINVAL as i64);
+    }
+    // SAFETY: uc is the kernel's ucontext; uc_sigmask is its 8-byte mask.
+    let slot = unsafe { uc.add(UC_SIGMASK) as *mut u64 };
+    // SAFETY: as above.
+    let old = unsafe { core::ptr::read_unaligned(slot) };
+    let mut new = old;
+    if a[1] != 0 {
+        let mut set = [0u8; 8];
+        if sys::read_own(&mut set, a[1]) != 8 {
+            return -(errno::EFAULT as i64);
+        }
+        let set = u64::from_le_bytes(set);
+        new = match a[0] {
+            0 => old | set,
+            1 => old & !set,
+            2 => set,
+            _ => return -(errno::EINVAL as i64),
+        } & !UNBLOCKABLE;
+    }
+    // The old mask after reading the new one: the two may be the same buffer.
+    if a[2] != 0 && sys::write_own(a[2], &old.to_le_bytes()) != 8 {
+        return -(errno::EFAULT as i64);
+    }
+    // SAFETY: as above.
+    unsafe { core::ptr::write_unaligned(slot, new) };
+    0
+}
+
+/// A SIGSYS or SIGTRAP that is not ours (a filter the program installed itself, a
+/// breakpoint, a signal sent): to the program's own action.
+unsafe fn forward(action: &[AtomicU64; 4], signo: u64, sig: i32, info: *mut u8, uc: *mut u8) {
+    let handler = action[0].load(Ordering::Acquire);
+    let flags = action[1].load(Ordering::Acquire);
+    match handler {
+        0 => {
+            // SIG_DFL: end as the kernel would.
+            let dfl = [0u64; 4];
+            // SAFETY: a valid sigaction; then a signal to ourselves.
+            unsafe {
+                syscall6(sys::SYS_RT_SIGACTION, signo, dfl.as_ptr() as u64, 0, 8, 0, 0);
+                syscall6(sys::SYS_TGKILL, sys::getpid() as u64, sys::gettid() as u64, signo, 0, 0, 0);
+            }
+        }
+        1 => {}
+        h => {
+            if flags & SA_SIGINFO != 0 {
+                // SAFETY: the program registered this function as a SA_SIGINFO handler.
+                let f: extern "C" fn(i32, *mut u8, *mut u8) = unsafe { core::mem::transmute(h as usize) };
+                f(sig, info, uc);
+            } else {
+                // SAFETY: the program registered this function as a plain handler.
+                let f: extern "C" fn(i32) = unsafe { core::mem::transmute(h as usize) };
+                f(sig);
+            }
+        }
+    }
+}
+
+fn reserved(fd: u64) -> bool {
+    let fd = fd as u32 as i32;
+    (RESERVED_LO..1024).contains(&fd)
+}
+
+unsafe fn native(n: u32, a: [u64; 6]) -> i64 {
+    // SAFETY: the caller passes the program's own arguments to the call it made.
+    unsafe { syscall6(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// Copy a signal mask from the program with the library's signals removed.
+unsafe fn stripped_mask(ptr: u64) -> u64 {
+    // SAFETY: the program passed a sigset_t here (a bad pointer faults as in the
+    // program itself).
+    unsafe { core::ptr::read_unaligned(ptr as *const u64) & !LIBRARY_SIGNALS }
+}
+
+/// Answer one trapped call.
+///
+/// # Safety
+/// `a` are the program's arguments; pointers among them are dereferenced as the
+/// kernel would (a bad one faults instead of returning `EFAULT`).
+pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
+    if refused(n) {
+        // SAFETY: the program's own arguments, not dereferenced.
+        return unsafe { ask(n, a) };
+    }
+    // SAFETY: each arm passes on the program's own arguments, as documented above.
+    unsafe {
+        match nr::class(n) {
+            Class::NativeIf(check) => arg_check(n, check, a),
+            Class::Library if n == nr::FCHDIR => {
+                let r = native(n, a);
+                if r == 0 {
+                    crate::cache::cwd_changed();
+                }
+                r
+            }
+            Class::Library if state::is_state_call(n) => state::answer(n),
+            // Made on the trap path only (clone_trap), never from here.
+            Class::Library if matches!(n, nr::VFORK | nr::CLONE3) => -(errno::ENOSYS as i64),
+            Class::Library => {
+                // rt_sigsuspend(mask, size)
+                if a[1] != 8 {
+                    return -(errno::EINVAL as i64);
+                }
+                let m = stripped_mask(a[0]);
+                native(n, [&m as *const u64 as u64, 8, 0, 0, 0, 0])
+            }
+            Class::Server => serve(n, a),
+            Class::Refused(_) | Class::Native => ask(n, a),
+        }
+    }
+}
+
+unsafe fn arg_check(n: u32, check: ArgCheck, a: [u64; 6]) -> i64 {
+    // SAFETY: as dispatch's.
+    unsafe {
+        match check {
+            ArgCheck::Fd0Reserved | ArgCheck::Ioctl => {
+                if reserved(a[0]) {
+                    // The library's own descriptors: the program cannot close, change or
+                    // inspect them. close says yes (a close-everything loop goes on).
+                    if n == nr::CLOSE {
+                        0
+                    } else {
+                        -(errno::EBADF as i64)
+                    }
+                } else {
+                    native(n, a)
+                }
+            }
+            ArgCheck::Fd1Reserved => {
+                if reserved(a[1]) {
+                    -(errno::EBADF as i64)
+                } else {
+                    native(n, a)
+                }
+            }
+            ArgCheck::CloseRange => {
+                let (first, last) = (a[0] as u32, a[1] as u32);
+                if first > last {
+                    return -(errno::EINVAL as i64);
+                }
+                let mut r = 0;
+                if first < RESERVED_LO as u32 {
+                    r = native(n, [first as u64, last.min(RESERVED_LO as u32 - 1) as u64, a[2], 0, 0, 0]);
+                }
+                if r == 0 && last >= 1024 {
+                    r = native(n, [first.max(1024) as u64, last as u64, a[2], 0, 0, 0]);
+                }
+                r
+            }
+            ArgCheck::Socket => ask(n, a),
+            ArgCheck::SigmaskArg(i) => {
+                let i = i as usize;
+                let mut b = a;
+                let m;
+                if n == nr::PSELECT6 || n == nr::IO_PGETEVENTS {
+                    // A pointer to { const sigset_t *ss; size_t ss_len }.
+                    let mut pair = core::ptr::read_unaligned(a[i] as *const [u64; 2]);
+                    if pair[0] != 0 {
+                        m = stripped_mask(pair[0]);
+                        pair[0] = &m as *const u64 as u64;
+                    }
+                    b[i] = pair.as_ptr() as u64;
+                    return native(n, b);
+                }
+                m = stripped_mask(a[i]);
+                b[i] = &m as *const u64 as u64;
+                native(n, b)
+            }
+            ArgCheck::SigprocMask => {
+                let m = stripped_mask(a[1]);
+                native(n, [a[0], &m as *const u64 as u64, a[2], a[3], 0, 0])
+            }
+            ArgCheck::SigAction => sigaction(a),
+            // Made on the trap path only (clone_trap), never from here.
+            ArgCheck::CloneVm => -(errno::ENOSYS as i64),
+            ArgCheck::PidZero => {
+                if a[0] as u32 as i32 == sys::getpid() {
+                    native(n, [0, a[1], a[2], a[3], 0, 0])
+                } else {
+                    -(errno::EPERM as i64)
+                }
+            }
+        }
+    }
+}
+
+unsafe fn sigaction(a: [u64; 6]) -> i64 {
+    if a[3] != 8 || a[0] == 0 || a[0] > 64 || a[0] == 9 || a[0] == 19 {
+        // SAFETY: an invalid request: the kernel's own answer.
+        return unsafe { native(nr::RT_SIGACTION, a) };
+    }
+    if let Some(virt) = virtual_action(a[0]) {
+        if a[2] != 0 {
+            let old: [u64; 4] = core::array::from_fn(|i| virt[i].load(Ordering::Acquire));
+            // SAFETY: the program passed a struct sigaction to fill.
+            unsafe { core::ptr::write_unaligned(a[2] as *mut [u64; 4], old) };
+        }
+        if a[1] != 0 {
+            // SAFETY: the program passed a struct sigaction.
+            let new = unsafe { core::ptr::read_unaligned(a[1] as *const [u64; 4]) };
+            for (slot, v) in virt.iter().zip(new) {
+                slot.store(v, Ordering::Release);
+            }
+        }
+        return 0;
+    }
+    if a[1] == 0 {
+        // SAFETY: a query.
+        return unsafe { native(nr::RT_SIGACTION, a) };
+    }
+    // SAFETY: the program passed a struct sigaction.
+    let mut act = unsafe { core::ptr::read_unaligned(a[1] as *const [u64; 4]) };
+    act[3] &= !LIBRARY_SIGNALS;
+    // SAFETY: our copy, and the program's old-action pointer.
+    unsafe { native(nr::RT_SIGACTION, [a[0], act.as_ptr() as u64, a[2], 8, 0, 0]) }
+}
+
+/// Bytes for one request or reply: the header, two paths and a little extra.
+const BUF: usize = wire::REQUEST_HEADER + 2 * (wire::PATH_MAX + 1) + 512;
+
+/// A request being built.
+struct Req {
+    op: u32,
+    args: [u64; 6],
+    fd_args: u32,
+    p1: (usize, usize),
+    p2: (usize, usize),
+    has1: bool,
+    has2: bool,
+    extra: (usize, usize),
+    store: [u8; BUF],
+    used: usize,
+}
+
+impl Req {
+    fn new(op: u32, args: [u64; 6]) -> Req {
+        Req {
+            op,
+            args,
+            fd_args: 0,
+            p1: (0, 0),
+            p2: (0, 0),
+            has1: false,
+            has2: false,
+            extra: (0, 0),
+            store: [0; BUF],
+            used: 0,
+        }
+    }
+
+    /// Copy a NUL-terminated path from the program: `EFAULT` for memory it cannot
+    /// read (as the kernel), `ENAMETOOLONG` past `PATH_MAX`.
+    unsafe fn path(&mut self, ptr: u64) -> Result<(usize, usize), i64> {
+        if ptr == 0 {
+            return Err(-(errno::EFAULT as i64));
+        }
+        let start = self.used;
+        let len = sys::copy_str(&mut self.store[start..start + wire::PATH_MAX + 1], ptr)?;
+        self.used += len;
+        Ok((start, len))
+    }
+
+    unsafe fn path1(&mut self, ptr: u64) -> Result<(), i64> {
+        // SAFETY: as path's.
+        self.p1 = unsafe { self.path(ptr)? };
+        self.has1 = true;
+        Ok(())
+    }
+
+    unsafe fn path2(&mut self, ptr: u64) -> Result<(), i64> {
+        // SAFETY: as path's.
+        self.p2 = unsafe { self.path(ptr)? };
+        self.has2 = true;
+        Ok(())
+    }
+
+    /// Copy `len` bytes from the program as the extra part.
+    unsafe fn extra(&mut self, ptr: u64, len: usize) -> Result<(), i64> {
+        if len > 512 {
+            return Err(-(errno::EINVAL as i64));
+        }
+        if ptr == 0 {
+            return Err(-(errno::EFAULT as i64));
+        }
+        let start = self.used;
+        if sys::read_own(&mut self.store[start..start + len], ptr) != len as i64 {
+            return Err(-(errno::EFAULT as i64));
+        }
+        self.used += len;
+        self.extra = (start, len);
+        Ok(())
+    }
+
+    /// Argument `i` is a directory descriptor for the path `p` (`which` 1 or 2):
+    /// attach it unless the path is absolute or it is `AT_FDCWD`.
+    fn dirfd(&mut self, i: usize, which: u8) {
+        let (at, len, has) =
+            if which == 1 { (self.p1.0, self.p1.1, self.has1) } else { (self.p2.0, self.p2.1, self.has2) };
+        let absolute = has && len > 0 && self.store[at] == b'/';
+        if self.args[i] as i32 as i64 != AT_FDCWD && !absolute {
+            self.fd_args |= 1 << i;
+        }
+    }
+
+    /// Before asking about the first path: `Some((key, None))` if it is known to be
+    /// missing, `Some((key, Some(generation)))` if it may be cached after the answer,
+    /// `None` if it cannot be cached (a directory descriptor attached, `/proc`, no
+    /// generation page).
+    fn missing_before(&self, follow: bool) -> Option<(u64, Option<u64>)> {
+        if !self.has1 || self.fd_args != 0 {
+            return None;
+        }
+        let key = crate::cache::key(&self.store[self.p1.0..self.p1.0 + self.p1.1], follow)?;
+        let generation = crate::cache::generation()?;
+        if crate::cache::known_missing(key, generation) {
+            return Some((key, None));
+        }
+        Some((key, Some(generation)))
+    }
+
+    /// After the answer: remember an `ENOENT` under the generation read before asking.
+    fn missing_after(&self, cached: Option<(u64, Option<u64>)>, result: i64) {
+        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::ENOENT as i64)) {
+            crate::cache::remember_missing(key, generation);
+        }
+    }
+
+    /// After `readlink`'s answer: remember an `EINVAL` ("not a link") too, unless the
+    /// program's buffer size alone made it one.
+    fn not_link_after(&self, cached: Option<(u64, Option<u64>)>, result: i64, bufsiz: u64) {
+        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::EINVAL as i64) && bufsiz as i32 > 0)
+        {
+            crate::cache::remember_missing(crate::cache::not_link(key), generation);
+        }
+    }
+
+    /// Send it; the reply lands in `buf`.
+    fn send(&self, buf: &mut [u8; BUF], cloexec: bool) -> Result<conn::Answer, i64> {
+        let p1 = if self.has1 { Some(&self.store[self.p1.0..self.p1.0 + self.p1.1]) } else { None };
+        let p2 = if self.has2 { Some(&self.store[self.p2.0..self.p2.0 + self.p2.1]) } else { None };
+        let extra = &self.store[self.extra.0..self.extra.0 + self.extra.1];
+        let len = wire::encode_request(buf, self.op, self.fd_args, self.args, p1, p2, extra)
+            .ok_or(-(errno::ENAMETOOLONG as i64))?;
+        let mut fds = [0i32; 6];
+        let mut nfds = 0;
+        for i in 0..6 {
+            if self.fd_args & (1 << i) != 0 {
+                fds[nfds] = self.args[i] as i32;
+                nfds += 1;
+            }
+        }
+        conn::call(buf, len, &fds[..nfds], cloexec).map_err(|e| match e {
+            CallError::BadFd => -(errno::EBADF as i64),
+            CallError::NoConnection => -(errno::EMFILE as i64),
+        })
+    }
+}
+
+/// Ask the server about a call the library does not serve (a refusal, counted).
+unsafe fn ask(n: u32, a: [u64; 6]) -> i64 {
+    let req = Req::new(n, a);
+    let mut buf = [0u8; BUF];
+    match req.send(&mut buf, false) {
+        Ok(ans) => {
+            close_all(&ans);
+            ans.result
+        }
+        Err(e) => e,
+    }
+}
+
+fn close_all(ans: &conn::Answer) {
+    for f in ans.fds.iter().take(ans.nfds) {
+        sys::close(*f);
+    }
+}
+
+/// Copy the reply's data to the program's buffer `ptr` of `cap` bytes; returns the
+/// number of bytes copied, or `-EFAULT` if the program's buffer is not writable.
+fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> i64 {
+    let n = ans.data_len.min(cap);
+    if n > 0 && sys::write_own(ptr, &buf[ans.data_at..ans.data_at + n]) != n as i64 {
+        return -(errno::EFAULT as i64);
+    }
+    n as i64
+}
+
+unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
+    let mut ts = [0i64; 4];
+    // SAFETY: as dispatch's.
+    let (n, a) = match unsafe { normalize(n, a, &mut ts) } {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    if let Some(r) = known_missing(n, a) {
+        return r;
+    }
+    if n == nr::EXECVEAT {
+        // SAFETY: as dispatch's.
+        return match unsafe { exec(a) } {
+            Ok(r) | Err(r) => r,
+        };
+    }
+    let mut r = Req::new(n, a);
+    let mut buf = [0u8; BUF];
+    // SAFETY: as dispatch's.
+    match unsafe { serve_one(&mut r, &mut buf) } {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// The failed-lookup cache's fast path: a lookup already known to fail under the
+/// current generation answers `ENOENT` (or `readlink`'s `EINVAL`) here, before any request is built (the path
+/// copied once, one probe of its page: no trap, no round trip). `None`: not known.
+fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
+    const O_CREAT_OR_TMPFILE: u64 = 0o100 | 0o20000000;
+    const NOFOLLOW: u64 = 0x100;
+    let (path, dirfd, follow) = match n {
+        nr::OPENAT if a[2] & O_CREAT_OR_TMPFILE == 0 => (a[1], a[0], a[2] & 0o400000 == 0),
+        nr::NEWFSTATAT | nr::FACCESSAT2 => (a[1], a[0], a[3] & NOFOLLOW == 0),
+        nr::STATX => (a[1], a[0], a[2] & NOFOLLOW == 0),
+        nr::READLINKAT => (a[1], a[0], false),
+        _ => return None,
+    };
+    let generation = crate::cache::generation()?;
+    let mut buf = [0u8; wire::PATH_MAX + 1];
+    let len = sys::copy_str(&mut buf, path).ok()?;
+    let p = &buf[..len];
+    if dirfd as i32 as i64 != AT_FDCWD && p.first() != Some(&b'/') {
+        return None;
+    }
+    let key = crate::cache::key(p, follow)?;
+    if crate::cache::known_missing(key, generation) {
+        return Some(-(errno::ENOENT as i64));
+    }
+    (n == nr::READLINKAT && crate::cache::known_missing(crate::cache::not_link(key), generation))
+        .then_some(-(errno::EINVAL as i64))
+}
+
+/// Legacy calls become their `*at` forms here, so the server serves one form of
+/// each. `ts` holds converted times that `a` may point at.
+unsafe fn normalize(n: u32, a: [u64; 6], ts: &mut [i64; 4]) -> Result<(u32, [u64; 6]), i64> {
+    const CWD: u64 = AT_FDCWD as u64;
+    const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+    const AT_REMOVEDIR: u64 = 0x200;
+    Ok(match n {
+        nr::OPEN => (nr::OPENAT, [CWD, a[0], a[1], a[2], 0, 0]),
+        nr::CREAT => (nr::OPENAT, [CWD, a[0], 0o1101, a[1], 0, 0]),
+        nr::STAT => (nr::NEWFSTATAT, [CWD, a[0], a[1], 0, 0, 0]),
+        nr::LSTAT => (nr::NEWFSTATAT, [CWD, a[0], a[1], AT_SYMLINK_NOFOLLOW, 0, 0]),
+        nr::ACCESS => (nr::FACCESSAT2, [CWD, a[0], a[1], 0, 0, 0]),
+        nr::FACCESSAT => (nr::FACCESSAT2, [a[0], a[1], a[2], 0, 0, 0]),
+        nr::READLINK => (nr::READLINKAT, [CWD, a[0], a[1], a[2], 0, 0]),
+        nr::MKDIR => (nr::MKDIRAT, [CWD, a[0], a[1], 0, 0, 0]),
+        nr::MKNOD => (nr::MKNODAT, [CWD, a[0], a[1], a[2], 0, 0]),
+        nr::RMDIR => (nr::UNLINKAT, [CWD, a[0], AT_REMOVEDIR, 0, 0, 0]),
+        nr::UNLINK => (nr::UNLINKAT, [CWD, a[0], 0, 0, 0, 0]),
+        nr::RENAME => (nr::RENAMEAT2, [CWD, a[0], CWD, a[1], 0, 0]),
+        nr::RENAMEAT => (nr::RENAMEAT2, [a[0], a[1], a[2], a[3], 0, 0]),
+        nr::LINK => (nr::LINKAT, [CWD, a[0], CWD, a[1], 0, 0]),
+        nr::SYMLINK => (nr::SYMLINKAT, [a[0], CWD, a[1], 0, 0, 0]),
+        nr::CHMOD => (nr::FCHMODAT2, [CWD, a[0], a[1], 0, 0, 0]),
+        nr::FCHMODAT => (nr::FCHMODAT2, [a[0], a[1], a[2], 0, 0, 0]),
+        nr::CHOWN => (nr::FCHOWNAT, [CWD, a[0], a[1], a[2], 0, 0]),
+        nr::LCHOWN => (nr::FCHOWNAT, [CWD, a[0], a[1], a[2], AT_SYMLINK_NOFOLLOW, 0]),
+        nr::EXECVE => (nr::EXECVEAT, [CWD, a[0], a[1], a[2], 0, 0]),
+        nr::UTIME => {
+            // struct utimbuf { time_t actime, modtime } → two timespecs.
+            if a[1] == 0 {
+                (nr::UTIMENSAT, [CWD, a[0], 0, 0, 0, 0])
+            } else {
+                // SAFETY: the program passed a struct utimbuf.
+                let t = unsafe { core::ptr::read_unaligned(a[1] as *const [i64; 2]) };
+                *ts = [t[0], 0, t[1], 0];
+                (nr::UTIMENSAT, [CWD, a[0], ts.as_ptr() as u64, 0, 0, 0])
+            }
+        }
+        nr::UTIMES | nr::FUTIMESAT => {
+            let (d, p, tv) = if n == nr::UTIMES { (CWD, a[0], a[1]) } else { (a[0], a[1], a[2]) };
+            if tv == 0 {
+                (nr::UTIMENSAT, [d, p, 0, 0, 0, 0])
+            } else {
+                // SAFETY: the program passed two struct timevals.
+                let t = unsafe { core::ptr::read_unaligned(tv as *const [i64; 4]) };
+                *ts = [t[0], t[1] * 1000, t[2], t[3] * 1000];
+                (nr::UTIMENSAT, [d, p, ts.as_ptr() as u64, 0, 0, 0])
+            }
+        }
+        _ => (n, a),
+    })
+}
+
+unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
+    let n = r.op;
+    let a = r.args;
+    // SAFETY: every pointer read below is one the program passed for that purpose.
+    unsafe {
+        match n {
+            nr::GETXATTR
+            | nr::LGETXATTR
+            | nr::LISTXATTR
+            | nr::LLISTXATTR
+            | nr::SETXATTR
+            | nr::LSETXATTR
+            | nr::REMOVEXATTR
+            | nr::LREMOVEXATTR => Ok(-(errno::ENOTSUP as i64)),
+            nr::NEWFSTATAT if a[3] & AT_EMPTY_PATH != 0 && a[1] != 0 && *(a[1] as *const u8) == 0 => {
+                // fstat in disguise (glibc's fstat is this): the kernel's, on the
+                // program's own descriptor.
+                Ok(native(nr::FSTAT, [a[0], a[2], 0, 0, 0, 0]))
+            }
+            nr::OPENAT => {
+                r.path1(a[1])?;
+                r.dirfd(0, 1);
+                // O_CREAT (0o100) and O_TMPFILE (0o20000000) make names: never cached.
+                let lookup = a[2] & (0o100 | 0o20000000) == 0;
+                let cached = if lookup { r.missing_before(a[2] & 0o400000 == 0) } else { None };
+                if let Some((_, None)) = cached {
+                    return Ok(-(errno::ENOENT as i64));
+                }
+                let ans = r.send(buf, a[2] & O_CLOEXEC != 0)?;
+                r.missing_after(cached, ans.result);
+                Ok(fd_result(&ans))
+            }
+            nr::OPENAT2 => {
+                r.path1(a[1])?;
+                r.dirfd(0, 1);
+                if a[3] < 24 {
+                    return Ok(-(errno::EINVAL as i64));
+                }
+                r.extra(a[2], 24)?;
+                let flags = core::ptr::read_unaligned(a[2] as *const u64);
+                let ans = r.send(buf, flags & O_CLOEXEC != 0)?;
+                Ok(fd_result(&ans))
+            }
+            nr::NEWFSTATAT | nr::STATX | nr::READLINKAT | nr::STATFS | nr::GETCWD => {
+                let (out, cap) = match n {
+                    nr::NEWFSTATAT => {
+                        r.path1(a[1])?;
+                        r.dirfd(0, 1);
+                        (a[2], 144)
+                    }
+                    nr::STATX => {
+                        r.path1(a[1])?;
+                        r.dirfd(0, 1);
+                        (a[4], 256)
+                    }
+                    nr::READLINKAT => {
+                        r.path1(a[1])?;
+                        r.dirfd(0, 1);
+                        (a[2], a[3] as usize)
+                    }
+                    nr::STATFS => {
+                        r.path1(a[0])?;
+                        (a[1], 120)
+                    }
+                    _ => (a[0], a[1] as usize),
+                };
+                let follow = match n {
+                    nr::NEWFSTATAT => Some(a[3] & 0x100 == 0),
+                    nr::STATX => Some(a[2] & 0x100 == 0),
+                    nr::READLINKAT => Some(false),
+                    _ => None,
+                };
+                let cached = follow.and_then(|f| r.missing_before(f));
+                if let Some((_, None)) = cached {
+                    return Ok(-(errno::ENOENT as i64));
+                }
+                let ans = r.send(buf, false)?;
+                r.missing_after(cached, ans.result);
+                if n == nr::READLINKAT {
+                    r.not_link_after(cached, ans.result, a[3]);
+                }
+                close_all(&ans);
+                if ans.result >= 0 {
+                    let copied = copy_out(buf, &ans, out, cap);
+                    if copied < 0 || n == nr::READLINKAT || n == nr::GETCWD {
+                        return Ok(copied);
+                    }
+                }
+                Ok(ans.result)
+            }
+            nr::CHDIR => {
+                r.path1(a[0])?;
+                let ans = r.send(buf, true)?;
+                if ans.result < 0 || ans.nfds != 1 {
+                    close_all(&ans);
+                    return Ok(if ans.result < 0 { ans.result } else { -(errno::EIO as i64) });
+                }
+                let res = native(sys::SYS_FCHDIR, [ans.fds[0] as u64, 0, 0, 0, 0, 0]);
+                if res == 0 {
+                    crate::cache::cwd_changed();
+                }
+                close_all(&ans);
+                Ok(res)
+            }
+            nr::FACCESSAT2 => {
+                r.path1(a[1])?;
+                r.dirfd(0, 1);
+                let cached = r.missing_before(a[3] & 0x100 == 0);
+                if let Some((_, None)) = cached {
+                    return Ok(-(errno::ENOENT as i64));
+                }
+                let res = plain(r, buf)?;
+                r.missing_after(cached, res);
+                Ok(res)
+            }
+            nr::MKDIRAT | nr::MKNODAT | nr::UNLINKAT | nr::FCHMODAT2 | nr::FCHOWNAT => {
+                r.path1(a[1])?;
+                r.dirfd(0, 1);
+                plain(r, buf)
+            }
+            nr::UTIMENSAT => {
+                if a[1] != 0 {
+                    r.path1(a[1])?;
+                    r.dirfd(0, 1);
+                } else {
+                    r.fd_args |= 1;
+                }
+                if a[2] != 0 {
+                    r.extra(a[2], 32)?;
+                }
+                plain(r, buf)
+            }
+            nr::RENAMEAT2 | nr::LINKAT => {
+                r.path1(a[1])?;
+                r.path2(a[3])?;
+                r.dirfd(0, 1);
+                r.dirfd(2, 2);
+                plain(r, buf)
+            }
+            nr::SYMLINKAT => {
+                r.path1(a[0])?;
+                r.path2(a[2])?;
+                r.dirfd(1, 2);
+                plain(r, buf)
+            }
+            nr::TRUNCATE => {
+                r.path1(a[0])?;
+                plain(r, buf)
+            }
+            nr::INOTIFY_ADD_WATCH => {
+                r.path1(a[1])?;
+                r.fd_args |= 1;
+                plain(r, buf)
+            }
+            nr::CONNECT | nr::BIND => {
+                let len = a[2] as usize;
+                if len > 128 {
+                    return Ok(-(errno::EINVAL as i64));
+                }
+                r.extra(a[1], len)?;
+                r.fd_args |= 1;
+                plain(r, buf)
+            }
+            _ => plain(r, buf),
+        }
+    }
+}
+
+fn plain(r: &Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
+    let ans = r.send(buf, false)?;
+    close_all(&ans);
+    Ok(ans.result)
+}
+
+/// A reply that carries one descriptor: the call's result is its number here.
+fn fd_result(ans: &conn::Answer) -> i64 {
+    if ans.result < 0 {
+        close_all(ans);
+        return ans.result;
+    }
+    if ans.nfds != 1 {
+        close_all(ans);
+        return -(errno::EIO as i64);
+    }
+    ans.fds[0] as i64
+}
+
+/// The loader's first argument, which it drops before handing argv to the program.
+pub const LOADER_ARGV0: &[u8] = b"ictus-unix-loader\0";
+
+/// `execveat(dirfd, path, argv, envp, flags)`: the server resolves the program
+/// through the view, opens it and its interpreter, and hands them over with the
+/// loader; the library puts them where the loader looks ([`PROG_FD`], [`INTERP_FD`])
+/// and execs the loader, so the new image has the library too.
+unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
+    const AT_EMPTY: u64 = AT_EMPTY_PATH;
+    let mut r = Req::new(nr::EXECVEAT, a);
+    // SAFETY: the program's path.
+    unsafe { r.path1(a[1])? };
+    r.dirfd(0, 1);
+    let mut buf = [0u8; BUF];
+    let ans = r.send(&mut buf, true)?;
+    if ans.result < 0 {
+        close_all(&ans);
+        return Ok(ans.result);
+    }
+    if ans.nfds < 2 {
+        close_all(&ans);
+        return Ok(-(errno::EIO as i64));
+    }
+    let (loader, prog) = (ans.fds[0], ans.fds[1]);
+    let interp = if ans.nfds == 3 { ans.fds[2] } else { -1 };
+    // The argv prefix: a count byte, then NUL-terminated strings.
+    let data = &buf[ans.data_at..ans.data_at + ans.data_len];
+    let mut prefix = [0u64; 8];
+    let mut np = 0;
+    if let Some((&count, mut rest)) = data.split_first() {
+        while np < (count as usize).min(prefix.len()) {
+            let Some(end) = rest.iter().position(|&b| b == 0) else { break };
+            prefix[np] = rest.as_ptr() as u64;
+            np += 1;
+            rest = &rest[end + 1..];
+        }
+    }
+    // Count the program's argv.
+    let argv = a[2] as *const u64;
+    let mut argc = 0usize;
+    // SAFETY: the program's argv array, NULL-terminated (a NULL argv is empty).
+    unsafe {
+        while !argv.is_null() && *argv.add(argc) != 0 {
+            argc += 1;
+            if argc > 1 << 20 {
+                close_all(&ans);
+                return Ok(-(errno::E2BIG as i64));
+            }
+        }
+    }
+    let total = 1 + np + if np > 0 { 1 + argc.saturating_sub(1) } else { argc } + 1;
+    let bytes = (total * 8 + 4095) & !4095;
+    // SAFETY: an anonymous private mapping (mmap(2)).
+    let mem = unsafe { syscall6(sys::SYS_MMAP, 0, bytes as u64, 3, 0x22, u64::MAX, 0) };
+    if mem < 0 {
+        close_all(&ans);
+        return Ok(-(errno::ENOMEM as i64));
+    }
+    let v = mem as *mut u64;
+    // SAFETY: v has room for `total` pointers; the strings live until execveat copies
+    // them (the prefix in buf, the path in r.store, the rest in the program's memory).
+    unsafe {
+        let mut k = 0;
+        *v.add(k) = LOADER_ARGV0.as_ptr() as u64;
+        k += 1;
+        for p in prefix.iter().take(np) {
+            *v.add(k) = *p;
+            k += 1;
+        }
+        if np > 0 {
+            // A script: the interpreter gets the path as it was given, then argv[1..].
+            r.store[r.p1.0 + r.p1.1] = 0;
+            *v.add(k) = r.store[r.p1.0..].as_ptr() as u64;
+            k += 1;
+            for i in 1..argc {
+                *v.add(k) = *argv.add(i);
+                k += 1;
+            }
+        } else {
+            for i in 0..argc {
+                *v.add(k) = *argv.add(i);
+                k += 1;
+            }
+        }
+        *v.add(k) = 0;
+        syscall6(sys::SYS_DUP2, prog as u64, PROG_FD as u64, 0, 0, 0, 0);
+        if interp >= 0 {
+            syscall6(sys::SYS_DUP2, interp as u64, INTERP_FD as u64, 0, 0, 0, 0);
+        } else {
+            sys::close(INTERP_FD);
+        }
+        sys::close(prog);
+        if interp >= 0 {
+            sys::close(interp);
+        }
+        let empty = b"\0";
+        let res = syscall6(sys::SYS_EXECVEAT, loader as u64, empty.as_ptr() as u64, v as u64, a[3], AT_EMPTY, 0);
+        // Only on failure do we get here.
+        sys::close(loader);
+        sys::close(PROG_FD);
+        sys::close(INTERP_FD);
+        syscall6(sys::SYS_MUNMAP, v as u64, bytes as u64, 0, 0, 0, 0);
+        Ok(res)
+    }
+}
+
+const _: () = assert!(CONN_HI < PROG_FD && INTERP_FD < PROG_FD);

@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# A single-machine Ceph cluster for the MARS cluster's tests and experiment (issue 20):
+#
+#   scripts/ceph.sh up DIR [--osds N] [--store bluestore|memstore] [--timeout SECONDS] [--owner PID]
+#   scripts/ceph.sh status DIR
+#   scripts/ceph.sh down DIR
+#
+# `up` makes DIR (it must not exist, or be empty) and puts everything there: the
+# configuration, the monitor's, manager's and OSDs' data, sockets, pid files, logs and
+# crash reports. Nothing goes to /etc/ceph or /var/lib/ceph, no systemd, no cephadm.
+# One monitor and one manager on 127.0.0.1 (the monitor's two ports picked free at run
+# time), N OSDs (1 to 3), one pool `ictus` (size = N, 8 placement groups), auth none.
+# It returns once the cluster says HEALTH_OK *and* every OSD is up (the first can come
+# before the second), and prints `conf=DIR/ceph.conf`, `pool=ictus` and the time taken.
+# A failure (missing package, port taken, daemon dead, time-out) says which and where
+# its log is, and tears down what was started.
+#
+# Stores: BlueStore (the default) is what production runs; each OSD's block device is a
+# sparse file of 1 GiB in DIR, so only written bytes take disk. MemStore keeps objects
+# in the OSD's memory: faster to start, but test data would live in RAM.
+#
+# With `--owner PID`, a watcher started with the cluster runs `down` once process PID
+# is gone, however it ended (`kill -9` included): a test that dies leaves nothing behind.
+#
+# `down` stops every daemon by the pid it recorded (SIGTERM, then SIGKILL after a
+# grace), checks none is left, and removes DIR. `status` prints `ceph -s` and which
+# daemons run. DIR must be one `up` made (it holds `ictus-ceph.conf`'s marker), so
+# `down` never removes a directory it did not make.
+set -euo pipefail
+
+die() { echo "ceph.sh: $*" >&2; exit 1; }
+usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] | status DIR | down DIR"; }
+
+[ $# -ge 2 ] || usage
+cmd=$1
+dir=$2
+shift 2
+marker=ictus-ceph-cluster
+
+osds=1
+store=bluestore
+timeout=90
+owner=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --osds) osds=${2:-}; shift 2 || usage ;;
+    --store) store=${2:-}; shift 2 || usage ;;
+    --timeout) timeout=${2:-}; shift 2 || usage ;;
+    --owner) owner=${2:-}; shift 2 || usage ;;
+    *) usage ;;
+  esac
+done
+case "$osds" in 1|2|3) ;; *) die "--osds must be 1, 2 or 3 (got '$osds')" ;; esac
+case "$store" in bluestore|memstore) ;; *) die "--store must be bluestore or memstore (got '$store')" ;; esac
+case "$timeout" in ''|*[!0-9]*) die "--timeout must be a whole number of seconds (got '$timeout')" ;; esac
+case "$owner" in ''|[1-9]*) ;; *) die "--owner must be a process id (got '$owner')" ;; esac
+case "$owner" in *[!0-9]*) die "--owner must be a process id (got '$owner')" ;; esac
+[ -z "$owner" ] || kill -0 "$owner" 2>/dev/null || die "--owner $owner: no such process"
+[ "$timeout" -ge 5 ] && [ "$timeout" -le 3600 ] || die "--timeout must be 5 to 3600 seconds (got $timeout)"
+
+conf="$dir/ceph.conf"
+cephcli() { timeout 30 ceph -c "$conf" --connect-timeout 10 "$@"; }
+
+# Every daemon this cluster started, by the pid recorded when it was started.
+pids() {
+  local f
+  for f in "$dir"/run/*.pid; do
+    [ -e "$f" ] || continue
+    echo "$(basename "$f" .pid) $(cat "$f")"
+  done
+}
+
+alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+
+stop_all() {
+  local name pid left deadline
+  while read -r name pid; do
+    alive "$pid" && kill -TERM "$pid" 2>/dev/null || true
+  done < <(pids)
+  deadline=$((SECONDS + 15))
+  while :; do
+    left=""
+    while read -r name pid; do
+      alive "$pid" && left="$left $name($pid)"
+    done < <(pids)
+    [ -z "$left" ] && break
+    if [ $SECONDS -ge $deadline ]; then
+      echo "ceph.sh: still running after 15 s, killing:$left" >&2
+      while read -r name pid; do alive "$pid" && kill -KILL "$pid" 2>/dev/null || true; done < <(pids)
+      sleep 1
+      break
+    fi
+    sleep 0.2
+  done
+  while read -r name pid; do
+    alive "$pid" && die "$name (pid $pid) survived SIGKILL; $dir left in place"
+  done < <(pids)
+  return 0
+}
+
+is_ours() { [ -f "$dir/$marker" ]; }
+
+# A loopback TCP port nobody listens on, picked at random (the monitor then binds it;
+# if another process takes it in between, the monitor's death says so).
+free_port() {
+  local used p i
+  used=$(ss -Htln 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
+  for i in $(seq 1 200); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+    grep -qx "$p" <<<"$used" || { echo "$p"; return 0; }
+  done
+  die "no free loopback port found between 20000 and 50000"
+}
+
+# Starts daemon $1 (name for logs/pids) with the command that follows, in the
+# foreground of a background job, so its pid is ours to stop.
+start() {
+  local name=$1
+  shift
+  "$@" -f </dev/null >>"$dir/log/$name.out" 2>&1 &
+  echo $! >"$dir/run/$name.pid"
+}
+
+# Fails with the daemon's log if it died.
+check_alive() {
+  local name=$1 pid
+  pid=$(cat "$dir/run/$name.pid")
+  if ! alive "$pid"; then
+    echo "ceph.sh: $name (pid $pid) exited; the end of its log ($dir/log/$name.log):" >&2
+    tail -n 15 "$dir/log/$name.log" "$dir/log/$name.out" 2>/dev/null >&2 || true
+    if grep -qs 'Address already in use\|unable to bind' "$dir/log/$name.log" "$dir/log/$name.out"; then
+      echo "ceph.sh: $name could not bind its port: the port is in use" >&2
+    fi
+    return 1
+  fi
+}
+
+fail_up() {
+  echo "ceph.sh: up failed: $*" >&2
+  stop_all || true
+  if [ -n "${ICTUS_CEPH_KEEP_FAILED:-}" ]; then
+    echo "ceph.sh: ICTUS_CEPH_KEEP_FAILED set: $dir kept for inspection" >&2
+  else
+    rm -rf "$dir"
+  fi
+  exit 1
+}
+
+up() {
+  local missing="" tool
+  for tool in ceph-mon ceph-mgr ceph-osd ceph monmaptool ss timeout; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+  done
+  [ -z "$missing" ] || die "missing:$missing — install the Debian packages ceph-mon ceph-mgr ceph-osd ceph-common (scripts/setup.sh does)"
+  if [ -e "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+    die "$dir exists and is not empty; give a new directory (or run 'down' on a cluster there)"
+  fi
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  conf="$dir/ceph.conf"
+  touch "$dir/$marker"
+  mkdir -p "$dir/run" "$dir/log" "$dir/crash" "$dir/mon.a" "$dir/mgr.x"
+  trap 'fail_up "interrupted"' INT TERM
+
+  local t0=$SECONDS fsid v2 v1
+  fsid=$(cat /proc/sys/kernel/random/uuid)
+  v2=$(free_port)
+  v1=$(free_port)
+  [ "$v1" != "$v2" ] || v1=$(free_port)
+
+  cat >"$conf" <<EOF
+# Made by scripts/ceph.sh up: a throw-away single-machine cluster; everything in $dir.
+[global]
+fsid = $fsid
+mon_host = [v2:127.0.0.1:$v2,v1:127.0.0.1:$v1]
+public_addr = 127.0.0.1
+cluster_addr = 127.0.0.1
+auth_cluster_required = none
+auth_service_required = none
+auth_client_required = none
+# Pacific warns about insecure global_id reclaim until it is refused (HEALTH_WARN otherwise).
+auth_allow_insecure_global_id_reclaim = false
+mon_warn_on_insecure_global_id_reclaim_allowed = false
+# One machine: replicas on distinct OSDs, not hosts; pools of size N (1 allowed).
+osd_crush_chooseleaf_type = 0
+osd_pool_default_size = $osds
+osd_pool_default_min_size = 1
+osd_pool_default_pg_num = 8
+osd_pool_default_pgp_num = 8
+osd_pool_default_pg_autoscale_mode = off
+mon_allow_pool_size_one = true
+mon_allow_pool_delete = true
+mon_warn_on_pool_no_redundancy = false
+# The shared disk is often more than 70 % full: warn at 2 %, stop at 1 %.
+mon_data_avail_warn = 2
+mon_data_avail_crit = 1
+run_dir = $dir/run
+admin_socket = $dir/run/\$name.asok
+log_file = $dir/log/\$name.log
+crash_dir = $dir/crash
+mon_data = $dir/\$name
+mgr_data = $dir/\$name
+osd_data = $dir/\$name
+osd_objectstore = $store
+bluestore_block_create = true
+bluestore_block_size = 1073741824
+memstore_device_bytes = 1073741824
+# Small memory: this machine is shared.
+osd_memory_target = 939524096
+bluestore_cache_autotune = false
+bluestore_cache_size = 134217728
+client_mount_timeout = 15
+
+[client]
+log_file = $dir/log/client.\$pid.log
+admin_socket =
+EOF
+
+  monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$v2,v1:127.0.0.1:$v1]" "$dir/monmap" >"$dir/log/monmaptool.out" 2>&1 \
+    || fail_up "monmaptool failed: $(cat "$dir/log/monmaptool.out")"
+  ceph-mon -c "$conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mon.a.mkfs.out" 2>&1 \
+    || fail_up "ceph-mon --mkfs failed: $(tail -n 5 "$dir/log/mon.a.mkfs.out")"
+  start mon.a ceph-mon -c "$conf" -i a
+  local deadline=$((SECONDS + timeout))
+  until cephcli mon stat >/dev/null 2>&1; do
+    check_alive mon.a || fail_up "the monitor died (ports v2 $v2, v1 $v1)"
+    [ $SECONDS -lt $deadline ] || fail_up "the monitor did not answer within ${timeout} s (log $dir/log/mon.a.log)"
+    sleep 0.3
+  done
+  local t_mon=$((SECONDS - t0))
+  start mgr.x ceph-mgr -c "$conf" -i x
+
+  local i uuid id
+  for i in $(seq 1 "$osds"); do
+    uuid=$(cat /proc/sys/kernel/random/uuid)
+    id=$(cephcli osd new "$uuid" 2>"$dir/log/osd-new.err") || fail_up "ceph osd new failed: $(cat "$dir/log/osd-new.err")"
+    mkdir -p "$dir/osd.$id"
+    ceph-osd -c "$conf" -i "$id" --mkfs --osd-uuid "$uuid" >"$dir/log/osd.$id.mkfs.out" 2>&1 \
+      || fail_up "ceph-osd --mkfs failed for osd.$id: $(tail -n 5 "$dir/log/osd.$id.mkfs.out")"
+    start "osd.$id" ceph-osd -c "$conf" -i "$id"
+  done
+
+  local t_osd=$((SECONDS - t0)) t_up="" t_mgr=""
+  local st health up_osds name mgr pool_made=""
+  while :; do
+    for name in mon.a mgr.x $(seq -f 'osd.%g' 0 $((osds - 1))); do
+      check_alive "$name" || fail_up "$name died"
+    done
+    # One status call a round (each `ceph` call is a Python start-up: CPU the daemons need).
+    st=$(cephcli status -f json 2>/dev/null | tr -d ' \n' || true)
+    up_osds=$(sed -n 's/.*"num_up_osds":\([0-9]*\).*/\1/p' <<<"$st")
+    health=$(sed -n 's/.*"health":{"status":"\([A-Z_]*\)".*/\1/p' <<<"$st")
+    mgr=$(sed -n 's/.*"mgrmap":{"available":\([a-z]*\).*/\1/p' <<<"$st")
+    if [ -z "$pool_made" ] && [ "${up_osds:-0}" -eq "$osds" ]; then
+      cephcli osd pool create ictus 8 8 >/dev/null 2>&1 \
+        && cephcli osd pool application enable ictus rados >/dev/null 2>&1 && pool_made=1
+    fi
+    [ -n "$t_up" ] || [ "${up_osds:-0}" -ne "$osds" ] || t_up=$((SECONDS - t0))
+    [ -n "$t_mgr" ] || [ "$mgr" != true ] || t_mgr=$((SECONDS - t0))
+    if [ -n "$pool_made" ] && [ "$health" = HEALTH_OK ] && [ "${up_osds:-0}" -eq "$osds" ] && [ "$mgr" = true ]; then
+      break
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      fail_up "no HEALTH_OK with $osds OSD(s) up within ${timeout} s: health '${health:-no answer}' ($(cephcli health 2>/dev/null || echo 'no answer')), ${up_osds:-0} OSD(s) up, manager available: ${mgr:-no answer} (logs in $dir/log)"
+    fi
+    sleep 0.5
+  done
+  trap - INT TERM
+  if [ -n "$owner" ]; then
+    # Detached from this script's output, so whoever waits for it is not held.
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec bash "$2" down "$3"' \
+      watcher "$owner" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" "$dir" </dev/null >>"$dir/log/watcher.out" 2>&1 &
+    echo $! >"$dir/watcher.pid"
+  fi
+  echo "conf=$conf"
+  echo "pool=ictus"
+  echo "osds=$osds store=$store ready_s=$((SECONDS - t0))"
+  echo "phases_s=monitor:$t_mon,osds_made:$t_osd,osds_up:$t_up,manager:$t_mgr"
+}
+
+case "$cmd" in
+  up) up ;;
+  status)
+    is_ours || die "$dir holds no cluster made by '$0 up'"
+    while read -r name pid; do
+      if alive "$pid"; then echo "$name pid $pid running"; else echo "$name pid $pid NOT running"; fi
+    done < <(pids)
+    cephcli -s || die "the cluster does not answer"
+    ;;
+  down)
+    [ -e "$dir" ] || exit 0
+    is_ours || die "$dir holds no cluster made by '$0 up'; not removing it"
+    # The owner's watcher is not needed any more (unless it is what runs this).
+    if [ -f "$dir/watcher.pid" ]; then
+      w=$(cat "$dir/watcher.pid")
+      [ "$w" = "$$" ] || [ "$w" = "$PPID" ] || { alive "$w" && kill -TERM "$w" 2>/dev/null || true; }
+    fi
+    stop_all
+    rm -rf "$dir"
+    ;;
+  *) usage ;;
+esac

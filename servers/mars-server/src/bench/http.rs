@@ -1,0 +1,261 @@
+//! HTTP downloads: throughput and the sender's CPU-seconds per GB of ours, nginx
+//! (sendfile on) and a `splice` loop, with curl as the client of all three.
+//!
+//! **Cold, all three.** The headline is about a stream server serving many clips
+//! mostly from disk: a library larger than memory, each clip read from the disk when it
+//! is asked for. So before every download the file's pages are dropped from the page
+//! cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, checked with `fincore`), for nginx and
+//! the splice loop as for ours (whose reads are `O_DIRECT` anyway), and all three read
+//! the same disk. A warm round (nginx and the splice loop sending from the page cache,
+//! the file read once before) is reported beside it, as the other end of the range.
+//!
+//! **CPU.** The client is curl, another process, so the sender's CPU is measured
+//! alone: ours and the splice loop run in this process, which does nothing else during
+//! their downloads, and are charged `getrusage(RUSAGE_SELF)`'s growth (every thread,
+//! including io_uring's workers and threads that exited); nginx runs as one process
+//! (`master_process off`), charged its `schedstat`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ictus_bench::report::{Better, Headline};
+use ictus_bench::BenchError;
+use serde_json::json;
+
+use super::rig::{self, check_stop, err, stopped, Priority, Rig};
+use super::{med, Out};
+use crate::{EngineConfig, StartOptions, Volume};
+
+/// The classic splice loop, file → pipe → socket, for one connection; it runs in a
+/// thread of this process and answers one request.
+fn splice_server(listener: TcpListener, file: PathBuf, len: u64) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else { return };
+        // Read the whole request head: closing with part of it unread would reset the
+        // connection.
+        let mut req = Vec::new();
+        let mut b = [0u8; 4096];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 65536 {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => req.extend_from_slice(&b[..n]),
+            }
+        }
+        let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+        let Ok(f) = File::open(&file) else { return };
+        let Ok((pr, pw)) = rustix::pipe::pipe() else { return };
+        let _ = rustix::pipe::fcntl_setpipe_size(&pw, 1 << 20);
+        let mut off = 0u64;
+        while off < len {
+            let want = (1usize << 20).min((len - off) as usize);
+            let Ok(n) = rustix::pipe::splice(&f, Some(&mut off), &pw, None, want, rustix::pipe::SpliceFlags::MORE)
+            else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            let mut left = n;
+            while left > 0 {
+                match rustix::pipe::splice(&pr, None, &s, None, left, rustix::pipe::SpliceFlags::MORE) {
+                    Ok(0) | Err(_) => return,
+                    Ok(m) => left -= m,
+                }
+            }
+        }
+    })
+}
+
+/// curl downloads `url` to nowhere: (bytes, seconds).
+fn curl(url: &str) -> Result<(u64, f64), BenchError> {
+    let out = rig::run_cmd(
+        Command::new("curl")
+            .args(["-s", "-S", "--max-time", "600", "-o", "/dev/null", "-w", "%{size_download} %{time_total}"])
+            .arg(url),
+    )?;
+    let mut f = out.split_whitespace();
+    let bytes = f.next().and_then(|b| b.parse().ok()).ok_or_else(|| err("curl", format!("output {out:?}")))?;
+    let secs = f.next().and_then(|b| b.parse().ok()).ok_or_else(|| err("curl", format!("output {out:?}")))?;
+    Ok((bytes, secs))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    Ours,
+    Nginx,
+    Splice,
+}
+
+impl Sender {
+    fn name(self) -> &'static str {
+        match self {
+            Sender::Ours => "ictus mars",
+            Sender::Nginx => "nginx sendfile",
+            Sender::Splice => "splice loop",
+        }
+    }
+}
+
+/// One measured download: bytes/s and CPU-seconds per GB.
+type Run = (f64, f64);
+
+/// The HTTP comparison, on plain files in the rig's directory (no throttle).
+pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError> {
+    if !rig::have("curl", "--version") {
+        out.notes.push("HTTP skipped: curl is not installed (scripts/setup.sh installs it)".into());
+        return Ok(());
+    }
+    let len: u64 = if quick { 256 << 20 } else { 1 << 30 };
+    let rounds = if quick { 2 } else { 5 };
+    let dir = rig.dir.join("http");
+    std::fs::create_dir_all(&dir).map_err(|e| err("http dir", e))?;
+    let clip = dir.join("clip.bin");
+    rig::write_file(&clip, len, 23)?;
+    let comp = dir.join("vol.img");
+    {
+        let mut v = Volume::create(std::slice::from_ref(&comp), 1 << 20, Some(len + (64 << 20)))
+            .map_err(|e| err("volume", e))?;
+        v.add_file("clip.bin", &clip, 4.0).map_err(|e| err("volume add", e))?;
+    }
+    let server = crate::start(&StartOptions {
+        volume: vec![comp.clone()],
+        listen: Some("127.0.0.1:0".into()),
+        capability: Some(1e9),
+        engine: EngineConfig { device_depth: 8, window: 8, buf_size: 1 << 20, buffers: 64, ..EngineConfig::default() },
+        force_fallback: false,
+    })
+    .map_err(|e| err("starting ictus mars", e))?;
+    let ours_port = server.addr.map_or(0, |a| a.port());
+    let nginx = if rig::have("nginx", "-v") {
+        let port = rig::free_port()?;
+        Some((port, rig::start_nginx(rig, &dir, port, Priority::default())?))
+    } else {
+        out.notes.push("nginx is not installed (scripts/setup.sh installs nginx-light): its rows are missing".into());
+        None
+    };
+    let senders = [Sender::Ours, Sender::Nginx, Sender::Splice];
+    // (sender, warm) → runs
+    let mut runs: Vec<((Sender, bool), Vec<Run>)> = Vec::new();
+    let mut not_cold = 0;
+    for round in 0..rounds {
+        for warm in [false, true] {
+            let n = senders.len();
+            for i in (0..n).map(|i| (i + round) % n) {
+                let who = senders[i];
+                if warm && who == Sender::Ours {
+                    continue; // O_DIRECT: no page cache to be warm in
+                }
+                check_stop()?;
+                let source: &Path = if who == Sender::Ours { &comp } else { &clip };
+                rig::drop_cache(&comp);
+                rig::drop_cache(&clip);
+                if warm {
+                    let _ = std::fs::read(&clip);
+                } else if rig::cached_fraction(source).is_some_and(|f| f > 0.01) {
+                    not_cold += 1;
+                }
+                let r = match who {
+                    Sender::Ours => {
+                        let c0 = rig::self_cpu_ns();
+                        curl(&format!("http://127.0.0.1:{ours_port}/clip.bin")).map(|d| (d, rig::self_cpu_ns() - c0))
+                    }
+                    Sender::Nginx => {
+                        let Some((port, pid)) = nginx else { continue };
+                        let c0 = rig::schedstat_ns(pid);
+                        curl(&format!("http://127.0.0.1:{port}/clip.bin")).map(|d| (d, rig::schedstat_ns(pid) - c0))
+                    }
+                    Sender::Splice => {
+                        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| err("splice", e))?;
+                        let port = l.local_addr().map_err(|e| err("splice", e))?.port();
+                        let c0 = rig::self_cpu_ns();
+                        let t = splice_server(l, clip.clone(), len);
+                        let r = curl(&format!("http://127.0.0.1:{port}/clip.bin"));
+                        let _ = t.join();
+                        r.map(|d| (d, rig::self_cpu_ns() - c0))
+                    }
+                };
+                let ((bytes, secs), cpu) = match r {
+                    Ok(v) => v,
+                    Err(e) if stopped() => return Err(e),
+                    Err(e) => {
+                        out.notes.push(format!("HTTP: a {} download failed: {e}", who.name()));
+                        continue;
+                    }
+                };
+                if bytes != len {
+                    out.notes.push(format!("HTTP: {} sent {bytes} of {len} bytes in one run", who.name()));
+                    continue;
+                }
+                let entry = match runs.iter().position(|(k, _)| *k == (who, warm)) {
+                    Some(p) => &mut runs[p].1,
+                    None => {
+                        runs.push(((who, warm), Vec::new()));
+                        &mut runs.last_mut().expect("just pushed").1
+                    }
+                };
+                entry.push((bytes as f64 / secs, cpu as f64 / 1e9 / (bytes as f64 / 1e9)));
+            }
+        }
+    }
+    server.stop();
+    let get = |who: Sender, warm: bool| -> &[Run] {
+        runs.iter().find(|(k, _)| *k == (who, warm)).map_or(&[], |(_, r)| r.as_slice())
+    };
+    for warm in [false, true] {
+        for who in senders {
+            let r = get(who, warm);
+            if r.is_empty() {
+                continue;
+            }
+            let mbs: Vec<f64> = r.iter().map(|x| x.0).collect();
+            let cpu: Vec<f64> = r.iter().map(|x| x.1).collect();
+            out.rows.push(json!({
+                "case": format!("HTTP {}: {}", if warm { "warm" } else { "cold" }, who.name()),
+                "table": "http", "implementation": who.name(), "cache": if warm { "warm" } else { "cold" },
+                "mb_s": med(&mbs) / 1e6, "min_mb_s": mbs.iter().copied().fold(f64::INFINITY, f64::min) / 1e6,
+                "max_mb_s": mbs.iter().copied().fold(0.0, f64::max) / 1e6,
+                "cpu_s_per_gb": med(&cpu), "min_cpu_s_per_gb": cpu.iter().copied().fold(f64::INFINITY, f64::min),
+                "max_cpu_s_per_gb": cpu.iter().copied().fold(0.0, f64::max), "runs": r.len(),
+            }));
+        }
+    }
+    let m = |who: Sender, i: usize| {
+        med(&get(who, false).iter().map(|r| if i == 0 { r.0 } else { r.1 }).collect::<Vec<_>>())
+    };
+    if !get(Sender::Nginx, false).is_empty() {
+        out.headline.push(
+            Headline::new(
+                "mars_http_vs_nginx",
+                m(Sender::Ours, 0) / 1e6,
+                m(Sender::Nginx, 0) / 1e6,
+                "nginx 1.22 sendfile on, cold page cache",
+                "MB/s",
+                Better::Higher,
+            )
+            .with_target(1.0),
+        );
+    }
+    out.headline.push(
+        Headline::new(
+            "mars_cpu_per_gb_vs_splice",
+            m(Sender::Ours, 1),
+            m(Sender::Splice, 1),
+            "a splice(2) loop file → pipe → socket, cold page cache",
+            "CPU s/GB",
+            Better::Lower,
+        )
+        .with_target(1.0),
+    );
+    out.notes.push(format!(
+        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds rotating the order; cold = the file's pages dropped before each download (all three read the VM's disk), warm = read once before (nginx and splice only); sender CPU = getrusage of this process for ours and the splice thread (curl is another process), schedstat of nginx's one process; ours: O_DIRECT 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
+        len >> 20
+    ));
+    if not_cold > 0 {
+        out.notes
+            .push(format!("HTTP: {not_cold} cold download(s) started with more than 1 % of the file still cached"));
+    }
+    Ok(())
+}

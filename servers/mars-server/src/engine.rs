@@ -1,0 +1,1632 @@
+//! The engine: one thread, one io_uring, every disk read and socket send of the server.
+//!
+//! - **Reads** of a stream range become device reads through the stripe map
+//!   ([`Storage::plan`]); each is queued in its device's **Deficit Round Robin**
+//!   scheduler ([`ictus_mars::drr`]) under the class of the stream (real-time for paced
+//!   streams and the streams API, non-real-time for downloads, or a weighted class), and
+//!   at most `device_depth` reads per device are in the kernel at once — the paper's
+//!   adapter queue, short so that the order DRR chose is the order the device sees.
+//!   Reads land in registered buffers ([`crate::mmbuf`]) with `IORING_OP_READ_FIXED`
+//!   (`O_DIRECT` where the storage allows).
+//! - **Sends** of those same buffers go out with `IORING_OP_SEND_ZC` from the fixed
+//!   buffer (zero-copy where the kernel can; a buffer is reused only after the kernel's
+//!   notification), or `IORING_OP_SEND` where zero-copy send is refused.
+//! - **HTTP** connections are read with a poll and non-blocking `recv` into one scratch
+//!   buffer, so an idle or slow connection holds no buffer at all; request heads are
+//!   bounded ([`ictus_mars::http::MAX_HEAD`]); heads that take too long, idle keep-alive
+//!   connections and sends that make no progress are closed by a once-a-second tick.
+//! - **Streams** (the streams API, and HTTP requests with `?rate=`) send one chunk per
+//!   slot; slots are released by a Real-Time Upcall per stream, whose job only posts
+//!   [`Command::Slot`] and wakes the engine through an eventfd, so all streams due
+//!   together are sent in one submission.
+//!
+//! Nothing here blocks: every kernel operation is a submission, and the loop waits in
+//! `io_uring_enter` for any completion.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use ictus_mars::admission::Admission;
+use ictus_mars::drr::{ClassId, Drr, Request, SECTOR};
+use ictus_mars::http::{self, Parsed, Plan};
+use ictus_mars::pace::Pacer;
+use ictus_mars::range::Segment;
+use ictus_mars::readahead::{LatencyWindow, ReadAhead};
+use ictus_rt::{runtime::RuntimeHandle, UpcallId, UpcallSpec};
+
+use crate::mmbuf::{BufPool, BufState, Owner};
+use crate::volume::{Storage, StreamInfo};
+
+/// How the engine runs.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Registered buffers in the pool.
+    pub buffers: usize,
+    /// Bytes per buffer (one chunk of a stream).
+    pub buf_size: usize,
+    /// Device reads in the kernel at once, per device.
+    pub device_depth: usize,
+    /// Chunks read ahead per download.
+    pub window: usize,
+    /// How far paced streams read ahead: from the devices' measured latency, with a
+    /// floor ([`ReadAhead`]).
+    pub readahead: ReadAhead,
+    /// Buffers kept for real-time streams beyond their read-ahead floors: downloads do
+    /// not take the last ones.
+    pub rt_buffers: usize,
+    /// Most connections; more are closed at once.
+    pub max_connections: usize,
+    /// A request head must arrive within this.
+    pub head_timeout: Duration,
+    /// A keep-alive connection may idle this long.
+    pub idle_timeout: Duration,
+    /// A send may make no progress this long.
+    pub send_timeout: Duration,
+    /// Quanta (sectors) of the real-time and non-real-time classes.
+    pub quanta: (u32, u32),
+    /// Use zero-copy sends where the kernel has them.
+    pub zero_copy: bool,
+    /// Fraction of the measured capability promised to real-time streams.
+    pub rt_reserve: f64,
+    /// The engine thread's I/O priority (class 1 real-time, 2 best-effort, 3 idle;
+    /// level 0–7), which its reads carry to the kernel's scheduler (BFQ, mq-deadline).
+    pub ioprio: Option<(u8, u8)>,
+    /// Run the engine thread at this `SCHED_FIFO` priority (below the upcall
+    /// dispatcher's), so that the sends the upcalls release are not delayed by
+    /// timesharing load; if refused, run anyway and say so once.
+    pub fifo: Option<u8>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            buffers: 256,
+            buf_size: 256 << 10,
+            device_depth: 4,
+            window: 4,
+            readahead: ReadAhead::default(),
+            rt_buffers: 16,
+            max_connections: 16384,
+            head_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(30),
+            quanta: (2048, 512),
+            zero_copy: true,
+            rt_reserve: 0.8,
+            ioprio: None,
+            fifo: None,
+        }
+    }
+}
+
+/// One stream's state, as `stream_state` reports it (the wire form of the API crate).
+pub use ictus_mars_api::StreamState;
+
+/// Counters of the engine.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    /// Connections open now.
+    pub connections: u64,
+    /// Connections accepted in all.
+    pub accepted: u64,
+    /// Connections closed at once for being over the limit.
+    pub refused: u64,
+    /// Connections closed by a timeout.
+    pub timed_out: u64,
+    /// Requests answered.
+    pub requests: u64,
+    /// Buffers free, of the pool.
+    pub buffers_free: u64,
+    /// Buffers in the pool.
+    pub buffers: u64,
+    /// Bytes sent with zero-copy sends.
+    pub bytes_zero_copy: u64,
+    /// Bytes sent with copying sends.
+    pub bytes_copied: u64,
+    /// Device reads done.
+    pub reads: u64,
+    /// Whether reads are O_DIRECT.
+    pub direct: bool,
+    /// Whether buffers are registered with the ring.
+    pub registered: bool,
+    /// Whether zero-copy send is in use.
+    pub zero_copy: bool,
+    /// DRR classes: name, quantum, sectors served.
+    pub classes: Vec<(String, u32, u64)>,
+    /// Real-time streams admitted and bytes/s reserved of the reservable.
+    pub rt_streams: u64,
+    /// Bytes/s reserved.
+    pub reserved: f64,
+    /// Bytes/s that may be reserved.
+    pub reservable: f64,
+    /// The devices' worst read latency now (ns), what read-ahead is sized from.
+    pub latency_high_ns: u64,
+    /// The largest read-ahead window a paced stream has had (chunks).
+    pub max_window: u64,
+    /// The most reads the paced streams have needed in flight per device beyond
+    /// `device_depth`.
+    pub max_rt_need: u64,
+    /// The worst device read latency seen (ns).
+    pub max_latency_ns: u64,
+}
+
+/// A request to the engine from another thread.
+#[derive(Debug)]
+pub enum Command {
+    /// Open a stream of `name` from `offset`, sending to `sock`; paced at `rate` bytes/s
+    /// by an upcall if given, else driven by read/send calls.
+    Open {
+        /// Connected socket to send to.
+        sock: OwnedFd,
+        /// Stream name.
+        name: String,
+        /// First byte.
+        offset: u64,
+        /// Bytes/s, or none.
+        rate: Option<f64>,
+        /// Buffers of read-ahead.
+        chains: usize,
+        /// The answer: the id, or why not.
+        reply: mpsc::Sender<Result<u64, String>>,
+    },
+    /// `stream_read`: fill these streams' chains.
+    Read(Vec<u64>),
+    /// `stream_send`: send what is read.
+    Send(Vec<u64>),
+    /// `stream_rdsnd`: read one chunk and send it when read.
+    ReadSend(Vec<u64>),
+    /// `stream_state`.
+    State(Vec<u64>, mpsc::Sender<Vec<StreamState>>),
+    /// `stream_close`: stop, free buffers once the kernel is done with them.
+    Close(Vec<u64>),
+    /// A slot of a paced stream is due (from its upcall).
+    Slot(u64),
+    /// Change a class's quantum (sectors), adding the class if new.
+    SetQuantum {
+        /// Class name.
+        class: String,
+        /// Sectors per round.
+        sectors: u32,
+        /// Done, or why not.
+        reply: mpsc::Sender<Result<(), String>>,
+    },
+    /// The counters.
+    Stats(mpsc::Sender<EngineStats>),
+    /// Stop the loop.
+    Stop,
+}
+
+/// A cloneable way to talk to the engine from other threads.
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    queue: Arc<Mutex<VecDeque<Command>>>,
+    wake: Arc<OwnedFd>,
+    stopped: Arc<AtomicBool>,
+}
+
+impl EngineHandle {
+    /// Queues a command and wakes the engine.
+    pub fn post(&self, cmd: Command) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.push_back(cmd);
+        }
+        let _ = rustix::io::write(&*self.wake, &1u64.to_ne_bytes());
+    }
+
+    /// Whether the engine has stopped.
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Asks for the counters; `None` if the engine has stopped.
+    pub fn stats(&self) -> Option<EngineStats> {
+        let (tx, rx) = mpsc::channel();
+        self.post(Command::Stats(tx));
+        rx.recv_timeout(Duration::from_secs(10)).ok()
+    }
+
+    /// Asks for streams' states.
+    pub fn state(&self, ids: Vec<u64>) -> Option<Vec<StreamState>> {
+        let (tx, rx) = mpsc::channel();
+        self.post(Command::State(ids, tx));
+        rx.recv_timeout(Duration::from_secs(10)).ok()
+    }
+}
+
+/// How long a device's read latency is remembered for sizing read-ahead.
+const LATENCY_HORIZON: Duration = Duration::from_secs(4);
+
+const OP_ACCEPT: u64 = 1;
+const OP_POLL: u64 = 2;
+const OP_SEND_BYTES: u64 = 3;
+const OP_SEND_BUF: u64 = 4;
+const OP_READ: u64 = 5;
+const OP_WAKE: u64 = 6;
+const OP_TICK: u64 = 7;
+
+fn ud(op: u64, a: u32, b: u32) -> u64 {
+    (op << 56) | (u64::from(a) << 24) | u64::from(b & 0xff_ffff)
+}
+fn ud_parts(u: u64) -> (u64, u32, u32) {
+    (u >> 56, ((u >> 24) & 0xffff_ffff) as u32, (u & 0xff_ffff) as u32)
+}
+
+/// A device read waiting in DRR or in the kernel.
+#[derive(Clone, Copy, Debug)]
+struct ReadReq {
+    buf: u16,
+    owner: Owner,
+    dev: u16,
+    offset: u64,
+    len: u32,
+    at: u32,
+    /// When it went to the kernel (ns since the engine's epoch), for the latency.
+    submitted: u64,
+}
+
+#[derive(Debug)]
+enum Item {
+    Bytes { data: Vec<u8>, sent: usize },
+    Chunk { buf: u16, skip: u32, len: u32, pending: u32, sent: u32, failed: bool },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// HTTP: waiting for a request head.
+    Head,
+    /// Sending a response or a stream.
+    Sending,
+    /// A stream sent to the end.
+    Done,
+    /// Shut down, waiting for the kernel's operations to finish.
+    Closing,
+}
+
+#[derive(Debug)]
+struct Conn {
+    gen: u32,
+    sock: OwnedFd,
+    http: bool,
+    phase: Phase,
+    head: Vec<u8>,
+    since: Instant,
+    progress: Instant,
+    peer_closed: bool,
+    polling: bool,
+    send_busy: bool,
+    ops: u32,
+    items: VecDeque<Item>,
+    segs: VecDeque<Segment>,
+    stream: Option<StreamInfo>,
+    cursor: Option<(u64, u64)>,
+    keep_alive: bool,
+    class: ClassId,
+    window: usize,
+    read_credit: u64,
+    send_credit: u64,
+    pacer: Option<Pacer>,
+    upcall: Option<UpcallId>,
+    rate: Option<f64>,
+    read: u64,
+    sent: u64,
+    failed: bool,
+}
+
+const UNLIMITED: u64 = u64::MAX;
+
+impl Conn {
+    fn new(gen: u32, sock: OwnedFd, http: bool, now: Instant, class: ClassId, window: usize) -> Conn {
+        Conn {
+            gen,
+            sock,
+            http,
+            phase: Phase::Head,
+            head: Vec::new(),
+            since: now,
+            progress: now,
+            peer_closed: false,
+            polling: false,
+            send_busy: false,
+            ops: 0,
+            items: VecDeque::new(),
+            segs: VecDeque::new(),
+            stream: None,
+            cursor: None,
+            keep_alive: true,
+            class,
+            window,
+            read_credit: UNLIMITED,
+            send_credit: UNLIMITED,
+            pacer: None,
+            upcall: None,
+            rate: None,
+            read: 0,
+            sent: 0,
+            failed: false,
+        }
+    }
+}
+
+/// What the engine serves from and how.
+pub struct Engine {
+    ring: IoUring,
+    pool: BufPool,
+    storage: Arc<dyn Storage>,
+    devices: Vec<RawFd>,
+    registered: bool,
+    zero_copy: bool,
+    drr: Vec<Drr<ReadReq>>,
+    inflight: Vec<usize>,
+    /// Each device's read latency over the last seconds.
+    latency: Vec<LatencyWindow>,
+    /// The worst of them now, and of the reads still in flight (ns).
+    latency_high: u64,
+    /// Reads per device the paced streams need in flight at that latency, beyond
+    /// `device_depth`.
+    rt_need: usize,
+    /// The most pieces one chunk puts on one device.
+    pieces_per_dev: usize,
+    /// Slots of the paced (real-time) streams.
+    paced: Vec<u32>,
+    /// Free buffers downloads must leave: `rt_buffers` and what the paced streams lack
+    /// of their read-ahead floors.
+    rt_hold: usize,
+    reads: Vec<Option<ReadReq>>,
+    free_reads: Vec<u32>,
+    conns: Vec<Option<Conn>>,
+    free_slots: Vec<u32>,
+    gens: Vec<u32>,
+    live: usize,
+    listener: Option<TcpListener>,
+    accept_armed: bool,
+    cfg: EngineConfig,
+    queue: Arc<Mutex<VecDeque<Command>>>,
+    wake: Arc<OwnedFd>,
+    wake_buf: Box<[u8; 8]>,
+    tick: Box<types::Timespec>,
+    stopped: Arc<AtomicBool>,
+    dirty: Vec<u32>,
+    starved: Vec<u32>,
+    rt: Option<RuntimeHandle>,
+    admission: Admission,
+    stats: EngineStats,
+    scratch: Vec<u8>,
+    boundary_seq: u64,
+    boundary_salt: u64,
+    epoch: Instant,
+    rt_class: ClassId,
+    nrt_class: ClassId,
+    class_names: Vec<String>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("connections", &self.live).finish_non_exhaustive()
+    }
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// io_uring is not available (kernel, sysctl `kernel.io_uring_disabled`, seccomp).
+    #[error("io_uring unavailable: {0}")]
+    NoUring(#[source] io::Error),
+    /// The buffer pool could not be made.
+    #[error("buffer pool: {0}")]
+    Pool(#[source] io::Error),
+    /// Another set-up step failed.
+    #[error("{0}: {1}")]
+    Setup(&'static str, #[source] io::Error),
+}
+
+fn warn_once(flag: &AtomicBool, msg: &str) {
+    if !flag.swap(true, Ordering::Relaxed) {
+        eprintln!("ictus mars: warning: {msg}");
+    }
+}
+static WARN_REGISTER: AtomicBool = AtomicBool::new(false);
+static WARN_ZC: AtomicBool = AtomicBool::new(false);
+
+impl Engine {
+    /// An engine over `storage`, accepting HTTP on `listener` if given. `capability`
+    /// is the measured bytes/s admission control works from; `rt` the upcall runtime
+    /// that paces streams.
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        listener: Option<TcpListener>,
+        cfg: EngineConfig,
+        capability: f64,
+        rt: Option<RuntimeHandle>,
+    ) -> Result<(Engine, EngineHandle), EngineError> {
+        // A smaller ring where the locked-memory limit refuses a large one (kernels
+        // that charge rings to RLIMIT_MEMLOCK): the submission path copes with a full
+        // queue, and completions past the queue are kept by the kernel (NODROP).
+        let ring = {
+            let mut last = None;
+            let mut got = None;
+            for entries in [4096u32, 1024, 256, 64] {
+                match IoUring::new(entries) {
+                    Ok(r) => {
+                        got = Some(r);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            match got {
+                Some(r) => r,
+                None => return Err(EngineError::NoUring(last.unwrap_or_else(|| io::Error::other("no ring")))),
+            }
+        };
+        let max_read = storage.max_read().min(cfg.buf_size as u64);
+        let pool = BufPool::new(cfg.buffers, cfg.buf_size).map_err(EngineError::Pool)?;
+        let iovecs = pool.iovecs();
+        // SAFETY: the iovecs cover the pool's mapping, which lives as long as the engine
+        // and is unmapped only after the ring is dropped (the ring field is declared
+        // first, so it drops first).
+        let registered = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
+        if !registered {
+            warn_once(
+                &WARN_REGISTER,
+                "io_uring refused to register the buffers (RLIMIT_MEMLOCK?): reads and sends use them unregistered",
+            );
+        }
+        let mut probe = io_uring::Probe::new();
+        let zc_supported =
+            ring.submitter().register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendZc::CODE);
+        let zero_copy = cfg.zero_copy && zc_supported;
+        if cfg.zero_copy && !zc_supported {
+            warn_once(&WARN_ZC, "this kernel has no IORING_OP_SEND_ZC: sends copy from the registered buffers");
+        }
+        let max_request = (max_read / SECTOR).max(1) as u32;
+        let quanta = (cfg.quanta.0.max(max_request), cfg.quanta.1.max(max_request));
+        let devices: Vec<RawFd> = storage.devices().iter().map(|d| d.as_raw_fd()).collect();
+        let mut drr = Vec::new();
+        for _ in &devices {
+            let mut d = Drr::new(max_request);
+            d.add_class("rt", quanta.0).map_err(|e| EngineError::Setup("drr", io::Error::other(e.to_string())))?;
+            d.add_class("nrt", quanta.1).map_err(|e| EngineError::Setup("drr", io::Error::other(e.to_string())))?;
+            drr.push(d);
+        }
+        let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+            .map_err(|e| EngineError::Setup("eventfd", e.into()))?;
+        let wake = Arc::new(wake);
+        let queue = Arc::new(Mutex::new(VecDeque::new()));
+        let stopped = Arc::new(AtomicBool::new(false));
+        let handle = EngineHandle { queue: Arc::clone(&queue), wake: Arc::clone(&wake), stopped: Arc::clone(&stopped) };
+        let direct = storage.direct();
+        let n = devices.len();
+        let pieces_per_dev = {
+            let mut per = vec![0usize; n];
+            for p in storage.plan(0, cfg.buf_size as u64) {
+                if let Some(c) = per.get_mut(usize::from(p.component)) {
+                    *c += 1;
+                }
+            }
+            per.into_iter().max().unwrap_or(1).max(1)
+        };
+        let engine = Engine {
+            ring,
+            pool,
+            storage,
+            devices,
+            registered,
+            zero_copy,
+            drr,
+            inflight: vec![0; n],
+            latency: vec![LatencyWindow::new(LATENCY_HORIZON.as_nanos() as u64); n],
+            latency_high: 0,
+            rt_need: 0,
+            pieces_per_dev,
+            paced: Vec::new(),
+            rt_hold: 0,
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            conns: Vec::new(),
+            free_slots: Vec::new(),
+            gens: Vec::new(),
+            live: 0,
+            listener,
+            accept_armed: false,
+            admission: Admission::new(capability, cfg.rt_reserve),
+            cfg,
+            queue,
+            wake,
+            wake_buf: Box::new([0; 8]),
+            tick: Box::new(types::Timespec::new().sec(1)),
+            stopped,
+            dirty: Vec::new(),
+            starved: Vec::new(),
+            rt,
+            stats: EngineStats { direct, registered, zero_copy, ..EngineStats::default() },
+            scratch: vec![0; 16 << 10],
+            boundary_seq: 0,
+            boundary_salt: crate::volume::random_id(),
+            epoch: Instant::now(),
+            rt_class: ClassId(0),
+            nrt_class: ClassId(1),
+            class_names: vec!["rt".into(), "nrt".into()],
+        };
+        Ok((engine, handle))
+    }
+
+    fn push(&mut self, e: squeue::Entry) {
+        loop {
+            // SAFETY: for every entry built in this file, the memory an entry points to
+            // lives until its completion — registered pool buffers (held by `refs`), a
+            // connection's byte items (kept in its queue until the send completes; the
+            // slot is freed only when its `ops` is 0), the engine's boxed wake buffer and
+            // timespec (owned by the engine, which drains the ring before it drops).
+            let pushed = unsafe { self.ring.submission().push(&e) };
+            if pushed.is_ok() {
+                return;
+            }
+            // Full submission queue: hand it to the kernel and try again.
+            let _ = self.ring.submit();
+        }
+    }
+
+    fn arm_accept(&mut self) {
+        if self.accept_armed {
+            return;
+        }
+        if let Some(l) = &self.listener {
+            let fd = types::Fd(l.as_raw_fd());
+            let e = opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut())
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+                .user_data(ud(OP_ACCEPT, 0, 0));
+            self.push(e);
+            self.accept_armed = true;
+        }
+    }
+
+    fn arm_wake(&mut self) {
+        let e = opcode::Read::new(types::Fd(self.wake.as_raw_fd()), self.wake_buf.as_mut_ptr(), 8)
+            .build()
+            .user_data(ud(OP_WAKE, 0, 0));
+        self.push(e);
+    }
+
+    fn arm_tick(&mut self) {
+        let e = opcode::Timeout::new(&*self.tick as *const _).build().user_data(ud(OP_TICK, 0, 0));
+        self.push(e);
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Runs until [`Command::Stop`].
+    pub fn run(mut self) -> io::Result<()> {
+        self.arm_accept();
+        self.arm_wake();
+        self.arm_tick();
+        let mut cqes: Vec<(u64, i32, u32)> = Vec::with_capacity(1024);
+        let result = loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) || e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => break Err(e),
+            }
+            cqes.clear();
+            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            for &(u, res, flags) in &cqes {
+                self.complete(u, res, flags);
+            }
+            if self.stopped.load(Ordering::Acquire) {
+                break Ok(());
+            }
+            self.settle();
+        };
+        self.shutdown();
+        result
+    }
+
+    /// The devices' latency now, what the paced streams need in flight at it, and the
+    /// buffers downloads must leave them.
+    fn refresh_rt(&mut self) {
+        let now = self.now_ns();
+        let mut oldest = vec![0u64; self.latency.len()];
+        for r in self.reads.iter().flatten() {
+            let age = now.saturating_sub(r.submitted);
+            let o = &mut oldest[usize::from(r.dev)];
+            *o = (*o).max(age);
+        }
+        self.latency_high = self.latency.iter().zip(&oldest).map(|(w, &o)| w.high(now, o)).max().unwrap_or(0);
+        let (chunk, ra, l) = (self.cfg.buf_size as u64, self.cfg.readahead, self.latency_high);
+        let mut need = 0;
+        let mut hold = self.cfg.rt_buffers;
+        for &slot in &self.paced {
+            let Some(c) = self.conns.get(slot as usize).and_then(Option::as_ref) else { continue };
+            let Some(rate) = c.rate else { continue };
+            if c.cursor.is_some() || !c.segs.is_empty() {
+                need += ra.in_flight(rate, chunk, l) * self.pieces_per_dev;
+            }
+            hold += ra.floor_window(rate, chunk).saturating_sub(c.items.len());
+        }
+        self.rt_need = need;
+        self.rt_hold = hold;
+        self.stats.latency_high_ns = self.latency_high;
+        self.stats.max_rt_need = self.stats.max_rt_need.max(need as u64);
+    }
+
+    /// After a batch of completions: pump every touched connection, then the devices.
+    fn settle(&mut self) {
+        self.refresh_rt();
+        loop {
+            let dirty = std::mem::take(&mut self.dirty);
+            if dirty.is_empty() {
+                break;
+            }
+            for slot in dirty {
+                self.pump(slot);
+            }
+        }
+        self.kick_devices();
+        if self.pool.free_count() > 0 && !self.starved.is_empty() {
+            let starved = std::mem::take(&mut self.starved);
+            for slot in starved {
+                self.pump(slot);
+            }
+            self.kick_devices();
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.stopped.store(true, Ordering::Release);
+        for slot in 0..self.conns.len() as u32 {
+            if self.conns[slot as usize].is_some() {
+                self.close(slot);
+            }
+        }
+        // Wait (bounded) for the kernel to give back every buffer and socket.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (self.live > 0 || self.inflight.iter().any(|&n| n > 0)) && Instant::now() < deadline {
+            let _ = self.ring.submit_and_wait(1);
+            let cqes: Vec<_> = self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())).collect();
+            for (u, res, flags) in cqes {
+                self.complete(u, res, flags);
+            }
+        }
+    }
+
+    fn complete(&mut self, u: u64, res: i32, flags: u32) {
+        let (op, a, b) = ud_parts(u);
+        match op {
+            OP_ACCEPT => {
+                self.accept_armed = false;
+                if res >= 0 {
+                    // SAFETY: a successful accept's result is a new descriptor we own.
+                    let fd = unsafe { OwnedFd::from_raw_fd(res) };
+                    self.accepted(fd);
+                }
+                if !self.stopped.load(Ordering::Acquire)
+                    && (res >= 0 || res == -libc::EINTR || res == -libc::ECONNABORTED)
+                {
+                    self.arm_accept();
+                }
+                // Other errors (EMFILE…): the tick re-arms.
+            }
+            OP_POLL => self.polled(a, b, res),
+            OP_SEND_BYTES | OP_SEND_BUF => {
+                if cqueue::notif(flags) {
+                    // The kernel is done with a zero-copy send's pages.
+                    self.pool.unhold(b as u16);
+                    return;
+                }
+                // A zero-copy send that will post a notification (IORING_CQE_F_MORE)
+                // keeps its hold until then; any other send is done with the buffer.
+                if op == OP_SEND_BUF && !cqueue::more(flags) {
+                    self.pool.unhold(b as u16);
+                }
+                self.sent(a, res, op == OP_SEND_BUF);
+            }
+            OP_READ => self.read_done(a, res),
+            OP_WAKE => {
+                self.commands();
+                if !self.stopped.load(Ordering::Acquire) {
+                    self.arm_wake();
+                }
+            }
+            OP_TICK => {
+                self.ticked();
+                if !self.stopped.load(Ordering::Acquire) {
+                    self.arm_tick();
+                    self.arm_accept();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn new_slot(&mut self) -> u32 {
+        if let Some(s) = self.free_slots.pop() {
+            return s;
+        }
+        self.conns.push(None);
+        self.gens.push(0);
+        (self.conns.len() - 1) as u32
+    }
+
+    fn install(&mut self, sock: OwnedFd, http: bool, class: ClassId, window: usize) -> u32 {
+        let slot = self.new_slot();
+        self.gens[slot as usize] = self.gens[slot as usize].wrapping_add(1) & 0xff_ffff;
+        let gen = self.gens[slot as usize];
+        self.conns[slot as usize] = Some(Conn::new(gen, sock, http, Instant::now(), class, window));
+        self.live += 1;
+        self.stats.connections = self.live as u64;
+        slot
+    }
+
+    fn accepted(&mut self, fd: OwnedFd) {
+        self.stats.accepted += 1;
+        if self.live >= self.cfg.max_connections {
+            self.stats.refused += 1;
+            return; // dropped: closed
+        }
+        let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
+        let slot = self.install(fd, true, self.nrt_class, self.cfg.window);
+        self.arm_poll(slot);
+    }
+
+    fn conn(&mut self, slot: u32) -> Option<&mut Conn> {
+        self.conns.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    fn arm_poll(&mut self, slot: u32) {
+        let Some(c) = self.conn(slot) else { return };
+        if c.polling || c.phase == Phase::Closing {
+            return;
+        }
+        c.polling = true;
+        c.ops += 1;
+        let (fd, gen) = (c.sock.as_raw_fd(), c.gen);
+        let e = opcode::PollAdd::new(types::Fd(fd), (libc::POLLIN | libc::POLLRDHUP) as u32)
+            .build()
+            .user_data(ud(OP_POLL, slot, gen));
+        self.push(e);
+    }
+
+    fn polled(&mut self, slot: u32, gen: u32, _res: i32) {
+        let scratch_len = self.scratch.len();
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        c.polling = false;
+        c.ops -= 1;
+        if c.gen != gen || c.phase == Phase::Closing {
+            self.maybe_free(slot);
+            return;
+        }
+        // Drain what the socket has, without blocking, into the scratch buffer; keep at
+        // most one head's worth (the parser refuses anything longer).
+        loop {
+            let room = (http::MAX_HEAD + 1).saturating_sub(c.head.len()).min(scratch_len);
+            if room == 0 {
+                break;
+            }
+            match rustix::net::recv(&c.sock, &mut self.scratch[..room], rustix::net::RecvFlags::DONTWAIT) {
+                Ok((0, _)) => {
+                    c.peer_closed = true;
+                    break;
+                }
+                Ok((n, _)) => {
+                    if c.head.is_empty() {
+                        c.since = Instant::now();
+                    }
+                    c.head.extend_from_slice(&self.scratch[..n]);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => break,
+                Err(_) => {
+                    c.peer_closed = true;
+                    c.failed = true;
+                    break;
+                }
+            }
+        }
+        self.dirty.push(slot);
+    }
+
+    /// Starts the response to the next request in the head buffer, if complete.
+    fn next_request(&mut self, slot: u32) {
+        let Some(c) = self.conn(slot) else { return };
+        if c.phase != Phase::Head {
+            return;
+        }
+        match http::parse(&c.head) {
+            Parsed::Partial => {
+                if c.peer_closed || c.failed {
+                    self.close(slot);
+                } else {
+                    self.arm_poll(slot);
+                }
+            }
+            Parsed::Refuse(status) => {
+                let plan = http::error(status, true);
+                self.start_plan(slot, plan, None);
+            }
+            Parsed::Request(req, n) => {
+                c.head.drain(..n);
+                c.since = Instant::now();
+                let rate = req_rate(&req);
+                self.boundary_seq += 1;
+                let boundary = format!("ictus-{:016x}-{}", self.boundary_salt, self.boundary_seq);
+                let catalog = Catalog(&*self.storage);
+                let plan = http::respond(&req, &catalog, &boundary);
+                let info = plan.stream.as_deref().and_then(|n| self.storage.lookup(n));
+                self.stats.requests += 1;
+                self.start_plan(slot, plan, info.map(|i| (i, rate)));
+            }
+        }
+    }
+
+    fn start_plan(&mut self, slot: u32, plan: Plan, stream: Option<(StreamInfo, Option<f64>)>) {
+        let mut rate_refused = false;
+        let (info, rate) = match stream {
+            Some((i, r)) => (Some(i), r),
+            None => (None, None),
+        };
+        if let Some(rate) = rate {
+            if plan.status == 200 || plan.status == 206 {
+                rate_refused = !self.make_paced(slot, rate);
+            }
+        }
+        let plan = if rate_refused { refused_plan() } else { plan };
+        let Some(c) = self.conn(slot) else { return };
+        c.phase = Phase::Sending;
+        c.keep_alive = plan.keep_alive && !rate_refused;
+        c.progress = Instant::now();
+        c.items.push_back(Item::Bytes { data: plan.head, sent: 0 });
+        c.segs = plan.body.into();
+        c.stream = if rate_refused { None } else { info };
+        c.cursor = None;
+        self.dirty.push(slot);
+    }
+
+    /// Buffers the admitted paced streams hold on a quiet device (their read-ahead
+    /// floors), with `extra` more bytes/s.
+    fn floor_buffers(&self, extra: Option<f64>) -> usize {
+        let chunk = self.cfg.buf_size as u64;
+        let ra = self.cfg.readahead;
+        self.paced
+            .iter()
+            .filter_map(|&s| self.conns.get(s as usize).and_then(Option::as_ref).and_then(|c| c.rate))
+            .chain(extra)
+            .map(|r| ra.floor_window(r, chunk))
+            .sum()
+    }
+
+    /// Makes the connection a paced real-time stream; false if admission refuses: the
+    /// rate past what the volume was measured to give, or the read-ahead floors past
+    /// what the buffer pool holds (keeping `rt_buffers` and a download's window free).
+    fn make_paced(&mut self, slot: u32, rate: f64) -> bool {
+        let Some(rt) = self.rt.clone() else { return false };
+        let gen = self.conns[slot as usize].as_ref().map_or(0, |c| c.gen);
+        let id = stream_id(slot, gen);
+        let spare = self.cfg.rt_buffers + self.cfg.window;
+        if self.floor_buffers(Some(rate)) + spare > self.pool.count() {
+            return false;
+        }
+        if self.admission.admit(id, rate).is_err() {
+            return false;
+        }
+        let chunk = self.cfg.buf_size as f64;
+        let period = Duration::from_secs_f64((chunk / rate).clamp(0.001, 60.0));
+        let handle = EngineHandle {
+            queue: Arc::clone(&self.queue),
+            wake: Arc::clone(&self.wake),
+            stopped: Arc::clone(&self.stopped),
+        };
+        let spec = UpcallSpec::periodic(period).with_cost(Duration::from_micros(200).min(period / 2));
+        let upcall = match rt.create(spec, move |_job| handle.post(Command::Slot(id))) {
+            Ok(u) => u,
+            Err(_) => {
+                self.admission.release(id);
+                return false;
+            }
+        };
+        let window = self.cfg.readahead.window(rate, chunk as u64, self.latency_high);
+        let rt_class = self.rt_class;
+        let Some(c) = self.conn(slot) else { return false };
+        c.class = rt_class;
+        c.window = window;
+        c.send_credit = 0;
+        c.rate = Some(rate);
+        c.upcall = Some(upcall);
+        // The pacer's clock starts when the first chunk is read (`read_done`): a player
+        // starts its clock at the first byte, and the first read may wait behind a busy
+        // device for longer than a period.
+        c.pacer = None;
+        self.paced.push(slot);
+        let _ = rt.resume(upcall);
+        true
+    }
+
+    /// Moves a connection's response forward: queue reads, start the next send.
+    fn pump(&mut self, slot: u32) {
+        let Some(c) = self.conns.get(slot as usize).and_then(Option::as_ref) else { return };
+        match c.phase {
+            Phase::Closing => {
+                self.maybe_free(slot);
+                return;
+            }
+            Phase::Head => {
+                self.next_request(slot);
+                return;
+            }
+            Phase::Done => return,
+            Phase::Sending => {}
+        }
+        if c.failed {
+            self.close(slot);
+            return;
+        }
+        self.fill(slot);
+        self.start_send(slot);
+        // Finished?
+        let Some(c) = self.conn(slot) else { return };
+        if c.items.is_empty() && c.segs.is_empty() && c.cursor.is_none() && !c.send_busy {
+            if c.http {
+                if c.keep_alive && !c.peer_closed {
+                    c.phase = Phase::Head;
+                    c.stream = None;
+                    c.since = Instant::now();
+                    let paced = c.upcall.take();
+                    c.pacer = None;
+                    c.rate = None;
+                    c.class = ClassId(1);
+                    c.window = 0;
+                    let gen = c.gen;
+                    if let Some(u) = paced {
+                        self.unpace(slot, gen, u);
+                    }
+                    let w = self.cfg.window;
+                    if let Some(c) = self.conn(slot) {
+                        c.window = w;
+                        c.send_credit = UNLIMITED;
+                    }
+                    self.dirty.push(slot);
+                } else {
+                    self.close(slot);
+                }
+            } else {
+                c.phase = Phase::Done;
+                let _ = rustix::net::shutdown(&c.sock, rustix::net::Shutdown::Write);
+            }
+        }
+    }
+
+    fn unpace(&mut self, slot: u32, gen: u32, upcall: UpcallId) {
+        if let Some(rt) = &self.rt {
+            let _ = rt.destroy(upcall);
+        }
+        self.paced.retain(|&s| s != slot);
+        self.admission.release(stream_id(slot, gen));
+    }
+
+    /// Queues reads for the next chunks, up to the window and the read credit.
+    fn fill(&mut self, slot: u32) {
+        let (chunk, ra, latency) = (self.cfg.buf_size as u64, self.cfg.readahead, self.latency_high);
+        if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+            if let Some(rate) = c.rate {
+                // A paced stream reads as far ahead as the devices' latency asks now.
+                c.window = ra.window(rate, chunk, latency);
+                self.stats.max_window = self.stats.max_window.max(c.window as u64);
+            }
+        }
+        loop {
+            let rt_class = self.rt_class;
+            let rt_floor = self.rt_hold;
+            let free = self.pool.free_count();
+            let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+            if c.items.len() >= c.window.max(1) {
+                return;
+            }
+            let Some((pos, end)) = c.cursor else {
+                match c.segs.pop_front() {
+                    None => return,
+                    Some(Segment::Bytes(data)) => c.items.push_back(Item::Bytes { data, sent: 0 }),
+                    Some(Segment::Data { offset, len }) => {
+                        let start = c.stream.as_ref().map_or(0, |s| s.start);
+                        c.cursor = Some((start + offset, start + offset + len));
+                    }
+                }
+                continue;
+            };
+            if c.read_credit == 0 {
+                return;
+            }
+            // Downloads leave the last buffers to real-time streams.
+            if c.class != rt_class && free <= rt_floor {
+                self.starved.push(slot);
+                return;
+            }
+            let owner = (slot, c.gen);
+            let Some(buf) = self.pool.alloc(owner) else {
+                self.starved.push(slot);
+                return;
+            };
+            let c = self.conns[slot as usize].as_mut().expect("checked above");
+            let align = self.storage.align().max(1);
+            let size = self.pool.buf_size() as u64;
+            let first = pos - pos % align;
+            let span_end = (first + size).min(end.next_multiple_of(align));
+            let skip = (pos - first) as u32;
+            let len = (span_end.min(end) - pos) as u32;
+            let pieces = self.storage.plan(first, span_end - first);
+            c.cursor = if pos + u64::from(len) >= end { None } else { Some((pos + u64::from(len), end)) };
+            if c.read_credit != UNLIMITED {
+                c.read_credit -= 1;
+            }
+            c.items.push_back(Item::Chunk {
+                buf,
+                skip,
+                len,
+                pending: pieces.len() as u32,
+                sent: 0,
+                failed: pieces.is_empty(),
+            });
+            let class = c.class;
+            for p in pieces {
+                let req = ReadReq {
+                    buf,
+                    owner,
+                    dev: p.component,
+                    offset: p.offset,
+                    len: p.len as u32,
+                    at: p.at as u32,
+                    submitted: 0,
+                };
+                let sectors = (p.len.div_ceil(SECTOR)) as u32;
+                let dev = usize::from(p.component);
+                if let Err((_, r)) = self.drr[dev].enqueue(class, Request { position: p.offset, sectors, payload: req })
+                {
+                    // Larger than the scheduler allows (cannot happen with the plan's
+                    // pieces): submit directly rather than lose it.
+                    self.submit_read(r.payload);
+                }
+            }
+        }
+    }
+
+    /// Dispatches what DRR chose, up to each device's queue limit: `device_depth` (the
+    /// paper's adapter queue) plus what the paced streams need in flight at the
+    /// measured latency (Little's law), so that a device whose queue other processes
+    /// fill still gives them their rate.
+    fn kick_devices(&mut self) {
+        let limit = self.cfg.device_depth + self.rt_need;
+        for dev in 0..self.drr.len() {
+            while self.inflight[dev] < limit {
+                let Some((_, r)) = self.drr[dev].dispatch() else { break };
+                self.submit_read(r.payload);
+            }
+        }
+    }
+
+    fn submit_read(&mut self, mut r: ReadReq) {
+        r.submitted = self.now_ns();
+        let idx = match self.free_reads.pop() {
+            Some(i) => {
+                self.reads[i as usize] = Some(r);
+                i
+            }
+            None => {
+                self.reads.push(Some(r));
+                (self.reads.len() - 1) as u32
+            }
+        };
+        self.inflight[usize::from(r.dev)] += 1;
+        self.pool.hold(r.buf);
+        let ptr = self.pool.ptr(r.buf).wrapping_add(r.at as usize);
+        let fd = types::Fd(self.devices[usize::from(r.dev)]);
+        let e = if self.registered {
+            opcode::ReadFixed::new(fd, ptr, r.len, r.buf).offset(r.offset).build()
+        } else {
+            opcode::Read::new(fd, ptr, r.len).offset(r.offset).build()
+        };
+        self.push(e.user_data(ud(OP_READ, idx, 0)));
+    }
+
+    fn read_done(&mut self, idx: u32, res: i32) {
+        let Some(r) = self.reads.get_mut(idx as usize).and_then(Option::take) else { return };
+        self.free_reads.push(idx);
+        let dev = usize::from(r.dev);
+        self.inflight[dev] -= 1;
+        self.stats.reads += 1;
+        let now = self.now_ns();
+        self.latency[dev].record(now, now.saturating_sub(r.submitted));
+        self.stats.max_latency_ns = self.stats.max_latency_ns.max(now.saturating_sub(r.submitted));
+        if res > 0 && (res as u32) < r.len {
+            // A short read (at a component's end, or a signal): read the rest.
+            let rest = ReadReq { offset: r.offset + res as u64, len: r.len - res as u32, at: r.at + res as u32, ..r };
+            self.pool.unhold(r.buf);
+            self.submit_read(rest);
+            return;
+        }
+        let failed = res <= 0;
+        let (slot, gen) = r.owner;
+        if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+            if c.gen == gen {
+                for item in c.items.iter_mut() {
+                    if let Item::Chunk { buf, pending, failed: f, len, .. } = item {
+                        if *buf == r.buf {
+                            *pending = pending.saturating_sub(1);
+                            *f |= failed;
+                            if *pending == 0 {
+                                c.read += u64::from(*len);
+                                self.pool.set_state(r.buf, BufState::Full);
+                                if let (Some(rate), None) = (c.rate, &c.pacer) {
+                                    // The first chunk of a paced stream: its clock starts.
+                                    c.pacer = Some(Pacer::new(now, self.cfg.buf_size as u64, rate));
+                                    c.send_credit = 1;
+                                }
+                            }
+                            break;
+                        }
+                    }
+                }
+                self.dirty.push(slot);
+            }
+        }
+        self.pool.unhold(r.buf);
+    }
+
+    fn start_send(&mut self, slot: u32) {
+        let zero_copy = self.zero_copy;
+        let registered = self.registered;
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.send_busy || c.phase != Phase::Sending {
+            return;
+        }
+        let fd = types::Fd(c.sock.as_raw_fd());
+        let gen = c.gen;
+        let e = match c.items.front() {
+            None => return,
+            Some(Item::Bytes { data, sent }) => {
+                let rest = &data[*sent..];
+                opcode::Send::new(fd, rest.as_ptr(), rest.len() as u32).flags(libc::MSG_NOSIGNAL).build().user_data(ud(
+                    OP_SEND_BYTES,
+                    slot,
+                    gen,
+                ))
+            }
+            Some(Item::Chunk { failed: true, .. }) => {
+                c.failed = true;
+                self.dirty.push(slot);
+                return;
+            }
+            Some(Item::Chunk { pending, .. }) if *pending > 0 => return,
+            Some(&Item::Chunk { buf, skip, len, sent, .. }) => {
+                if c.send_credit == 0 {
+                    return;
+                }
+                let ptr = self.pool.ptr(buf).wrapping_add((skip + sent) as usize);
+                let n = len - sent;
+                self.pool.set_state(buf, BufState::Sending);
+                self.pool.hold(buf);
+                if zero_copy {
+                    opcode::SendZc::new(fd, ptr, n)
+                        .buf_index(registered.then_some(buf))
+                        .flags(libc::MSG_NOSIGNAL)
+                        .build()
+                        .user_data(ud(OP_SEND_BUF, slot, u32::from(buf)))
+                } else {
+                    opcode::Send::new(fd, ptr, n).flags(libc::MSG_NOSIGNAL).build().user_data(ud(
+                        OP_SEND_BUF,
+                        slot,
+                        u32::from(buf),
+                    ))
+                }
+            }
+        };
+        c.send_busy = true;
+        c.ops += 1;
+        self.push(e);
+    }
+
+    fn sent(&mut self, slot: u32, res: i32, chunk: bool) {
+        let now_ns = self.now_ns();
+        let zero_copy = self.zero_copy;
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        c.send_busy = false;
+        c.ops -= 1;
+        if c.phase == Phase::Closing {
+            self.maybe_free(slot);
+            return;
+        }
+        if chunk && zero_copy && (res == -libc::ENOBUFS || res == -libc::ENOMEM || res == -libc::EOPNOTSUPP) {
+            // Zero-copy send pins the pages it sends; unregistered buffers under a small
+            // RLIMIT_MEMLOCK cannot be pinned. Copy from now on (the same buffers) and
+            // send this chunk again.
+            self.zero_copy = false;
+            self.stats.zero_copy = false;
+            warn_once(
+                &WARN_ZC,
+                "zero-copy send refused (pinning pages past RLIMIT_MEMLOCK?): sends copy from the buffers",
+            );
+            self.dirty.push(slot);
+            return;
+        }
+        if res <= 0 {
+            // EPIPE, ECONNRESET…: the client is gone.
+            c.failed = true;
+            self.dirty.push(slot);
+            return;
+        }
+        c.progress = Instant::now();
+        let n = res as u32;
+        let mut done_buf = None;
+        match c.items.front_mut() {
+            Some(Item::Bytes { data, sent }) if !chunk => {
+                *sent += n as usize;
+                self.stats.bytes_copied += u64::from(n);
+                if *sent >= data.len() {
+                    c.items.pop_front();
+                }
+            }
+            Some(Item::Chunk { buf, len, sent, .. }) if chunk => {
+                *sent += n;
+                c.sent += u64::from(n);
+                if zero_copy {
+                    self.stats.bytes_zero_copy += u64::from(n);
+                } else {
+                    self.stats.bytes_copied += u64::from(n);
+                }
+                if *sent >= *len {
+                    done_buf = Some(*buf);
+                }
+            }
+            _ => {}
+        }
+        if let Some(buf) = done_buf {
+            c.items.pop_front();
+            if c.send_credit != UNLIMITED {
+                c.send_credit -= 1;
+            }
+            if let Some(p) = c.pacer.as_mut() {
+                p.sent_at(now_ns);
+            }
+            self.pool.release(buf);
+        }
+        self.dirty.push(slot);
+    }
+
+    /// Shuts the connection down and frees what it holds (buffers once the kernel lets
+    /// go of them, the slot once its socket operations are done).
+    fn close(&mut self, slot: u32) {
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.phase == Phase::Closing {
+            return;
+        }
+        c.phase = Phase::Closing;
+        let _ = rustix::net::shutdown(&c.sock, rustix::net::Shutdown::Both);
+        let owner = (slot, c.gen);
+        let items = std::mem::take(&mut c.items);
+        c.segs.clear();
+        c.cursor = None;
+        let upcall = c.upcall.take();
+        let gen = c.gen;
+        for d in &mut self.drr {
+            let _ = d.remove_if(|r| r.owner == owner);
+        }
+        for item in items {
+            if let Item::Chunk { buf, .. } = item {
+                self.pool.release(buf);
+            }
+        }
+        if let Some(u) = upcall {
+            self.unpace(slot, gen, u);
+        } else {
+            self.admission.release(stream_id(slot, gen));
+        }
+        self.maybe_free(slot);
+    }
+
+    fn maybe_free(&mut self, slot: u32) {
+        let Some(c) = self.conns.get(slot as usize).and_then(Option::as_ref) else { return };
+        if c.phase == Phase::Closing && c.ops == 0 {
+            self.conns[slot as usize] = None;
+            self.free_slots.push(slot);
+            self.live -= 1;
+            self.stats.connections = self.live as u64;
+        }
+    }
+
+    fn ticked(&mut self) {
+        let now = Instant::now();
+        let (head_t, idle_t, send_t) = (self.cfg.head_timeout, self.cfg.idle_timeout, self.cfg.send_timeout);
+        let mut expired = Vec::new();
+        for (slot, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            let late = match c.phase {
+                Phase::Head if !c.head.is_empty() => now.duration_since(c.since) > head_t,
+                Phase::Head => now.duration_since(c.since) > idle_t,
+                Phase::Sending => c.send_busy && now.duration_since(c.progress) > send_t,
+                _ => false,
+            };
+            if late && c.http {
+                expired.push(slot as u32);
+            }
+        }
+        for slot in expired {
+            self.stats.timed_out += 1;
+            self.close(slot);
+        }
+        self.dirty.append(&mut self.starved);
+        self.settle();
+    }
+
+    fn lookup_stream(&mut self, id: u64) -> Option<u32> {
+        let (slot, gen) = ((id & 0xffff_ffff) as u32, (id >> 32) as u32);
+        let c = self.conns.get(slot as usize).and_then(Option::as_ref)?;
+        (c.gen == gen && !c.http).then_some(slot)
+    }
+
+    fn commands(&mut self) {
+        let cmds: Vec<Command> = match self.queue.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => return,
+        };
+        for cmd in cmds {
+            match cmd {
+                Command::Stop => self.stopped.store(true, Ordering::Release),
+                Command::Open { sock, name, offset, rate, chains, reply } => {
+                    let r = self.open_stream(sock, &name, offset, rate, chains);
+                    let _ = reply.send(r);
+                }
+                Command::Read(ids) => self.credit(&ids, |c| c.read_credit = c.read_credit.max(c.window as u64)),
+                Command::Send(ids) => self.credit(&ids, |c| {
+                    let full = c.items.iter().filter(|i| matches!(i, Item::Chunk { .. })).count() as u64;
+                    c.send_credit = c.send_credit.saturating_add(full);
+                }),
+                Command::ReadSend(ids) => self.credit(&ids, |c| {
+                    c.read_credit = c.read_credit.saturating_add(1);
+                    c.send_credit = c.send_credit.saturating_add(1);
+                }),
+                Command::Slot(id) => {
+                    // HTTP paced streams and API streams alike: any live connection.
+                    let (slot, gen) = ((id & 0xffff_ffff) as u32, (id >> 32) as u32);
+                    let now = self.now_ns();
+                    if let Some(c) = self.conn(slot).filter(|c| c.gen == gen) {
+                        if let Some(p) = &c.pacer {
+                            // The slots due by the pacer's clock, not one per upcall: an
+                            // upcall that ran late or was skipped loses no slot. At most
+                            // a window's worth is released at once.
+                            c.send_credit = p.due(now).min(c.window as u64 + 1);
+                        }
+                        self.dirty.push(slot);
+                    }
+                }
+                Command::State(ids, reply) => {
+                    let out = ids.iter().map(|&id| self.stream_state(id)).collect();
+                    let _ = reply.send(out);
+                }
+                Command::Close(ids) => {
+                    for id in ids {
+                        if let Some(slot) = self.lookup_stream(id) {
+                            self.close(slot);
+                        }
+                    }
+                }
+                Command::SetQuantum { class, sectors, reply } => {
+                    let _ = reply.send(self.set_quantum(&class, sectors));
+                }
+                Command::Stats(reply) => {
+                    let _ = reply.send(self.current_stats());
+                }
+            }
+        }
+        self.settle();
+    }
+
+    fn credit(&mut self, ids: &[u64], f: impl Fn(&mut Conn)) {
+        for &id in ids {
+            if let Some(slot) = self.lookup_stream(id) {
+                if let Some(c) = self.conn(slot) {
+                    if c.rate.is_none() {
+                        f(c);
+                    }
+                }
+                self.dirty.push(slot);
+            }
+        }
+    }
+
+    fn set_quantum(&mut self, class: &str, sectors: u32) -> Result<(), String> {
+        let idx = match self.class_names.iter().position(|n| n == class) {
+            Some(i) => ClassId(i as u16),
+            None => {
+                if !class.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                    || class.is_empty()
+                    || class.len() > 32
+                {
+                    return Err(format!("bad class name {class:?}"));
+                }
+                for d in &mut self.drr {
+                    d.add_class(class, sectors).map_err(|e| e.to_string())?;
+                }
+                self.class_names.push(class.to_string());
+                return Ok(());
+            }
+        };
+        for d in &mut self.drr {
+            d.set_quantum(idx, sectors).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn open_stream(
+        &mut self,
+        sock: OwnedFd,
+        name: &str,
+        offset: u64,
+        rate: Option<f64>,
+        chains: usize,
+    ) -> Result<u64, String> {
+        let info = self.storage.lookup(name).ok_or_else(|| format!("no stream {name:?}"))?;
+        if offset > info.len {
+            return Err(format!("offset {offset} past the end ({} bytes)", info.len));
+        }
+        let chains = chains.clamp(1, 16);
+        let slot = self.install(sock, false, self.rt_class, chains);
+        let gen = self.conns[slot as usize].as_ref().map_or(0, |c| c.gen);
+        let id = stream_id(slot, gen);
+        if let Some(c) = self.conn(slot) {
+            c.phase = Phase::Sending;
+            c.segs.push_back(Segment::Data { offset, len: info.len - offset });
+            c.stream = Some(info);
+            c.read_credit = 0;
+            c.send_credit = 0;
+        }
+        if let Some(rate) = rate {
+            if !self.make_paced(slot, rate) {
+                let reason = format!(
+                    "admission refused {rate:.0} B/s: {:.0} of {:.0} B/s reservable are taken (measured capability {:.0} B/s)",
+                    self.admission.reserved(),
+                    self.admission.reservable(),
+                    self.admission.capability()
+                );
+                self.close(slot);
+                return Err(reason);
+            }
+            if let Some(c) = self.conn(slot) {
+                c.read_credit = UNLIMITED;
+            }
+        }
+        self.dirty.push(slot);
+        Ok(id)
+    }
+
+    fn stream_state(&mut self, id: u64) -> StreamState {
+        let Some(slot) = self.lookup_stream(id) else { return StreamState { id, ..StreamState::default() } };
+        let pool = &self.pool;
+        let Some(c) = self.conns.get(slot as usize).and_then(Option::as_ref) else { return StreamState::default() };
+        let mut buffers = [0u32; 3];
+        for i in &c.items {
+            if let Item::Chunk { buf, .. } = i {
+                match pool.state(*buf).0 {
+                    BufState::Reading => buffers[0] += 1,
+                    BufState::Full => buffers[1] += 1,
+                    BufState::Sending => buffers[2] += 1,
+                    BufState::Empty => {}
+                }
+            }
+        }
+        let state = if c.failed {
+            3
+        } else if c.phase == Phase::Done {
+            2
+        } else {
+            1
+        };
+        let (slots, late, max_late_ns) = c.pacer.as_ref().map_or((0, 0, 0), |p| (p.sent, p.late, p.max_late));
+        StreamState { id, state, read: c.read, sent: c.sent, buffers, slots, late, max_late_ns }
+    }
+
+    fn current_stats(&self) -> EngineStats {
+        let mut s = self.stats.clone();
+        s.buffers = self.pool.count() as u64;
+        s.buffers_free = self.pool.free_count() as u64;
+        s.classes = self
+            .class_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let id = ClassId(i as u16);
+                let q = self.drr.first().and_then(|d| d.class(id)).map_or(0, |c| c.1);
+                let served: u64 = self.drr.iter().map(|d| d.classes().nth(i).map_or(0, |c| c.3.sectors)).sum();
+                (n.clone(), q, served)
+            })
+            .collect();
+        s.rt_streams = self.admission.len() as u64;
+        s.reserved = self.admission.reserved();
+        s.reservable = self.admission.reservable();
+        s
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::Release);
+    }
+}
+
+/// A stream's id: slot and generation.
+fn stream_id(slot: u32, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | u64::from(slot)
+}
+
+fn refused_plan() -> Plan {
+    let mut p = http::error(503, true);
+    let head = String::from_utf8_lossy(&p.head).replace("\r\n\r\n", "\r\nRetry-After: 5\r\n\r\n");
+    p.head = head.into_bytes();
+    p
+}
+
+/// `?rate=N` (bytes/s) on a request: send paced, as a real-time stream.
+fn req_rate(req: &http::RequestHead) -> Option<f64> {
+    req.query.as_deref().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("rate="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&r| r > 0)
+            .map(|r| r as f64)
+    })
+}
+
+struct Catalog<'a>(&'a dyn Storage);
+
+impl http::Catalog for Catalog<'_> {
+    fn lookup(&self, name: &str) -> Option<http::Resource> {
+        self.0.lookup(name).map(|s| http::Resource::Stream { len: s.len, etag: s.etag })
+    }
+}
+
+/// Runs an engine on its own thread; returns its handle and the thread.
+pub fn spawn(engine: Engine, handle: &EngineHandle) -> io::Result<std::thread::JoinHandle<io::Result<()>>> {
+    let stopped = Arc::clone(&handle.stopped);
+    std::thread::Builder::new().name("ictus-mars".into()).spawn(move || {
+        if let Some(priority) = engine.cfg.fifo {
+            use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
+            // A refusal is said once by `configure_current_thread`; serve anyway.
+            let _ = configure_current_thread(&ThreadRequest {
+                policy: Some(Policy::Fifo { priority }),
+                ..ThreadRequest::default()
+            });
+        }
+        if let Some((class, level)) = engine.cfg.ioprio {
+            if let Err(e) = set_thread_ioprio(class, level) {
+                eprintln!("ictus mars: warning: I/O priority class {class} level {level} refused ({e}); reads keep the default");
+            }
+        }
+        let r = engine.run();
+        stopped.store(true, Ordering::Release);
+        r
+    })
+}
+
+/// The listener's socket, for tests that need its address.
+pub fn local_port(l: &TcpListener) -> u16 {
+    l.local_addr().map_or(0, |a| a.port())
+}
+
+/// `ioprio_set(IOPRIO_WHO_PROCESS, 0, …)`: the calling thread's I/O priority (glibc has
+/// no wrapper). Reads submitted from this thread carry it.
+pub fn set_thread_ioprio(class: u8, level: u8) -> io::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    let value = (libc::c_int::from(class) << 13) | libc::c_int::from(level & 7);
+    // SAFETY: ioprio_set(2) takes three integers and touches no memory of ours; who = 0
+    // means the calling thread.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

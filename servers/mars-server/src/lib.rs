@@ -1,0 +1,196 @@
+//! MARS (001): the multimedia-on-demand stream server.
+//!
+//! - [`volume`]: striped volumes on files or block devices (the paper's ccd) and the
+//!   [`volume::Storage`] trait the engine reads through;
+//! - [`mmbuf`]: the pool of registered buffers that are both the disk's and the
+//!   network's (the paper's mmbufs);
+//! - [`engine`]: one io_uring thread doing every read and send, Deficit Round Robin per
+//!   device, HTTP connections, paced streams;
+//! - [`api`]: the streams API and the control interface on ports, on the server
+//!   skeleton; their protocol and clients are `ictus-mars-api` (re-exported as
+//!   [`protocol`] and [`client`]);
+//! - [`measure`]: the volume's capability, for admission control;
+//! - [`fallback`]: HTTP without io_uring;
+//! - [`bench`]: `ictus bench mars` (001 Tables 1–3, HTTP beside nginx and a splice loop);
+//! - [`cli`]: `ictus mars …`.
+//!
+//! See `doc/mars.md`.
+#![deny(unsafe_code)]
+
+pub mod api;
+pub mod bench;
+pub mod cli;
+#[allow(unsafe_code)]
+pub mod engine;
+#[allow(unsafe_code)]
+pub mod fallback;
+#[allow(unsafe_code)]
+pub mod measure;
+#[allow(unsafe_code)]
+pub mod mmbuf;
+pub mod volume;
+
+pub use ictus_mars_api::{client, protocol};
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use engine::{EngineConfig, EngineHandle, EngineStats, StreamState};
+pub use volume::{LocalStorage, Storage, Volume, VolumeError};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The volume.
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    /// The listening socket.
+    #[error("listening on {0}: {1}")]
+    Listen(String, #[source] std::io::Error),
+    /// The engine.
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
+    /// Measuring the volume.
+    #[error("measuring the volume: {0}")]
+    Measure(#[source] std::io::Error),
+    /// The upcall runtime.
+    #[error("the upcall runtime: {0}")]
+    Runtime(String),
+    /// A thread.
+    #[error("starting a thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// How to start a server.
+#[derive(Clone, Debug)]
+pub struct StartOptions {
+    /// The volume's components.
+    pub volume: Vec<PathBuf>,
+    /// HTTP address (`127.0.0.1:0` picks a port), or none.
+    pub listen: Option<String>,
+    /// Bytes/s admission works from; measured at start if none.
+    pub capability: Option<f64>,
+    /// The engine's settings.
+    pub engine: EngineConfig,
+    /// Serve with the fallback even where io_uring works (for tests and comparisons).
+    pub force_fallback: bool,
+}
+
+/// A running server (engine, upcall runtime, or the fallback).
+#[derive(Debug)]
+pub struct Running {
+    /// The engine's handle (none under the fallback).
+    pub handle: Option<EngineHandle>,
+    /// Where HTTP listens.
+    pub addr: Option<SocketAddr>,
+    /// The capability admission works from (bytes/s).
+    pub capability: f64,
+    /// Whether reads are `O_DIRECT`.
+    pub direct: bool,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    fallback_stop: Option<Arc<AtomicBool>>,
+    _rt: Option<ictus_rt::runtime::Runtime>,
+}
+
+static WARN_FALLBACK: AtomicBool = AtomicBool::new(false);
+static WARN_DIRECT: AtomicBool = AtomicBool::new(false);
+
+/// Starts a server on its own threads.
+pub fn start(opts: &StartOptions) -> Result<Running, StartError> {
+    let storage = Arc::new(LocalStorage::open(&opts.volume)?);
+    let direct = storage.direct();
+    if !direct && !WARN_DIRECT.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "ictus mars: warning: O_DIRECT refused on the volume's file system: reads go through the page cache (a copy, and cache pollution)"
+        );
+    }
+    let listener = match &opts.listen {
+        Some(a) => Some(TcpListener::bind(a).map_err(|e| StartError::Listen(a.clone(), e))?),
+        None => None,
+    };
+    let addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+    let capability = match opts.capability {
+        Some(c) => c,
+        None => measure::capability(&*storage, opts.engine.device_depth, Duration::from_millis(1500)).unwrap_or(0.0),
+    };
+    let uring = if opts.force_fallback {
+        Err(engine::EngineError::NoUring(std::io::Error::other("fallback forced")))
+    } else {
+        let rt = ictus_rt::runtime::Runtime::start(ictus_rt::runtime::RuntimeConfig::default())
+            .map_err(|e| StartError::Runtime(e.to_string()))?;
+        let storage_dyn: Arc<dyn Storage> = storage.clone();
+        let listener_clone = match &listener {
+            Some(l) => Some(l.try_clone().map_err(StartError::Thread)?),
+            None => None,
+        };
+        engine::Engine::new(storage_dyn, listener_clone, opts.engine.clone(), capability, Some(rt.handle()))
+            .map(|(e, h)| (e, h, rt))
+    };
+    match uring {
+        Ok((eng, handle, rt)) => {
+            let thread = engine::spawn(eng, &handle).map_err(StartError::Thread)?;
+            drop(listener);
+            Ok(Running {
+                handle: Some(handle),
+                addr,
+                capability,
+                direct,
+                thread: Some(thread),
+                fallback_stop: None,
+                _rt: Some(rt),
+            })
+        }
+        Err(e) => {
+            if !WARN_FALLBACK.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "ictus mars: warning: {e}; serving HTTP with the fallback (blocking threads): no DRR, no zero-copy send, no streams API, no pacing"
+                );
+            }
+            let Some(listener) = listener else { return Err(e.into()) };
+            let stop = Arc::new(AtomicBool::new(false));
+            let (s, st) = (storage.clone() as Arc<dyn Storage>, Arc::clone(&stop));
+            let buf = opts.engine.buf_size;
+            let thread = std::thread::Builder::new()
+                .name("ictus-mars-fallback".into())
+                .spawn(move || fallback::serve(s, listener, st, buf))
+                .map_err(StartError::Thread)?;
+            Ok(Running {
+                handle: None,
+                addr,
+                capability,
+                direct,
+                thread: Some(thread),
+                fallback_stop: Some(stop),
+                _rt: None,
+            })
+        }
+    }
+}
+
+impl Running {
+    /// Stops the server and waits for its threads.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(h) = &self.handle {
+            h.post(engine::Command::Stop);
+        }
+        if let Some(s) = &self.fallback_stop {
+            s.store(true, Ordering::Release);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}

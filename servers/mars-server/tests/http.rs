@@ -1,0 +1,275 @@
+//! HTTP/1.1 as players use it, checked byte for byte with curl against the file the
+//! volume was made from: whole streams, single ranges, multiple ranges
+//! (multipart/byteranges), ranges across stripe units, HEAD, validators, errors,
+//! keep-alive, HLS playlists with byte ranges, paced streams; the same through the
+//! fallback; and hostile clients (slowloris, half-closed, garbage, oversized heads).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use common::*;
+use ictus_mars_server::EngineConfig;
+
+fn url(r: &ictus_mars_server::Running, path: &str) -> String {
+    format!("http://{}/{path}", r.addr.unwrap())
+}
+
+/// Single and multiple ranges at awkward places: stripe-unit edges (16 KiB × 3
+/// components), the start, the end, suffixes, open ends, overlaps (merged).
+fn check_ranges(r: &ictus_mars_server::Running, clip: &[u8]) {
+    let u = url(r, "clip.bin");
+    let (status, head, body) = curl(&[&u]);
+    assert_eq!(status, 200);
+    assert_eq!(body, clip, "the whole stream");
+    assert_eq!(header(&head, "content-length"), Some(clip.len().to_string().as_str()));
+    let len = clip.len() as u64;
+    let unit = 16u64 << 10;
+    let singles = [
+        (0, 0),
+        (unit - 1, unit),
+        (unit - 10, 3 * unit + 10),
+        (5 * unit, 5 * unit + 4095),
+        (1_000_001, 2_000_002),
+        (len - 1, len - 1),
+        (123, len - 1),
+    ];
+    for (a, b) in singles {
+        let (status, head, body) = curl(&["-r", &format!("{a}-{b}"), &u]);
+        assert_eq!(status, 206, "{a}-{b}");
+        assert_eq!(header(&head, "content-range"), Some(format!("bytes {a}-{b}/{len}").as_str()));
+        assert_eq!(body, &clip[a as usize..=b as usize], "range {a}-{b}");
+    }
+    let (_, _, body) = curl(&["-r", "-1000", &u]);
+    assert_eq!(body, &clip[clip.len() - 1000..], "suffix");
+    let (_, _, body) = curl(&["-r", "2999000-", &u]);
+    assert_eq!(body, &clip[2_999_000..], "open end");
+    // Multiple ranges: disjoint ones in the client's order.
+    let spec = format!("0-9,{}-{},{}-{},-5", unit - 3, unit + 2, 7 * unit, 9 * unit + 17);
+    let (status, head, body) = curl(&["-r", &spec, &u]);
+    assert_eq!(status, 206);
+    let ctype = header(&head, "content-type").unwrap();
+    let boundary = ctype.split("boundary=").nth(1).expect("a boundary").to_string();
+    assert_eq!(header(&head, "content-length"), Some(body.len().to_string().as_str()));
+    let got = parts(&body, &boundary);
+    let want = [(0, 9), (unit - 3, unit + 2), (7 * unit, 9 * unit + 17), (len - 5, len - 1)];
+    assert_eq!(got.len(), want.len());
+    for (((a, b, total), bytes), (wa, wb)) in got.iter().zip(want) {
+        assert_eq!((*a, *b, *total), (wa, wb, len));
+        assert_eq!(bytes.as_slice(), &clip[wa as usize..=wb as usize]);
+    }
+    // Overlapping ranges are merged into one part.
+    let (status, head, body) = curl(&["-r", "100-200,150-300,1000-1001", &u]);
+    assert_eq!(status, 206);
+    let boundary = header(&head, "content-type").unwrap().split("boundary=").nth(1).unwrap().to_string();
+    let got = parts(&body, &boundary);
+    assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), vec![(100, 300, len), (1000, 1001, len)]);
+    assert_eq!(got[0].1, &clip[100..=300]);
+}
+
+#[test]
+fn ranges_byte_for_byte() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ranges");
+    let (comps, clip, _) = volume(dir.path());
+    let r = start(&comps, EngineConfig::default(), false);
+    check_ranges(&r, &clip);
+    let stats = r.handle.as_ref().unwrap().stats().unwrap();
+    assert_eq!(stats.buffers_free, stats.buffers, "every buffer back after the responses");
+    assert!(stats.bytes_zero_copy + stats.bytes_copied > 0);
+    r.stop();
+}
+
+#[test]
+fn ranges_byte_for_byte_through_the_fallback() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("fallback");
+    let (comps, clip, _) = volume(dir.path());
+    let r = start(&comps, EngineConfig::default(), true);
+    assert!(r.handle.is_none());
+    check_ranges(&r, &clip);
+    r.stop();
+}
+
+#[test]
+fn head_validators_and_errors() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("errors");
+    let (comps, clip, _) = volume(dir.path());
+    let r = start(&comps, EngineConfig::default(), false);
+    let u = url(&r, "clip.bin");
+    let (status, head, body) = curl(&["-I", &u]);
+    assert_eq!((status, body.len()), (200, 0));
+    assert_eq!(header(&head, "content-length"), Some(clip.len().to_string().as_str()));
+    assert_eq!(header(&head, "accept-ranges"), Some("bytes"));
+    let etag = header(&head, "etag").unwrap().to_string();
+    assert_eq!(curl(&[&url(&r, "nothing-here")]).0, 404);
+    assert_eq!(curl(&["--path-as-is", &url(&r, "a/../clip.bin")]).0, 404, "no dot segments");
+    let (status, head, _) = curl(&["-r", "5000000-", &u]);
+    assert_eq!(status, 416);
+    assert_eq!(header(&head, "content-range"), Some(format!("bytes */{}", clip.len()).as_str()));
+    let (status, _, body) = curl(&["-r", "10-19", "-H", &format!("If-Range: {etag}"), &u]);
+    assert_eq!((status, body.as_slice()), (206, &clip[10..20]));
+    let (status, _, body) = curl(&["-r", "10-19", "-H", "If-Range: \"stale\"", &u]);
+    assert_eq!((status, body.len()), (200, clip.len()), "a changed validator gets the whole stream");
+    assert_eq!(curl(&["-H", &format!("If-None-Match: {etag}"), &u]).0, 304);
+    assert_eq!(curl(&["-X", "POST", &u]).0, 405);
+    assert_eq!(curl(&["--http1.0", &u]).2, clip, "HTTP/1.0, no Host");
+    r.stop();
+}
+
+#[test]
+fn keep_alive_serves_many_requests_on_one_connection() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("keepalive");
+    let (comps, clip, _) = volume(dir.path());
+    let r = start(&comps, EngineConfig::default(), false);
+    let h = r.handle.clone().unwrap();
+    let before = h.stats().unwrap().accepted;
+    let u = url(&r, "clip.bin");
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-r", "0-99", &u, &u, &u])
+        .args(["-w", "%{num_connects}\n"])
+        .output()
+        .unwrap();
+    let connects: Vec<u32> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert_eq!(connects.iter().sum::<u32>(), 1, "three requests, one connection: {connects:?}");
+    assert_eq!(h.stats().unwrap().accepted - before, 1);
+    // Pipelined: two requests in one write, two responses in order.
+    let mut s = TcpStream::connect(r.addr.unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /clip.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-4\r\n\r\nGET /clip.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=5-9\r\nConnection: close\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    assert_eq!(text.matches("HTTP/1.1 206").count(), 2, "{text}");
+    let first = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(&all[first..first + 5], &clip[..5]);
+    assert!(all.ends_with(&clip[5..10]));
+    drop(clip);
+    r.stop();
+}
+
+#[test]
+fn hls_playlist_segments_rebuild_the_clip() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("hls");
+    let (comps, _, ts) = volume(dir.path());
+    let r = start(&comps, EngineConfig::default(), false);
+    let (status, head, body) = curl(&[&url(&r, "film.m3u8")]);
+    assert_eq!(status, 200);
+    assert_eq!(header(&head, "content-type"), Some("application/vnd.apple.mpegurl"));
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.starts_with("#EXTM3U") && text.trim_end().ends_with("#EXT-X-ENDLIST"), "{text}");
+    let mut rebuilt = Vec::new();
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        if let Some(br) = l.strip_prefix("#EXT-X-BYTERANGE:") {
+            let (n, at) = br.split_once('@').unwrap();
+            let (n, at): (u64, u64) = (n.parse().unwrap(), at.parse().unwrap());
+            let uri = lines.next().unwrap();
+            assert_eq!(uri, "film.ts");
+            let (status, _, seg) = curl(&["-r", &format!("{at}-{}", at + n - 1), &url(&r, uri)]);
+            assert_eq!(status, 206);
+            rebuilt.extend(seg);
+        }
+    }
+    assert_eq!(rebuilt, ts, "the segments, in order, are the clip");
+    r.stop();
+}
+
+#[test]
+fn a_paced_request_is_admitted_or_refused() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("paced");
+    let (comps, clip, _) = volume(dir.path());
+    let r = start(&comps, EngineConfig { buf_size: 64 << 10, ..EngineConfig::default() }, false);
+    // 3 MB at 6 MB/s: admitted (capability 100 MB/s × 0.8), paced by an upcall.
+    let (status, _, body) = curl(&[&format!("{}?rate=6000000", url(&r, "clip.bin"))]);
+    assert_eq!(status, 200);
+    assert_eq!(body, clip);
+    // More than the reservable share: refused with 503 and Retry-After.
+    let (status, head, _) = curl(&[&format!("{}?rate=90000000", url(&r, "clip.bin"))]);
+    assert_eq!(status, 503);
+    assert_eq!(header(&head, "retry-after"), Some("5"));
+    let s = r.handle.as_ref().unwrap().stats().unwrap();
+    assert_eq!((s.rt_streams, s.buffers_free), (0, s.buffers), "the reservation and buffers are released");
+    r.stop();
+}
+
+fn raw(r: &ictus_mars_server::Running, bytes: &[u8], half_close: bool) -> Vec<u8> {
+    let mut s = TcpStream::connect(r.addr.unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(bytes).unwrap();
+    if half_close {
+        s.shutdown(Shutdown::Write).unwrap();
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn hostile_clients_cost_bounded_memory_and_do_not_stop_others() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("hostile");
+    let (comps, clip, _) = volume(dir.path());
+    let cfg = EngineConfig {
+        head_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(2),
+        ..EngineConfig::default()
+    };
+    let r = start(&comps, cfg, false);
+    let h = r.handle.clone().unwrap();
+    // Garbage, a head too long, a body, an unknown version: an error status, then close.
+    assert!(raw(&r, b"\x16\x03\x01garbage\r\n\r\n", false).starts_with(b"HTTP/1.1 400"));
+    let long = format!("GET /clip.bin HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "p".repeat(20_000));
+    assert!(raw(&r, long.as_bytes(), false).starts_with(b"HTTP/1.1 431"));
+    assert!(raw(&r, b"GET /clip.bin HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", false)
+        .starts_with(b"HTTP/1.1 400"));
+    // Half-closed: the request, then the client's write side shut: still answered.
+    let out = raw(&r, b"GET /clip.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=7-16\r\n\r\n", true);
+    assert!(out.starts_with(b"HTTP/1.1 206") && out.ends_with(&clip[7..17]));
+    // Slowloris: 300 connections each holding an unfinished head.
+    let accepted_before = h.stats().unwrap().accepted;
+    let mut slow: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(r.addr.unwrap()).unwrap();
+            s.write_all(b"GET /clip.bin HTTP/1.1\r\nHost: x\r\n").unwrap();
+            s
+        })
+        .collect();
+    // All accepted (on a loaded machine the first may already have timed out: the head
+    // timeout is 1 s here, and nothing below depends on them all being open at once).
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().accepted >= accepted_before + 300));
+    let s = h.stats().unwrap();
+    assert_eq!(s.buffers_free, s.buffers, "an unfinished head holds no buffer");
+    // Meanwhile a download is served whole.
+    assert_eq!(curl(&[&url(&r, "clip.bin")]).2, clip);
+    // The slow heads are closed by the head timeout (1 s here); the watchdog is generous.
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().timed_out >= 300));
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).unwrap_or(0), 0, "closed by the server");
+    }
+    assert!(eventually(Duration::from_secs(30), || h.stats().unwrap().connections == 0));
+    r.stop();
+}

@@ -1,0 +1,267 @@
+//! The server: a thread pool over one epoll (004 §3.2's pool of C threads).
+//!
+//! - The **session socket** (`SOCK_SEQPACKET`) is inherited by every process of the
+//!   session as [`SESSION_FD`](ictus_unix_emul::wire::SESSION_FD). The library sends
+//!   on it a hello carrying one end of a fresh socketpair: a connection per program
+//!   thread. The server checks that what came is one `AF_UNIX SOCK_SEQPACKET` socket
+//!   and turns on `SO_PASSCRED`, so every request carries its sender's pid, uid and gid
+//!   as the kernel saw them.
+//! - Every connection is in the epoll, one-shot: a worker takes one request, serves
+//!   it, answers and re-arms. When every worker is busy (a blocking open of a FIFO,
+//!   a connect) the pool grows, up to [`MAX_WORKERS`].
+//! - A process that exits or is killed (even by `kill -9`) closes its connections:
+//!   the kernel hangs them up, the server drops them. Nothing else is kept per process
+//!   but the path of its last exec (for `/proc/PID/exe`), dropped with it.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use ictus_unix_emul::wire::{self, Request};
+
+use crate::ops::{self, Session};
+use crate::sys;
+
+/// Most worker threads.
+pub const MAX_WORKERS: usize = 64;
+/// Workers started at once.
+pub const MIN_WORKERS: usize = 2;
+
+struct Conn {
+    fd: OwnedFd,
+    /// The pid that sent the hello (the owner, for clean-up of per-process state).
+    pid: i32,
+}
+
+struct Shared {
+    session: Arc<Session>,
+    ep: OwnedFd,
+    /// Session sockets (server ends), one per program started, by token.
+    listeners: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    next: AtomicU64,
+    idle: AtomicUsize,
+    workers: AtomicUsize,
+    stop: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A running server.
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("workers", &self.shared.workers.load(Ordering::Relaxed)).finish()
+    }
+}
+
+impl Server {
+    /// Serve `session`; programs join it through [`Server::add_session_socket`].
+    pub fn start(session: Arc<Session>) -> Result<Server, i32> {
+        let ep = sys::epoll()?;
+        let shared = Arc::new(Shared {
+            session,
+            ep,
+            listeners: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            idle: AtomicUsize::new(0),
+            workers: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+        });
+        for _ in 0..MIN_WORKERS {
+            spawn_worker(&shared);
+        }
+        // Names created outside the session are not seen by the server: the
+        // libraries' failed-lookup caches are dropped every second so that they
+        // appear within a second.
+        let s = Arc::clone(&shared);
+        let t = std::thread::Builder::new()
+            .name("unix-generation".into())
+            .spawn(move || {
+                let mut ticks = 0;
+                while !s.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    ticks += 1;
+                    if ticks % 10 == 0 {
+                        s.session.generation.bump();
+                    }
+                }
+            })
+            .expect("spawning the generation thread");
+        shared.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t);
+        Ok(Server { shared })
+    }
+
+    /// A new session socket: the server keeps one end, the caller gives the other to
+    /// the first process of a program (every process of it inherits it).
+    pub fn add_session_socket(&self) -> Result<OwnedFd, i32> {
+        let (server_end, client_end) = sys::seqpacket_pair()?;
+        let token = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let fd = Arc::new(server_end);
+        self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(token, Arc::clone(&fd));
+        if let Err(e) = sys::epoll_arm(self.shared.ep.as_fd(), fd.as_fd(), token, true) {
+            self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
+            return Err(e);
+        }
+        Ok(client_end)
+    }
+
+    /// Programs whose processes are not all gone.
+    pub fn programs(&self) -> usize {
+        self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The session served.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.shared.session
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Worker threads now.
+    pub fn workers(&self) -> usize {
+        self.shared.workers.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let threads = std::mem::take(&mut *self.shared.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+fn spawn_worker(shared: &Arc<Shared>) {
+    shared.workers.fetch_add(1, Ordering::AcqRel);
+    shared.idle.fetch_add(1, Ordering::AcqRel);
+    let s = Arc::clone(shared);
+    let t = std::thread::Builder::new()
+        .name("unix-server".into())
+        .spawn(move || worker(&s))
+        .expect("spawning a server thread");
+    shared.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t);
+}
+
+fn worker(s: &Arc<Shared>) {
+    let mut buf = vec![0u8; wire::MAX_REQUEST];
+    while !s.stop.load(Ordering::Acquire) {
+        let ev = match sys::epoll_wait_one(s.ep.as_fd(), 100) {
+            Ok(Some(ev)) => ev,
+            Ok(None) => continue,
+            Err(_) => break,
+        };
+        if s.idle.fetch_sub(1, Ordering::AcqRel) == 1
+            && s.workers.load(Ordering::Acquire) < MAX_WORKERS
+            && !s.stop.load(Ordering::Acquire)
+        {
+            spawn_worker(s);
+        }
+        let listener = s.listeners.lock().unwrap_or_else(|p| p.into_inner()).get(&ev.0).cloned();
+        match listener {
+            Some(l) => accept_hellos(s, ev.0, &l),
+            None => serve_conn(s, ev.0, &mut buf),
+        }
+        s.idle.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
+    let mut buf = [0u8; 64];
+    loop {
+        match sys::recv(listener.as_fd(), &mut buf, true) {
+            Ok(Some(m)) => {
+                let ok = m.len == wire::HELLO.len() && buf[..m.len] == wire::HELLO && m.fds.len() == 1 && !m.truncated;
+                let kind_ok = ok && sys::socket_kind(m.fds[0].as_fd()) == Some((libc::SOCK_SEQPACKET, libc::AF_UNIX));
+                if !kind_ok {
+                    s.session.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    continue; // the descriptors close as m drops
+                }
+                let fd = m.fds.into_iter().next().expect("one");
+                if sys::pass_credentials(fd.as_fd()).is_err() {
+                    continue;
+                }
+                let ct = s.next.fetch_add(1, Ordering::Relaxed);
+                let pid = m.cred.map_or(0, |c| c.0);
+                let conn = Arc::new(Conn { fd, pid });
+                s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
+                s.session.stats.connections.fetch_add(1, Ordering::Relaxed);
+                s.session.stats.open.fetch_add(1, Ordering::Relaxed);
+                if sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), ct, true).is_err() {
+                    drop_conn(s, ct);
+                }
+            }
+            Err(libc::EAGAIN) => break,
+            Err(libc::EINTR) => continue,
+            Ok(None) | Err(_) => {
+                // Every process of this program is gone (or the socket broke).
+                s.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
+                return;
+            }
+        }
+    }
+    let _ = sys::epoll_arm(s.ep.as_fd(), listener.as_fd(), token, false);
+}
+
+fn drop_conn(s: &Arc<Shared>, token: u64) {
+    let gone = s.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
+    if let Some(c) = gone {
+        s.session.stats.open.fetch_sub(1, Ordering::Relaxed);
+        // The last connection of a process takes its exec record with it.
+        let pid = c.pid;
+        let still = s.conns.lock().unwrap_or_else(|p| p.into_inner()).values().any(|o| o.pid == pid);
+        if !still {
+            s.session.exes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+        }
+    }
+}
+
+fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
+    let Some(conn) = s.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&token).cloned() else { return };
+    let m = match sys::recv(conn.fd.as_fd(), buf, true) {
+        Ok(Some(m)) => m,
+        Ok(None) => return drop_conn(s, token),
+        Err(libc::EAGAIN) | Err(libc::EINTR) => {
+            let _ = sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), token, false);
+            return;
+        }
+        Err(_) => return drop_conn(s, token),
+    };
+    let reply = match (m.truncated, m.cred) {
+        (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len], m.fds.len()) {
+            Ok(req) => ops::serve(&s.session, pid, &req, &m.fds),
+            Err(_) => malformed(s),
+        },
+        _ => malformed(s),
+    };
+    drop(m);
+    let mut out = Vec::with_capacity(wire::REPLY_HEADER + reply.data.len());
+    out.resize(wire::REPLY_HEADER, 0);
+    wire::encode_reply_header(&mut out, reply.result, reply.fds.len() as u32, reply.data.len() as u32);
+    out.extend_from_slice(&reply.data);
+    let fds: Vec<_> = reply.fds.iter().map(|f| f.as_fd()).collect();
+    if sys::send(conn.fd.as_fd(), &out, &fds).is_err() {
+        return drop_conn(s, token);
+    }
+    if sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), token, false).is_err() {
+        drop_conn(s, token);
+    }
+    let _ = conn.fd.as_raw_fd();
+}
+
+fn malformed(s: &Arc<Shared>) -> ops::Reply {
+    s.session.stats.malformed.fetch_add(1, Ordering::Relaxed);
+    ops::Reply { result: -(libc::EINVAL as i64), ..ops::Reply::default() }
+}

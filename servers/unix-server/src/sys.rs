@@ -1,0 +1,420 @@
+//! The server's system calls: the one unsafe layer. Each wrapper takes and returns
+//! owned descriptors and byte strings, and answers `Err(errno)`.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// A result with an errno.
+pub type Res<T> = Result<T, i32>;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn check(r: libc::c_long) -> Res<libc::c_long> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A path as a C string (paths from the view never contain NUL).
+pub fn cpath(p: &Path) -> Res<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)
+}
+
+/// `openat2(dirfd, path, how)`.
+pub fn openat2(dir: Option<BorrowedFd<'_>>, path: &CStr, flags: u64, mode: u64, resolve: u64) -> Res<OwnedFd> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow { flags, mode, resolve };
+    let dfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: path is a C string, how a valid open_how of the size passed (openat2(2)).
+    let r = unsafe {
+        libc::syscall(libc::SYS_openat2, dfd, path.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+    };
+    // SAFETY: a new descriptor the kernel returned, owned by nobody else.
+    check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`.
+pub const NO_LINKS: u64 = 0x04 | 0x02;
+/// `RESOLVE_NO_MAGICLINKS`.
+pub const NO_MAGICLINKS: u64 = 0x02;
+
+/// Open a host directory with no symbolic link anywhere on its path, as `O_PATH`.
+pub fn open_dir_nolinks(host: &Path) -> Res<OwnedFd> {
+    let c = cpath(host)?;
+    openat2(None, &c, (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64, 0, NO_LINKS)
+}
+
+/// `lstat(path)`'s mode, or the errno.
+pub fn lstat_mode(path: &Path) -> Res<u32> {
+    let c = cpath(path)?;
+    // SAFETY: st is plain data the kernel fills (lstat(2)).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a C string, st a valid struct stat.
+    check(unsafe { libc::lstat(c.as_ptr(), &mut st) } as libc::c_long)?;
+    Ok(st.st_mode)
+}
+
+/// `readlinkat(dir, name)`.
+pub fn readlinkat(dir: Option<BorrowedFd<'_>>, name: &CStr) -> Res<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    let dfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: buf has buf.len() bytes (readlinkat(2)).
+    let n = unsafe { libc::readlinkat(dfd, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = check(n as libc::c_long)? as usize;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `readlink(path)`.
+pub fn readlink(path: &Path) -> Res<Vec<u8>> {
+    let c = cpath(path)?;
+    readlinkat(None, &c)
+}
+
+/// A raw system call whose result is a number.
+///
+/// # Safety
+/// The arguments must be valid for `nr`, as for any system call.
+pub unsafe fn raw(nr: libc::c_long, a: [libc::c_long; 6]) -> Res<libc::c_long> {
+    // SAFETY: the caller's contract.
+    check(unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) })
+}
+
+/// The umask of process `pid` (from `/proc/PID/status`), 0o022 if unreadable.
+pub fn umask_of(pid: i32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// `SO_TYPE` and `SO_DOMAIN` of a socket.
+pub fn socket_kind(fd: BorrowedFd<'_>) -> Option<(i32, i32)> {
+    let get = |opt| {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: v and len are valid for an int option (getsockopt(2)).
+        let r = unsafe {
+            libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len)
+        };
+        (r == 0).then_some(v)
+    };
+    Some((get(libc::SO_TYPE)?, get(libc::SO_DOMAIN)?))
+}
+
+/// Turn on `SO_PASSCRED`: every message then carries the sender's credentials.
+pub fn pass_credentials(fd: BorrowedFd<'_>) -> Res<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: an int option (setsockopt(2)).
+    let r = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PASSCRED, (&one as *const libc::c_int).cast(), 4)
+    };
+    check(r as libc::c_long).map(|_| ())
+}
+
+/// One received message.
+#[derive(Debug)]
+pub struct Received {
+    /// Bytes.
+    pub len: usize,
+    /// Descriptors that came with it.
+    pub fds: Vec<OwnedFd>,
+    /// The sender's pid, uid, gid, if credentials came.
+    pub cred: Option<(i32, u32, u32)>,
+    /// The datagram or its control data was cut.
+    pub truncated: bool,
+}
+
+/// `recvmsg` with room for `max_fds` descriptors and credentials; descriptors are
+/// close-on-exec. `Ok(None)` at end of stream (hang-up).
+pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], dontwait: bool) -> Res<Option<Received>> {
+    // Room for SCM_RIGHTS of up to 8 descriptors and SCM_CREDENTIALS.
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    let flags = libc::MSG_CMSG_CLOEXEC | if dontwait { libc::MSG_DONTWAIT } else { 0 };
+    // SAFETY: msg points at live buffers (recvmsg(2)).
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+    let n = check(n as libc::c_long)? as usize;
+    let mut fds = Vec::new();
+    let mut cred = None;
+    // SAFETY: walking the control messages the kernel wrote, with the libc macros.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const RawFd;
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                let u: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::ucred);
+                cred = Some((u.pid, u.uid, u.gid));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if n == 0 && fds.is_empty() && cred.is_none() {
+        return Ok(None);
+    }
+    let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+    Ok(Some(Received { len: n, fds, cred, truncated }))
+}
+
+/// `sendmsg` of `bytes` with `fds` attached.
+pub fn send(fd: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Res<()> {
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        assert!(fds.len() <= 8);
+        // SAFETY: CMSG_SPACE of at most 8 descriptors fits the 64-byte buffer; the
+        // header and data are written with the libc macros.
+        unsafe {
+            let space = libc::CMSG_SPACE((fds.len() * 4) as u32) as usize;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = space;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
+            let data = libc::CMSG_DATA(c) as *mut RawFd;
+            for (i, f) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(data.add(i), f.as_raw_fd());
+            }
+        }
+    }
+    // SAFETY: msg points at live buffers (sendmsg(2)).
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    check(r as libc::c_long).map(|_| ())
+}
+
+/// A `SOCK_SEQPACKET` socketpair, close-on-exec.
+pub fn seqpacket_pair() -> Res<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds has room for two (socketpair(2)).
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    check(r as libc::c_long)?;
+    // SAFETY: two new descriptors owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `epoll_create1(EPOLL_CLOEXEC)`.
+pub fn epoll() -> Res<OwnedFd> {
+    // SAFETY: no pointers.
+    let r = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Add or re-arm `fd` in `ep`, one-shot, for input and hang-up, with `token`.
+pub fn epoll_arm(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64, add: bool) -> Res<()> {
+    let mut ev =
+        libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32, u64: token };
+    let op = if add { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
+    // SAFETY: ev is a valid event (epoll_ctl(2)).
+    let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
+    check(r as libc::c_long).map(|_| ())
+}
+
+/// Wait for one event: `(token, events)`, or `None` on timeout.
+pub fn epoll_wait_one(ep: BorrowedFd<'_>, timeout_ms: i32) -> Res<Option<(u64, u32)>> {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: room for one event (epoll_wait(2)).
+    let r = unsafe { libc::epoll_wait(ep.as_raw_fd(), &mut ev, 1, timeout_ms) };
+    match check(r as libc::c_long) {
+        Ok(0) => Ok(None),
+        Ok(_) => Ok(Some((ev.u64, ev.events))),
+        Err(libc::EINTR) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A sealed memfd holding `bytes` (the filter for the first loader): its size and
+/// contents fixed for everyone who holds it.
+pub fn memfd_with(name: &CStr, bytes: &[u8]) -> Res<OwnedFd> {
+    use ictus_sys::memfd::{self, SealFlags};
+    use std::io::Write;
+    let name = name.to_str().map_err(|_| libc::EINVAL)?;
+    let fd = memfd::create(name, 0).map_err(|e| e.raw_os_error())?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let fd = OwnedFd::from(f);
+    memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL)
+        .map_err(|e| e.raw_os_error())?;
+    Ok(fd)
+}
+
+/// The namespace generation page: one 64-bit counter the server bumps whenever a
+/// name may have appeared in the view, which every process of the session maps
+/// read-only (the memfd is sealed `F_SEAL_FUTURE_WRITE`: no process can get a
+/// writable mapping or `write` it) so the library can drop its cache of failed
+/// lookups.
+#[derive(Debug)]
+pub struct GenerationPage {
+    fd: OwnedFd,
+    page: ictus_sys::mm::Mapping,
+}
+
+impl GenerationPage {
+    /// Make the page, writable here, sealed against writers elsewhere.
+    pub fn new() -> Res<GenerationPage> {
+        use ictus_sys::memfd::{self, SealFlags};
+        use ictus_sys::mm::{Mapping, Protection};
+        let fd = memfd::create("ictus-unix-generation", 4096).map_err(|e| e.raw_os_error())?;
+        // The server's writable mapping first: F_SEAL_FUTURE_WRITE keeps it and
+        // refuses every later one.
+        let page = Mapping::shared(fd.as_fd(), 4096, Protection::ReadWrite).map_err(|e| e.raw_os_error())?;
+        memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
+            .map_err(|e| e.raw_os_error())?;
+        Ok(GenerationPage { fd, page })
+    }
+
+    /// Something may have appeared: every cached failure is stale.
+    pub fn bump(&self) {
+        self.page.atomic_u64(0).fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Mark the calls the policy refuses (a bit each at
+    /// [`GEN_REFUSED_AT`](ictus_unix_emul::wire::GEN_REFUSED_AT), bit `n % 8` of byte
+    /// `n / 8`, which on x86_64 is bit `n % 32` of the 32-bit word at `n / 32`): the
+    /// libraries ask the server about them instead of answering themselves. Before
+    /// any program runs.
+    pub fn set_refused(&self, calls: impl IntoIterator<Item = u32>) {
+        const _: () = assert!(ictus_unix_emul::wire::GEN_REFUSED_AT % 4 == 0);
+        for n in calls {
+            if n >= ictus_unix_emul::sysno::MAX_KNOWN {
+                continue;
+            }
+            let word = self.page.atomic_u32(ictus_unix_emul::wire::GEN_REFUSED_AT + n as usize / 32 * 4);
+            word.fetch_or(1 << (n % 32), std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// The descriptor to hand to the session's first process.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn sockaddr_un(path: &Path) -> Res<(libc::sockaddr_un, libc::socklen_t)> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: sockaddr_un is plain data.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let b = path.as_os_str().as_bytes();
+    if b.len() >= a.sun_path.len() || b.contains(&0) {
+        return Err(libc::ENAMETOOLONG);
+    }
+    for (d, s) in a.sun_path.iter_mut().zip(b) {
+        *d = *s as libc::c_char;
+    }
+    Ok((a, (std::mem::size_of::<libc::sa_family_t>() + b.len() + 1) as libc::socklen_t))
+}
+
+fn seqpacket() -> Res<OwnedFd> {
+    // SAFETY: no pointers.
+    let r = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A listening `SOCK_SEQPACKET` socket bound at `path`.
+pub fn seqpacket_listen(path: &Path) -> Res<OwnedFd> {
+    let fd = seqpacket()?;
+    let (a, len) = sockaddr_un(path)?;
+    // SAFETY: a is a valid sockaddr_un of len bytes (bind(2), listen(2)).
+    check(unsafe { libc::bind(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) } as libc::c_long)?;
+    // SAFETY: no pointers.
+    check(unsafe { libc::listen(fd.as_raw_fd(), 64) } as libc::c_long)?;
+    Ok(fd)
+}
+
+/// A `SOCK_SEQPACKET` connection to `path`.
+pub fn seqpacket_connect(path: &Path) -> Res<OwnedFd> {
+    let fd = seqpacket()?;
+    let (a, len) = sockaddr_un(path)?;
+    // SAFETY: a is a valid sockaddr_un of len bytes (connect(2)).
+    check(unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) } as libc::c_long)?;
+    Ok(fd)
+}
+
+/// `accept4(fd, SOCK_CLOEXEC)`.
+pub fn accept(fd: BorrowedFd<'_>) -> Res<OwnedFd> {
+    // SAFETY: null address pointers are allowed (accept(2)).
+    let r = unsafe { libc::accept4(fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `SO_PEERCRED`: the peer's pid, uid, gid.
+pub fn peer_cred(fd: BorrowedFd<'_>) -> Res<(i32, u32, u32)> {
+    // SAFETY: ucred is plain data.
+    let mut c: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: c and len are valid for SO_PEERCRED (socket(7)).
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    check(r as libc::c_long)?;
+    Ok((c.pid, c.uid, c.gid))
+}
+
+/// This process's effective uid.
+pub fn euid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM set a flag and interrupt blocking calls (no `SA_RESTART`).
+pub fn stop_on_int_and_term() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction is plain data; the handler only stores to an atomic
+        // (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Whether SIGINT or SIGTERM came.
+pub fn stopping() -> bool {
+    STOP.load(std::sync::atomic::Ordering::SeqCst)
+}

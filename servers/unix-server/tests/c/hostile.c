@@ -1,0 +1,99 @@
+/* A program that attacks the emulation library from inside: it maps its own code in
+ * the library's address range and calls system calls from there with registers of
+ * its choosing, overwrites the library's data, and sends garbage to the server.
+ * argv[1]: a hidden path; argv[2]: the pid of the server (outside the session). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef long (*gadget_fn)(long, long, long, long, long, long, long);
+static gadget_fn gadget;
+
+static void make_gadget(void) {
+    /* mov rax,rdi; mov rdi,rsi; mov rsi,rdx; mov rdx,rcx; mov r10,r8; mov r8,r9;
+     * mov r9,[rsp+8]; syscall; ret */
+    static const unsigned char code[] = {0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca,
+                                         0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08,
+                                         0x0f, 0x05, 0xc3};
+    /* Any free page of the library's range [0x5000000, 0x5100000). */
+    void *p = MAP_FAILED;
+    for (unsigned long a = 0x50ff000; a >= 0x5000000 && p == MAP_FAILED; a -= 0x1000) {
+        p = mmap((void *)a, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p != MAP_FAILED && p != (void *)a) { munmap(p, 4096); p = MAP_FAILED; }
+    }
+    if (p == MAP_FAILED) { printf("mmap in the library's range failed\n"); exit(2); }
+    memcpy(p, code, sizeof code);
+    gadget = (gadget_fn)p;
+}
+
+static const char *e(long r) { return r >= 0 ? "ok" : strerrorname_np((int)-r); }
+
+int main(int argc, char **argv) {
+    pid_t server = atoi(argv[2]);
+    make_gadget();
+    printf("open hidden from library range: %s\n", e(gadget(257, -100, (long)argv[1], O_RDONLY, 0, 0, 0)));
+    char *args[] = {"true", NULL};
+    printf("exec from library range: %s\n", e(gadget(322, -100, (long)"/bin/true", (long)args, (long)args, 0, 0)));
+    printf("inet socket from library range: %s\n", e(gadget(41, AF_INET, SOCK_STREAM, 0, 0, 0, 0)));
+    printf("signal the server from library range: %s\n", e(gadget(62, server, 0, 0, 0, 0, 0)));
+    printf("ptrace the server: %s\n", e(gadget(101, 16 /* PTRACE_ATTACH */, server, 0, 0, 0, 0)));
+    printf("mount: %s\n", e(gadget(165, (long)"none", (long)"/tmp", (long)"tmpfs", 0, 0, 0)));
+    /* Through the server, which is not confined: another process's memory and
+     * descriptors, directly and through a link of its own making. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/mem", server);
+    printf("server memory: %s\n", e(open(path, O_RDWR) < 0 ? -errno : 0));
+    snprintf(path, sizeof path, "/proc/%d/fd/0", server);
+    printf("server descriptor: %s\n", e(open(path, O_RDONLY) < 0 ? -errno : 0));
+    snprintf(path, sizeof path, "/proc/%d/mem", server);
+    unlink("/tmp/ictus-hostile-link");
+    symlink(path, "/tmp/ictus-hostile-link");
+    printf("server memory by a link: %s\n", e(open("/tmp/ictus-hostile-link", O_RDWR) < 0 ? -errno : 0));
+    unlink("/tmp/ictus-hostile-link");
+    snprintf(path, sizeof path, "/proc/%d/status", server);
+    printf("server status: %s\n", e(open(path, O_RDONLY) < 0 ? -errno : 0));
+    printf("own memory: %s\n", e(open("/proc/self/mem", O_RDWR) < 0 ? -errno : 0));
+    fflush(stdout);
+    /* Garbage on its own connection (the library made connection 960 above). */
+    pid_t c = fork();
+    if (c == 0) {
+        int fd = open("/etc/hostname", O_RDONLY); /* makes this process's connection */
+        (void)fd;
+        unsigned char junk[200];
+        for (int i = 0; i < 50; i++) {
+            for (unsigned j = 0; j < sizeof junk; j++) junk[j] = (unsigned char)(rand() >> 7);
+            send(960, junk, 1 + (i * 7) % sizeof junk, MSG_DONTWAIT);
+        }
+        _exit(0);
+    }
+    waitpid(c, NULL, 0);
+    /* Scribble over the library's data and bss, then make a call: it may break
+     * itself (crash, hang), nothing else. */
+    c = fork();
+    if (c == 0) {
+        alarm(3);
+        FILE *m = fopen("/proc/self/maps", "r");
+        char line[256];
+        unsigned long lo, hi;
+        char perms[8];
+        while (m && fgets(line, sizeof line, m)) {
+            if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo >= 0x5000000 && hi <= 0x50f0000 && perms[1] == 'w')
+                memset((void *)lo, 0xff, hi - lo);
+        }
+        int fd = open("/etc/hostname", O_RDONLY);
+        _exit(fd >= 0 ? 0 : 1);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    printf("scribbler ended\n");
+    return 0;
+}

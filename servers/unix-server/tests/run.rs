@@ -1,0 +1,624 @@
+//! `ictus unix run` on real programs, compared with native runs: raw system calls in a
+//! dynamic and a static program, threads, signals, fork, vfork and exec chains, the
+//! calls peers get wrong, busybox-static, a static Go program, coreutils, a bash
+//! script, make -j2 with gcc, python with threads and a subprocess; the policy; a
+//! killed process; a hostile program; and the whole thing as an unprivileged user.
+//!
+//! Programs write their output to files; every test has a `timeout` inside the
+//! session, so a hang fails instead of wedging the suite.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ictus_unix_server::{run_session, Ended, RunOptions, Snapshot};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+/// A scratch directory, removed with everything in it when the test ends.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> Scratch {
+    let d = std::env::temp_dir().join(format!(
+        "ictus-unix-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    Scratch(d)
+}
+
+fn c_program(dir: &Path, name: &str, static_: bool) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let out = dir.join(if static_ { format!("{name}-static") } else { name.to_string() });
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-O2", "-o"]).arg(&out).arg(&src).arg("-lpthread");
+    if static_ {
+        cmd.arg("-static");
+    }
+    let st = cmd.status().expect("gcc (installed by scripts/setup.sh)");
+    assert!(st.success(), "compiling {name}");
+    out
+}
+
+fn under(policy: Option<&str>, dir: &Path, argv: &[&str]) -> (Ended, Snapshot) {
+    let policy = policy.map(|p| {
+        let f = dir.join("policy");
+        std::fs::write(&f, p).unwrap();
+        f
+    });
+    let mut full = vec!["timeout", "120"];
+    full.extend_from_slice(argv);
+    let opts = RunOptions { policy, argv: full.iter().map(Into::into).collect(), quiet: true, stdout: None };
+    run_session(&opts).expect("starting the session")
+}
+
+fn sh_under(policy: Option<&str>, dir: &Path, script: &str) -> (Ended, Snapshot) {
+    under(policy, dir, &["sh", "-c", script])
+}
+
+fn native(script: &str) -> i32 {
+    Command::new("timeout").args(["120", "sh", "-c", script]).status().unwrap().code().unwrap_or(-1)
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| format!("<{}: {e}>", p.display()))
+}
+
+#[test]
+fn raw_syscalls_in_dynamic_and_static_programs_match_native() {
+    let d = scratch();
+    for static_ in [false, true] {
+        let p = c_program(&d, "raw", static_);
+        let (n, i) = (d.join("native.txt"), d.join("ictus.txt"));
+        assert_eq!(native(&format!("{} > {}", p.display(), n.display())), 0);
+        let (ended, snap) = sh_under(None, &d, &format!("{} > {}", p.display(), i.display()));
+        assert_eq!(ended, Ended::Code(0));
+        assert_eq!(read(&n), read(&i), "static: {static_}");
+        assert!(read(&i).contains("open>=0 1 read 3 missing -2"), "{}", read(&i));
+        assert!(snap.served > 0);
+    }
+}
+
+#[test]
+fn threads_signals_fork_vfork_exec_and_the_new_calls_match_native() {
+    let d = scratch();
+    for static_ in [false, true] {
+        let p = c_program(&d, "threads", static_);
+        let (n, i) = (d.join("native.txt"), d.join("ictus.txt"));
+        assert_eq!(native(&format!("cd {} && {} > {} 2>&1", d.display(), p.display(), n.display())), 0);
+        let (ended, _) = sh_under(None, &d, &format!("cd {} && {} > {} 2>&1", d.display(), p.display(), i.display()));
+        assert_eq!(ended, Ended::Code(0));
+        assert_eq!(read(&n), read(&i), "static: {static_}");
+        assert!(read(&i).contains("threads opened 1600"), "{}", read(&i));
+    }
+}
+
+/// Patched call sites, from the program's side (`tests/c/patch.c`): registers, flags,
+/// red zone and SSE state kept through the trap that patches and the patched path;
+/// threads running sites while they are patched; a site met in the middle of its
+/// patch; pids after fork, vfork and posix_spawn; the program's own SIGTRAP.
+#[test]
+fn patched_call_sites_keep_every_register_and_answer_right() {
+    let d = scratch();
+    for static_ in [false, true] {
+        let p = c_program(&d, "patch", static_);
+        let out = d.join("patch.txt");
+        let (ended, _) = sh_under(None, &d, &format!("{} > {}", p.display(), out.display()));
+        assert_eq!(ended, Ended::Code(0), "static: {static_}");
+        let text = read(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        for want in [
+            "registers 0: ok",
+            "registers 1: ok",
+            "registers 2: ok",
+            "getpid ok",
+            "getuid ok",
+            "threads while patching: ok",
+            "fork child pid ok",
+            "vfork child pid ok",
+            "parent pid after vfork ok",
+            "posix_spawn ok",
+            "posix_spawn of a missing program ENOENT",
+            "parent pid after posix_spawn ok",
+            "handler ok",
+            "a site met mid-patch ok",
+            "own SIGTRAP handler ok",
+        ] {
+            assert!(lines.iter().any(|l| l.starts_with(want)), "static {static_}: no {want:?} in:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn busybox_static_runs() {
+    let d = scratch();
+    let out = d.join("out.txt");
+    let (ended, _) = under(None, &d, &["busybox", "sh", "-c", &format!("echo busy; busybox ls / | busybox grep -c . > /dev/null && echo listed; busybox cat /etc/hostname > /dev/null && echo read; exit 5 > /dev/null; echo no > {}", out.display())]);
+    assert_eq!(ended, Ended::Code(5));
+    let out2 = d.join("o2.txt");
+    let (ended, _) = under(
+        None,
+        &d,
+        &[
+            "busybox",
+            "sh",
+            "-c",
+            &format!("busybox ls / > {0}; busybox sort {0} | busybox head -1 >> {0}", out2.display()),
+        ],
+    );
+    assert_eq!(ended, Ended::Code(0));
+    let native_ls = Command::new("busybox").args(["ls", "/"]).output().unwrap().stdout;
+    assert!(read(&out2).starts_with(&String::from_utf8_lossy(&native_ls).to_string()), "{}", read(&out2));
+}
+
+#[test]
+fn a_static_go_program_with_goroutines_and_a_child() {
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("skipped: no Go toolchain");
+        return;
+    }
+    let d = scratch();
+    std::fs::write(d.join("go.mod"), "module gostatic\n\ngo 1.20\n").unwrap();
+    std::fs::write(
+        d.join("main.go"),
+        r#"package main
+import ("fmt"; "os"; "os/exec"; "sync")
+func main() {
+	var wg sync.WaitGroup; var mu sync.Mutex; n := 0
+	for i := 0; i < 8; i++ { wg.Add(1); go func() { defer wg.Done(); for j := 0; j < 50; j++ { if b, err := os.ReadFile("/etc/hostname"); err == nil && len(b) > 0 { mu.Lock(); n++; mu.Unlock() } } }() }
+	wg.Wait()
+	out, err := exec.Command("/bin/echo", "child").Output()
+	exe, _ := os.Executable()
+	fmt.Printf("reads %d child %q %v %s\n", n, string(out), err, exe)
+}
+"#,
+    )
+    .unwrap();
+    let bin = d.join("gostatic");
+    let st = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .current_dir(&*d)
+        .env("CGO_ENABLED", "0")
+        .env("GOFLAGS", "-mod=mod")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = d.join("out.txt");
+    let (ended, _) = sh_under(None, &d, &format!("{} > {}", bin.display(), out.display()));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), format!("reads 400 child \"child\\n\" <nil> {}\n", bin.display()));
+}
+
+#[test]
+fn exit_codes_and_ending_signals_are_the_programs() {
+    let d = scratch();
+    assert_eq!(sh_under(None, &d, "exit 42").0, Ended::Code(42));
+    assert_eq!(under(None, &d, &["/nonexistent-program"]).0, Ended::Code(127));
+    // Without `timeout` between: the session ends with the program's own signal.
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), "kill -TERM $$".into()],
+        quiet: true,
+        stdout: None,
+    };
+    assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(15));
+    // SIGINT ends the program as natively, though `run` itself ignores it meanwhile.
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), "kill -INT $$; sleep 5".into()],
+        quiet: true,
+        stdout: None,
+    };
+    assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(2));
+    // A handler that makes system calls, and SIGCHLD.
+    let out = d.join("out.txt");
+    let (ended, _) = sh_under(
+        None,
+        &d,
+        &format!("trap 'cat /etc/hostname > /dev/null && echo handled' USR1; kill -USR1 $$; sleep 0.1 & wait; echo chld $? > /dev/null; echo end >> {0}; true > /dev/null", out.display()),
+    );
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "end\n");
+}
+
+#[test]
+fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
+    let d = scratch();
+    let secret = d.join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("key"), "k").unwrap();
+    let ro = d.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    let sock = c_program(&d, "sock", false);
+    let out = d.join("out.txt");
+    let policy = format!("hide {}\nro {}\nnetwork off\nrefuse getpid EACCES\n", secret.display(), ro.display());
+    let script = format!(
+        "{{ cat {s}/key || echo hidden; ls {d} | grep -c secret; touch {ro}/x || echo readonly; [ -w {ro} ] || echo not-w; {sock}; }} > {out} 2>/dev/null",
+        s = secret.display(),
+        d = d.display(),
+        ro = ro.display(),
+        sock = sock.display(),
+        out = out.display()
+    );
+    let (ended, snap) = sh_under(Some(&policy), &d, &script);
+    assert_eq!(ended, Ended::Code(0));
+    let text = read(&out);
+    assert_eq!(
+        text, "hidden\n1\nreadonly\nnot-w\ninet Permission denied\nunix ok\nabstract Permission denied\ngetpid refused with EACCES\n",
+        "{text}"
+    );
+    assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 1, "{snap:?}");
+    assert!(snap.refused.get("getpid").copied().unwrap_or(0) >= 1, "{snap:?}");
+    assert!(!ro.join("x").exists());
+}
+
+/// A datagram's destination path is resolved by the kernel in `sendto`, past the
+/// view: under a policy that hides a directory, a datagram socket bound there (by a
+/// process outside the session) must not be reachable, so `AF_UNIX` datagram sockets
+/// are refused; under the host's tree they work.
+#[test]
+fn unix_datagram_sockets_cannot_reach_past_the_view() {
+    use std::os::unix::net::UnixDatagram;
+    let d = scratch();
+    let secret = d.join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let listener = UnixDatagram::bind(secret.join("log")).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let prog = c_program(&d, "dgram", false);
+    let out = d.join("out.txt");
+    let cmd = format!("{} {} > {}", prog.display(), secret.join("log").display(), out.display());
+
+    let (ended, snap) = sh_under(Some(&format!("hide {}\n", secret.display())), &d, &cmd);
+    assert_eq!(ended, Ended::Code(0));
+    let text = read(&out);
+    assert_eq!(
+        text, "socketpair Permission denied\nraw Permission denied\nstream ok\nsocket Permission denied\n",
+        "{text}"
+    );
+    assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 2, "{snap:?}");
+    assert!(snap.refused.get("socketpair").copied().unwrap_or(0) >= 1, "{snap:?}");
+    let mut buf = [0u8; 16];
+    let got = listener.recv(&mut buf);
+    assert!(got.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "{got:?}");
+
+    let (ended, _) = sh_under(None, &d, &cmd);
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "socketpair ok\nraw ok\nstream ok\nsocket ok\nsendto ok\n");
+    assert_eq!(listener.recv(&mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"hello");
+}
+
+/// The server is not confined: in the identity view it must not look through a link
+/// the program made into another process's `/proc/PID/fd` (which the program itself
+/// could not follow: Landlock keeps ptrace-family access inside the session). Natively
+/// the same user can; under ictus nothing of the file shows, while the program's own
+/// `/dev/fd` and `/proc/self/fd` work as natively.
+#[test]
+fn links_into_another_process_proc_fd_reveal_nothing() {
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let d = scratch();
+    let secret = d.join("secret.txt");
+    std::fs::write(&secret, "s".repeat(4321)).unwrap();
+    let outside =
+        Killed(Command::new("sleep").arg("300").stdin(std::fs::File::open(&secret).unwrap()).spawn().unwrap());
+    let p = outside.0.id();
+    let script = |out: &str| {
+        format!(
+            "cd {d} && ln -sf /proc/{p}/fd/0 l && ln -sfn /proc/{p} dir && {{ \
+             stat -L -c %s l || echo no-stat; [ -r l ] && echo readable; \
+             for f in dir/fd/0 /proc/{p}/fd/0; do stat -L -c %s $f || echo no-stat; readlink $f > /dev/null || echo no-readlink; done; \
+             stat -L -c %s /dev/fd/5 5< secret.txt; readlink /proc/self/fd/5 5< secret.txt | sed 's|.*/||'; \
+             readlink secret.txt || echo not-a-link; }} > {out} 2> /dev/null",
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("native.txt")), 0);
+    assert!(read(&d.join("native.txt")).starts_with("4321\nreadable\n"), "{}", read(&d.join("native.txt")));
+    let (ended, _) = sh_under(None, &d, &script("ictus.txt"));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(
+        read(&d.join("ictus.txt")),
+        "no-stat\nno-stat\nno-readlink\nno-stat\nno-readlink\n4321\nsecret.txt\nnot-a-link\n"
+    );
+    drop(outside);
+}
+
+/// `readlink`'s "not a link" and "missing" answers come from the library's cache when
+/// repeated, and every change of the name — by the process or by its child — is seen
+/// at once: the same answers as natively.
+#[test]
+fn cached_readlink_answers_follow_every_change() {
+    let d = scratch();
+    let prog = c_program(&d, "links", false);
+    let (n, i) = (d.join("n"), d.join("i"));
+    std::fs::create_dir_all(&n).unwrap();
+    std::fs::create_dir_all(&i).unwrap();
+    assert_eq!(native(&format!("cd {} && {} > out", n.display(), prog.display())), 0);
+    let (ended, _) = sh_under(None, &d, &format!("cd {} && {} > out", i.display(), prog.display()));
+    assert_eq!(ended, Ended::Code(0));
+    let (want, got) = (read(&n.join("out")), read(&i.join("out")));
+    assert_eq!(want.replace(&*n.to_string_lossy(), "D"), got.replace(&*i.to_string_lossy(), "D"));
+    assert!(got.contains("x Invalid argument\nx Invalid argument\nx Invalid argument\n"), "{got}");
+    assert!(got.ends_with("x -> t3\nD/x -> t3\n".replace('D', &i.to_string_lossy()).as_str()), "{got}");
+}
+
+/// `cd` through links to directories (an absolute and a relative link, a chain, the
+/// caller's own `/proc/self/cwd`), and `truncate` and `statfs` through links, as
+/// natively, in the identity view and in a view the walk serves.
+#[test]
+fn chdir_follows_links_to_directories() {
+    let d = scratch();
+    std::fs::create_dir_all(d.join("real/sub")).unwrap();
+    std::os::unix::fs::symlink(d.join("real"), d.join("abs")).unwrap();
+    std::os::unix::fs::symlink("real/sub", d.join("rel")).unwrap();
+    std::os::unix::fs::symlink("rel", d.join("chain")).unwrap();
+    std::os::unix::fs::symlink("real/nothing", d.join("dangling")).unwrap();
+    std::fs::write(d.join("real/f"), "0123456789").unwrap();
+    std::os::unix::fs::symlink("real/f", d.join("flink")).unwrap();
+    std::os::unix::fs::symlink("/proc", d.join("plink")).unwrap();
+    let script = |out: &str| {
+        format!(
+            "cd {d} && {{ for l in abs rel chain dangling; do (cd $l && pwd -P | sed 's|{d}|D|') || echo no-$l; done; \
+             (cd real && cd /proc/self/cwd && pwd -P | sed 's|{d}|D|'); \
+             perl -e 'truncate \"flink\", 4 or die' && stat -c %s real/f; stat -f -c %T plink; }} > {out} 2> /dev/null",
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("native.txt")), 0);
+    let want = read(&d.join("native.txt"));
+    assert_eq!(want, "D/real\nD/real/sub\nD/real/sub\nno-dangling\nD/real\n4\nproc\n");
+    let hide = format!("hide {}\n", d.join("real/hidden").display());
+    for policy in [None, Some(hide.as_str())] {
+        let (ended, _) = sh_under(policy, &d, &script("ictus.txt"));
+        assert_eq!(ended, Ended::Code(0));
+        assert_eq!(read(&d.join("ictus.txt")), want, "policy {policy:?}");
+    }
+}
+
+#[test]
+fn coreutils_and_a_bash_script_match_native() {
+    let d = scratch();
+    let src = d.join("src");
+    std::fs::create_dir_all(src.join("a/b/c")).unwrap();
+    for i in 0..20 {
+        std::fs::write(src.join(format!("a/b/f{i}")), format!("{i}\n").repeat(i + 1)).unwrap();
+    }
+    std::os::unix::fs::symlink("b/f3", src.join("a/link")).unwrap();
+    let script = |tag: &str| {
+        format!(
+            r#"cd {d} && cp -a src copy-{tag} && ls -lR --time-style=+%F copy-{tag} | sed 's/copy-{tag}/COPY/' > ls-{tag}.txt && find copy-{tag} | sed 's/copy-{tag}/COPY/' | sort > find-{tag}.txt &&
+            bash -c 'x=$(cat src/a/b/f2 | wc -l); (cd src/a && pwd | sed "s|.*/src|SRC|"); [ -w src ] && echo w; echo "$x" 2>&1 >/dev/null | tr 0-9 a-j; for f in src/a/b/f1*; do head -1 $f; done | sort -n | paste -sd,; exit 3' > bash-{tag}.txt; echo "status $?" >> bash-{tag}.txt"#,
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("n")), 0);
+    let (ended, _) = sh_under(None, &d, &script("i"));
+    assert_eq!(ended, Ended::Code(0));
+    for f in ["ls", "find", "bash"] {
+        assert_eq!(read(&d.join(format!("{f}-n.txt"))), read(&d.join(format!("{f}-i.txt"))), "{f}");
+    }
+    assert!(read(&d.join("bash-i.txt")).contains("status 3"));
+}
+
+#[test]
+fn make_j2_compiles_and_links_a_small_project() {
+    let d = scratch();
+    for i in 1..=6 {
+        std::fs::write(
+            d.join(format!("f{i}.c")),
+            format!("#include \"common.h\"\nint f{i}(void){{ return COMMON + {i}; }}\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(d.join("common.h"), "#define COMMON 10\n").unwrap();
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 1..=6 {
+        main += &format!("int f{i}(void);\n");
+    }
+    main += "int main(void){ printf(\"%d\\n\", f1()+f2()+f3()+f4()+f5()+f6()); return 0; }\n";
+    std::fs::write(d.join("main.c"), main).unwrap();
+    std::fs::write(d.join("Makefile"), "OBJS=main.o f1.o f2.o f3.o f4.o f5.o f6.o\nprog: $(OBJS)\n\tgcc -o $@ $(OBJS)\n%.o: %.c common.h\n\tgcc -O2 -c $<\n").unwrap();
+    let (ended, _) = sh_under(None, &d, &format!("cd {} && make -s -j2 && ./prog > out.txt", d.display()));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&d.join("out.txt")), "81\n");
+}
+
+#[test]
+fn python_with_threads_and_a_subprocess() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let d = scratch();
+    std::fs::write(
+        d.join("t.py"),
+        "import threading, subprocess, os\nres = []\ndef w():\n    with open('/etc/hostname') as f: res.append(len(f.read()) > 0)\nts = [threading.Thread(target=w) for _ in range(8)]\n[t.start() for t in ts]; [t.join() for t in ts]\nout = subprocess.run(['sh', '-c', 'echo sub; exit 3'], capture_output=True, text=True)\nprint(all(res), len(res), out.stdout.strip(), out.returncode, os.getcwd() == os.path.realpath('.'))\n",
+    )
+    .unwrap();
+    let (ended, _) = sh_under(None, &d, &format!("cd {0} && python3 t.py > out.txt", d.display()));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&d.join("out.txt")), "True 8 sub 3 True\n");
+}
+
+#[test]
+fn a_process_killed_with_sigkill_leaves_nothing_in_the_server() {
+    let d = scratch();
+    let (ended, snap) = sh_under(
+        None,
+        &d,
+        "sleep 30 & p=$!; sleep 0.3; cat /etc/hostname > /dev/null; kill -9 $p; wait $p; echo $? > /dev/null",
+    );
+    assert_eq!(ended, Ended::Code(0));
+    assert!(snap.connections >= 2, "{snap:?}");
+    assert_eq!(snap.open, 0, "{snap:?}");
+}
+
+#[test]
+fn a_hostile_program_gets_past_no_policy_and_harms_no_other() {
+    let d = scratch();
+    let secret = d.join("secret");
+    std::fs::write(&secret, "k").unwrap();
+    let hostile = c_program(&d, "hostile", false);
+    // Once with a view the server walks (a hidden file), once with the identity view
+    // the kernel walks.
+    for hide in [true, false] {
+        let out = d.join("out.txt");
+        let good = d.join("good.txt");
+        let policy =
+            if hide { format!("hide {}\nnetwork off\n", secret.display()) } else { "network off\n".to_string() };
+        let script = format!(
+            "{h} {s} {me} > {out} 2>&1; cat /etc/hostname > {good}",
+            h = hostile.display(),
+            s = secret.display(),
+            me = std::process::id(),
+            out = out.display(),
+            good = good.display()
+        );
+        let (ended, snap) = sh_under(Some(&policy), &d, &script);
+        assert_eq!(ended, Ended::Code(0));
+        let text = read(&out);
+        // Each line with the answers that keep the policy (refused as missing or as
+        // forbidden, depending on where the server stops it).
+        let mut expected: Vec<(&str, &[&str])> = vec![
+            ("exec from library range", &["EACCES"]),
+            ("inet socket from library range", &["EACCES"]),
+            ("signal the server from library range", &["EPERM"]),
+            ("ptrace the server", &["EPERM"]),
+            ("mount", &["EPERM"]),
+            ("server memory", &["EACCES", "ENOENT"]),
+            ("server descriptor", &["EACCES", "ENOENT", "ELOOP"]),
+            ("server memory by a link", &["EACCES", "ENOENT", "ELOOP"]),
+            ("server status", &["ok"]),
+            ("own memory", &["ok"]),
+        ];
+        if hide {
+            expected.push(("open hidden from library range", &["ENOENT"]));
+        }
+        for (what, answers) in expected {
+            assert!(
+                answers.iter().any(|a| text.lines().any(|l| l == format!("{what}: {a}"))),
+                "hide {hide}: {what} is not one of {answers:?} in:\n{text}"
+            );
+        }
+        assert!(text.contains("scribbler ended"), "{text}");
+        assert_eq!(read(&good), std::fs::read_to_string("/etc/hostname").unwrap());
+        assert!(snap.malformed > 0, "{snap:?}");
+    }
+}
+
+/// The whole path without privileges: the test binary runs itself as uid 65534.
+#[test]
+fn runs_unprivileged() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return unprivileged_child();
+    }
+    let d = scratch();
+    let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: chown of our own scratch directory, a C string.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "runs_unprivileged", "--nocapture"])
+        .env("ICTUS_UNIX_TEST_DIR", &*d)
+        .env_remove("XDG_RUNTIME_DIR");
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setgroups/setgid/setuid between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let st = cmd.status().unwrap();
+    assert!(st.success());
+    assert_eq!(read(&d.join("out.txt")), "65534 ok\n");
+}
+
+fn unprivileged_child() {
+    let Some(d) = std::env::var_os("ICTUS_UNIX_TEST_DIR").map(PathBuf::from) else { return };
+    let (ended, _) = sh_under(
+        None,
+        &d,
+        &format!("echo \"$(id -u) $(cat /etc/hostname > /dev/null && echo ok)\" > {}", d.join("out.txt").display()),
+    );
+    assert_eq!(ended, Ended::Code(0));
+}
+
+/// One long-lived server, several programs at once, its control interface.
+#[test]
+fn a_long_lived_server_serves_several_programs_and_answers_its_control_socket() {
+    let d = scratch();
+    let sock = d.join("unix-server.sock");
+    let policy = d.join("policy");
+    std::fs::write(&policy, "refuse getpid EACCES\n").unwrap();
+    let s2 = sock.clone();
+    std::thread::spawn(move || ictus_unix_server::daemon::serve(Some(&policy), Some(&s2)));
+    for _ in 0..500 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let progs: Vec<_> = (0..3)
+        .map(|i| {
+            let (sock, out) = (sock.clone(), d.join(format!("out{i}.txt")));
+            std::thread::spawn(move || {
+                let script = format!("cat /etc/hostname > {0}; sleep 0.3; echo {i} >> {0}", out.display());
+                let opts = RunOptions {
+                    policy: None,
+                    argv: vec!["sh".into(), "-c".into(), script.into()],
+                    quiet: true,
+                    stdout: None,
+                };
+                ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap()
+            })
+        })
+        .collect();
+    for p in progs {
+        assert_eq!(p.join().unwrap(), Ended::Code(0));
+    }
+    let host = std::fs::read_to_string("/etc/hostname").unwrap();
+    for i in 0..3 {
+        assert_eq!(read(&d.join(format!("out{i}.txt"))), format!("{host}{i}\n"));
+    }
+    let sock_out = d.join("sock.txt");
+    let sockprog = c_program(&d, "sock", false);
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), format!("{} > {}", sockprog.display(), sock_out.display()).into()],
+        quiet: true,
+        stdout: None,
+    };
+    assert_eq!(ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap(), Ended::Code(0));
+    assert!(read(&sock_out).contains("getpid refused with EACCES"), "{}", read(&sock_out));
+    let stats = ictus_unix_server::daemon::query(Some(&sock), "STATS").unwrap();
+    assert!(stats.contains("\"getpid\": "), "{stats}");
+    assert!(stats.contains("requests served"), "{stats}");
+    let policy_text = ictus_unix_server::daemon::query(Some(&sock), "POLICY").unwrap();
+    assert!(policy_text.contains("refused"), "{policy_text}");
+}
