@@ -406,7 +406,20 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars", "unix", "display"],
+            [
+                "ipc",
+                "fileread",
+                "alarm",
+                "timer-overhead",
+                "rtu",
+                "rtipc",
+                "dhs",
+                "shm",
+                "midi",
+                "mars",
+                "unix",
+                "display"
+            ],
             "names are stable: CI and the testbed use them"
         );
     }
