@@ -414,7 +414,21 @@ mod tests {
         assert_eq!(names, registered);
         assert_eq!(
             registered,
-            ["ipc", "fileread", "alarm", "timer-overhead", "rtu", "rtipc", "dhs", "shm", "midi", "mars", "unix", "display", "tactus"],
+            [
+                "ipc",
+                "fileread",
+                "alarm",
+                "timer-overhead",
+                "rtu",
+                "rtipc",
+                "dhs",
+                "shm",
+                "midi",
+                "mars",
+                "unix",
+                "display",
+                "tactus"
+            ],
             "names are stable: CI and the testbed use them"
         );
     }

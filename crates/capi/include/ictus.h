@@ -61,6 +61,9 @@ typedef enum ictus_error {
   ICTUS_ERR_OS = 18,
   // A bug in ictus: it panicked. The panic was stopped at the boundary.
   ICTUS_ERR_PANIC = 19,
+  // The receive right moved to another task while this thread waited on it (Mach's
+  // `MACH_RCV_PORT_CHANGED`).
+  ICTUS_ERR_PORT_CHANGED = 20,
 } ictus_error;
 
 // An outgoing message (owning handle): an id, in-line data, rights, out-of-line

@@ -120,6 +120,7 @@ pub(crate) fn send_error(e: SendError) -> Error {
         SendError::InvalidDest(_) => ICTUS_ERR_INVALID_DEST,
         SendError::InvalidRight(_) => ICTUS_ERR_INVALID_RIGHT,
         SendError::TimedOut => ICTUS_ERR_TIMED_OUT,
+        SendError::TooLarge { .. } => ICTUS_ERR_TOO_LARGE,
         SendError::Invalid(_) | SendError::Ool(_) => ICTUS_ERR_INVALID_ARGUMENT,
         SendError::Os(_) => ICTUS_ERR_OS,
     };
@@ -131,6 +132,8 @@ pub(crate) fn receive_error(e: ReceiveError) -> Error {
         ReceiveError::InvalidName(_) => ICTUS_ERR_INVALID_NAME,
         ReceiveError::TimedOut => ICTUS_ERR_TIMED_OUT,
         ReceiveError::PortDied => ICTUS_ERR_PORT_DIED,
+        ReceiveError::PortChanged => ICTUS_ERR_PORT_CHANGED,
+        ReceiveError::TooLarge { .. } => ICTUS_ERR_TOO_LARGE,
         ReceiveError::Malformed { .. } => ICTUS_ERR_MALFORMED,
         ReceiveError::Os(_) => ICTUS_ERR_OS,
     };

@@ -25,7 +25,7 @@ use crate::channel::Offer;
 use crate::incoming::Refused;
 use crate::message::Credentials;
 use crate::receive::malformed;
-use crate::send::{ReplySlot, Target};
+use crate::send::{Queue, ReplySlot, Target};
 use crate::table::{Entry, PortEntry};
 use crate::{CallError, Message, Name, ReceiveError, ReceiveOptions, Received, RightsError, SendError};
 
@@ -151,7 +151,10 @@ impl AsyncCaller {
                 false => None,
             };
             let send_end = match space.table().get(dest) {
-                Ok(Entry::Port(PortEntry { ident: Some(_), send, .. })) => send.as_ref().map(|s| s.fd.clone()),
+                // The queue page is found in the space's pool, as for a blocking call.
+                Ok(Entry::Port(PortEntry { ident: Some(ident), send, .. })) => {
+                    send.as_ref().map(|s| Target::Shared(s.fd.clone(), Queue::Right(*ident, None)))
+                }
                 _ => None,
             };
             let (slot, offered) = match &self.chan {
@@ -164,7 +167,7 @@ impl AsyncCaller {
             };
             let carries_ool = !msg.ool.is_empty();
             let now = Some(std::time::Instant::now());
-            match space.send_message(dest, send_end.map(Target::Shared), msg, slot, now) {
+            match space.send_message(dest, send_end, msg, slot, now) {
                 Ok(()) => {
                     if let Some(pooled) = offered {
                         self.chan = Some(Channel::register(pooled).map_err(CallError::Send)?);
