@@ -334,11 +334,11 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Mars(a) => ictus_mars_server::cli::main(a),
-        Command::Unix(a) => unix::main(a),
+        Command::Unix(a) => unix::main(a, cli.quiet > 0),
         Command::UnixServer(a) => unix::server_main(a),
         Command::Display(a) => display::main(a),
         Command::Tactus(a) => tactus::main(a),
-        Command::Play(a) => tactus::play(a),
+        Command::Play(a) => tactus::play(a, cli.quiet > 0),
         Command::Bench(args) => return bench(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "ictus", &mut std::io::stdout());

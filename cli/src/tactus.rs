@@ -82,9 +82,6 @@ pub struct PlayArgs {
     /// Play this many times faster than written (0.25 to 4; ↑ and ↓ double and halve it).
     #[arg(long, value_name = "FACTOR", default_value = "1", value_parser = ictus_args::speed(0.25, 4.0))]
     rate: Speed,
-    /// No keys, no status line.
-    #[arg(long)]
-    quiet: bool,
 }
 
 pub fn main(a: TactusArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -109,7 +106,9 @@ pub fn main(a: TactusArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-pub fn play(a: PlayArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// `ictus play …`; `quiet` is the global `-q`/`--quiet`: no keys and no status line,
+/// a summary on standard output at the end.
+pub fn play(a: PlayArgs, quiet: bool) -> Result<(), Box<dyn std::error::Error>> {
     use ictus_tactus_server::play;
     let mut o = play::PlayOptions::new(a.path);
     o.name_server = a.name_server;
@@ -119,10 +118,10 @@ pub fn play(a: PlayArgs) -> Result<(), Box<dyn std::error::Error>> {
     o.seconds = a.seconds.map(Seconds::get);
     o.start = a.start.get();
     o.rate = a.rate.get();
-    o.quiet = a.quiet;
-    o.interactive = !a.quiet;
+    o.quiet = quiet;
+    o.interactive = !quiet;
     let r = play::play(&o)?;
-    if a.quiet {
+    if quiet {
         let s = &r.status;
         let late: u64 = s.streams.iter().map(|x| x.late).sum();
         let dropped: u64 = s.streams.iter().map(|x| x.dropped).sum();
