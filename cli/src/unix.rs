@@ -22,9 +22,6 @@ enum UnixCommand {
         /// The policy file (see doc/unix.md) [default: the host's tree, network on].
         #[arg(long)]
         policy: Option<PathBuf>,
-        /// Say nothing about privileges the kernel did not grant.
-        #[arg(long)]
-        quiet: bool,
         /// Print the server's counts (requests served, refused by call, connections)
         /// on standard error when the program ends (private server only: the
         /// long-lived server's are `ictus unix stats`).
@@ -75,7 +72,8 @@ pub fn server_main(a: UnixServerArgs) -> Result<(), Box<dyn std::error::Error>> 
 }
 
 /// Run `ictus unix …`; `run` ends the process as the program ended.
-pub fn main(a: UnixArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// `quiet` is the global `-q`: say nothing about privileges the kernel did not grant.
+pub fn main(a: UnixArgs, quiet: bool) -> Result<(), Box<dyn std::error::Error>> {
     match a.command {
         UnixCommand::Stats { socket } => {
             print!("{}", ictus_unix_server::daemon::query(socket.as_deref(), "STATS")?);
@@ -85,12 +83,12 @@ pub fn main(a: UnixArgs) -> Result<(), Box<dyn std::error::Error>> {
             print!("{}", ictus_unix_server::daemon::query(socket.as_deref(), "POLICY")?);
             Ok(())
         }
-        UnixCommand::Run { server: true, socket, quiet, argv, .. } => {
+        UnixCommand::Run { server: true, socket, argv, .. } => {
             let opts = ictus_unix_server::RunOptions { policy: None, argv, quiet, stdout: None };
             let ended = ictus_unix_server::daemon::run_remote(socket.as_deref(), &opts)?;
             ictus_unix_server::exit_like(ended)
         }
-        UnixCommand::Run { policy, quiet, stats, argv, .. } => {
+        UnixCommand::Run { policy, stats, argv, .. } => {
             let opts = ictus_unix_server::RunOptions { policy, argv, quiet, stdout: None };
             if !stats {
                 ictus_unix_server::exit_like(ictus_unix_server::run(&opts)?);
