@@ -303,6 +303,7 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
     }
     let verbosity = i8::try_from(cli.verbose).unwrap_or(i8::MAX) - i8::try_from(cli.quiet).unwrap_or(i8::MAX);
     ictus_server::log::init(verbosity);
+    let quiet = cli.quiet > 0;
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
         Command::ClockServer { name_server, control_socket, name, fifo } => {
@@ -334,11 +335,11 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
         Command::Midi(a) => midi::main(a),
         Command::MidiServer(a) => ictus_midi_server::cli::serve(a).map_err(Into::into),
         Command::Mars(a) => ictus_mars_server::cli::main(a),
-        Command::Unix(a) => unix::main(a, cli.quiet > 0),
+        Command::Unix(a) => unix::main(a, quiet),
         Command::UnixServer(a) => unix::server_main(a),
         Command::Display(a) => display::main(a),
         Command::Tactus(a) => tactus::main(a),
-        Command::Play(a) => tactus::play(a, cli.quiet > 0),
+        Command::Play(a) => tactus::play(a, quiet),
         Command::Bench(args) => return bench(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "ictus", &mut std::io::stdout());

@@ -72,9 +72,7 @@ pub fn server_main(a: UnixServerArgs) -> Result<(), Box<dyn std::error::Error>> 
 }
 
 /// Run `ictus unix …`; `run` ends the process as the program ended.
-/// `ictus unix …`; `quiet` is the global `-q`/`--quiet` (it was `unix run`'s own flag,
-/// whose id clashed with the global one: parsing `unix run` panicked): say nothing about
-/// privileges the kernel did not grant.
+/// `quiet` is the global `-q`: say nothing about privileges the kernel did not grant.
 pub fn main(a: UnixArgs, quiet: bool) -> Result<(), Box<dyn std::error::Error>> {
     match a.command {
         UnixCommand::Stats { socket } => {
