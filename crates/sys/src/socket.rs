@@ -455,7 +455,6 @@ mod tests {
         assert_eq!(n, 3, "it did not wait for a fourth");
         assert_eq!(out.map(|m| m.bytes)[..3], [3, 3, 5]);
         assert!(out[..3].iter().all(|m| m.creds.is_some() && !m.truncated));
-        drop(bufs);
         assert_eq!((&h0, &b0[..1]), (b"on", &b"e"[..]));
         assert_eq!((&h2, &b2[..3]), (b"th", &b"ree"[..]));
         let n = recvmmsg(
