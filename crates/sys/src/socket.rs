@@ -219,15 +219,18 @@ pub fn recvmmsg(
 ) -> rustix::io::Result<usize> {
     let n = bufs.len().min(fds.len()).min(out.len()).min(BATCH_MAX);
     let mut space = [const { Aligned([MaybeUninit::<u8>::uninit(); BATCH_CONTROL]) }; BATCH_MAX];
-    // SAFETY: an all-zero mmsghdr is a valid empty one (no name, no buffers, no control).
-    let mut msgs: [libc::mmsghdr; BATCH_MAX] = unsafe { std::mem::zeroed() };
+    // Only the `n` headers in use are written (a batch of one does not clear sixteen).
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH_MAX];
     for i in 0..n {
-        let h = &mut msgs[i].msg_hdr;
+        // SAFETY: an all-zero mmsghdr is a valid empty one (no name, no buffers, no
+        // control); the fields set below make it describe message `i`.
+        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
         // `IoSliceMut` is ABI-compatible with `iovec` (std guarantees it on Unix).
-        h.msg_iov = bufs[i].as_mut_ptr().cast();
-        h.msg_iovlen = bufs[i].len() as _;
-        h.msg_control = space[i].0.as_mut_ptr().cast();
-        h.msg_controllen = BATCH_CONTROL as _;
+        m.msg_hdr.msg_iov = bufs[i].as_mut_ptr().cast();
+        m.msg_hdr.msg_iovlen = bufs[i].len() as _;
+        m.msg_hdr.msg_control = space[i].0.as_mut_ptr().cast();
+        m.msg_hdr.msg_controllen = BATCH_CONTROL as _;
+        msgs[i].write(m);
     }
     let mut flags = flags.bits() as libc::c_int | libc::MSG_CMSG_CLOEXEC;
     if wait_for_one {
@@ -241,7 +244,7 @@ pub fn recvmmsg(
         libc::syscall(
             libc::SYS_recvmmsg,
             fd.as_raw_fd(),
-            msgs.as_mut_ptr(),
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
             n as libc::c_uint,
             flags,
             std::ptr::null_mut::<libc::timespec>(),
@@ -252,15 +255,16 @@ pub fn recvmmsg(
     }
     let got = (got as usize).min(n);
     for i in 0..got {
+        // SAFETY: the first `n` headers were written above (`got` <= `n`).
+        let m = unsafe { msgs[i].assume_init_ref() };
         // SAFETY: message `i` was filled by the kernel: its control buffer is aligned
         // and `msg_controllen` says what was written (see `take_control`).
-        let creds = unsafe { take_control(&msgs[i].msg_hdr, &mut fds[i]) };
-        let h = &msgs[i].msg_hdr;
+        let creds = unsafe { take_control(&m.msg_hdr, &mut fds[i]) };
         out[i] = RecvMsg {
-            bytes: msgs[i].msg_len as usize,
+            bytes: m.msg_len as usize,
             creds,
-            truncated: h.msg_flags & libc::MSG_TRUNC != 0,
-            control_truncated: h.msg_flags & libc::MSG_CTRUNC != 0,
+            truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            control_truncated: m.msg_hdr.msg_flags & libc::MSG_CTRUNC != 0,
         };
     }
     Ok(got)
