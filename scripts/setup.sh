@@ -5,8 +5,11 @@ set -euo pipefail
 
 need_apt=()
 # Debian packages ictus needs: rt-tests gives cyclictest, the peer of the timing
-# experiments (alarm, midi). ICTUS_APT_PACKAGES adds more.
-for pkg in rt-tests ${ICTUS_APT_PACKAGES:-}; do
+# experiments (alarm, midi); openttd-openmsx gives real multi-track MIDI files (GPL-2,
+# read in place by crates/midi/tests/smf_damaged.rs, never copied into the repository),
+# whose every prefix the Standard MIDI File reader must refuse. ICTUS_APT_PACKAGES adds
+# more.
+for pkg in rt-tests openttd-openmsx ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -3,10 +3,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
+use ictus_args::{Micros, Priority};
 use ictus_bench::experiment::{self, Experiment};
 use ictus_experiments as experiments;
 
+#[cfg(test)]
+mod hostile;
 mod load;
 mod midi;
 
@@ -14,7 +17,7 @@ mod midi;
 ///
 /// Tasks talk through ports whose rights the kernel enforces; services are server
 /// processes; the papers' experiments run beside today's peers.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "ictus", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
@@ -43,9 +46,9 @@ enum Command {
         /// The name to register the clock port under.
         #[arg(long, default_value = "clock")]
         name: String,
-        /// Serve at this SCHED_FIFO priority (1-99); if refused, serve anyway and say so.
-        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
-        fifo: Option<u8>,
+        /// Serve at this SCHED_FIFO priority (1 to 99); if refused, serve anyway and say so.
+        #[arg(long, value_name = "PRIORITY", value_parser = ictus_args::priority(1, 99))]
+        fifo: Option<Priority>,
     },
     /// Ask the clock server: the time (clock port), or its counters or resolution (control port).
     Clock {
@@ -76,7 +79,7 @@ enum Command {
         #[arg(long, default_value = "report")]
         out: PathBuf,
         /// Run only these experiments (names as `ictus bench --list` prints them).
-        #[arg(long, num_args = 1..)]
+        #[arg(long, num_args = 1.., value_parser = experiment_names())]
         only: Vec<String>,
     },
     /// Run a background load for a while (cpu, disk, net or mem), for experiments under load.
@@ -98,9 +101,26 @@ enum ClockQuery {
     Stats,
     /// Set the alarm resolution in microseconds, 0 for exact (needs the control port).
     SetResolution {
-        /// Microseconds.
-        us: u64,
+        /// Microseconds (0 to 1000000).
+        #[arg(value_parser = ictus_args::micros(0, MAX_RESOLUTION_US))]
+        us: Micros,
     },
+}
+
+/// The coarsest alarm resolution the clock server takes, in microseconds.
+const MAX_RESOLUTION_US: u64 = ictus_clock_server::protocol::MAX_RESOLUTION.as_micros() as u64;
+
+impl ClockQuery {
+    /// Whether the query goes to the control port (else to the clock port, found
+    /// through the name server).
+    fn uses_control_port(&self) -> bool {
+        !matches!(self, ClockQuery::Now)
+    }
+}
+
+/// `--only`'s values: the registry's names.
+fn experiment_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(REGISTRY.iter().map(|e| e.name))
 }
 
 /// Every experiment `ictus bench` runs, in the order `ictus bench --list` prints them:
@@ -184,7 +204,7 @@ impl BenchArgs {
 }
 
 /// `ictus bench …`: exit status 2 for arguments that make no request.
-fn bench(args: BenchArgs) -> ExitCode {
+fn bench(args: BenchArgs) -> u8 {
     let result = match args.request() {
         Ok(BenchRequest::List) => {
             print!("{}", ictus_bench::cli::list(REGISTRY));
@@ -195,22 +215,51 @@ fn bench(args: BenchArgs) -> ExitCode {
         }
         Err(usage) => {
             eprintln!("ictus bench: {usage}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("ictus: {e}");
-            ExitCode::FAILURE
+            1
         }
     }
 }
 
-fn main() -> ExitCode {
-    // Experiments run their peers as child processes of this same binary.
-    ictus_bench::maybe_run_child(REGISTRY);
-    let cli = Cli::parse();
+/// Why the arguments, each valid, contradict each other: one line, before anything
+/// starts.
+fn contradiction(cli: &Cli) -> Option<String> {
+    match &cli.command {
+        Command::Clock { control_socket: Some(_), query, .. } if !query.uses_control_port() => {
+            Some("ictus clock now asks the clock port through the name server; --control-socket is for stats and set-resolution".into())
+        }
+        Command::Clock { name_server: Some(_), query, .. } if query.uses_control_port() => Some(
+            "ictus clock stats and set-resolution use the control socket (--control-socket); --name-server is for now"
+                .into(),
+        ),
+        Command::Load(a) => a.contradiction().map(|why| format!("ictus load: {why}")),
+        _ => None,
+    }
+}
+
+/// The whole command line, as the binary parses it: numbers checked by kind, and `-1`
+/// taken as a (refused) value rather than a flag ([`ictus_args::harden`]).
+fn command() -> clap::Command {
+    ictus_args::harden(Cli::command())
+}
+
+/// Runs the command line `args` (the program's name first); the exit status: 2 for
+/// arguments that make no request (one line on standard error, nothing started).
+fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
+    let cli = match command().try_get_matches_from(args).and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => return ictus_args::report_error(&e),
+    };
+    if let Some(why) = contradiction(&cli) {
+        eprintln!("error: {why}");
+        return 2;
+    }
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
         Command::ClockServer { name_server, control_socket, name, fifo } => {
@@ -218,7 +267,7 @@ fn main() -> ExitCode {
                 name_server,
                 control_socket,
                 name: Some(name),
-                fifo,
+                fifo: fifo.map(Priority::get),
             })
             .map_err(Into::into)
         }
@@ -226,7 +275,10 @@ fn main() -> ExitCode {
             let q = match query {
                 ClockQuery::Now => ictus_clock_server::cli::Query::Now,
                 ClockQuery::Stats => ictus_clock_server::cli::Query::Stats,
-                ClockQuery::SetResolution { us } => ictus_clock_server::cli::Query::SetResolution(us),
+                ClockQuery::SetResolution { us } => {
+                    // In range (at most a second), so whole microseconds fit.
+                    ictus_clock_server::cli::Query::SetResolution(us.get().as_micros() as u64)
+                }
             };
             ictus_clock_server::cli::query(q, name_server, control_socket).map_err(Into::into)
         }
@@ -241,12 +293,18 @@ fn main() -> ExitCode {
         Command::Bench(args) => return bench(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("ictus: {e}");
-            ExitCode::FAILURE
+            1
         }
     }
+}
+
+fn main() -> ExitCode {
+    // Experiments run their peers as child processes of this same binary.
+    ictus_bench::maybe_run_child(REGISTRY);
+    ExitCode::from(run(std::env::args_os()))
 }
 
 #[cfg(test)]
@@ -259,6 +317,7 @@ mod tests {
     fn the_registry_is_well_formed() {
         experiment::check_registry(REGISTRY).unwrap_or_else(|e| panic!("{e}"));
         Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]

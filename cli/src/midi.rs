@@ -25,20 +25,27 @@
 //! A summary of what was dropped goes to standard error at the end.
 
 use std::io::{BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ictus_args::{Bytes, Count, Seconds, Speed};
 use ictus_midi::device::{Device, DeviceSpec};
 use ictus_midi::output::{Close, Output, OutputOptions};
-use ictus_midi::parse::{Message, Parser, Stats, DEFAULT_MAX_SYSEX};
+use ictus_midi::parse::{Message, Parser, Stats};
 use ictus_midi::play::{self, ConductEvent};
-use ictus_midi::smf::Score;
+use ictus_midi::smf::{Score, Strictness};
 use ictus_rt::Time;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// The time of a byte on the wire, for `decode` of files.
 const WIRE_NANOS_PER_BYTE: u64 = 320_000;
+
+/// `--max-sysex`'s default, [`ictus_midi::parse::DEFAULT_MAX_SYSEX`] as the command line
+/// writes it.
+const DEFAULT_MAX_SYSEX_TEXT: &str = "65536";
+/// The largest `--max-sysex`: what one message may make the decoder hold.
+const MAX_SYSEX_LIMIT: u64 = 16 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct MidiArgs {
@@ -81,15 +88,15 @@ struct DecodeArgs {
     /// Stamp messages with their arrival time (CLOCK_MONOTONIC) instead of offset × 320 µs.
     #[arg(long)]
     arrival: bool,
-    /// Keep at most this many bytes of a sysex message (F0 and F7 included).
-    #[arg(long, default_value_t = DEFAULT_MAX_SYSEX)]
-    max_sysex: usize,
-    /// Stop after this many messages.
-    #[arg(long)]
-    count: Option<u64>,
-    /// With --device: stop after this many seconds without input.
-    #[arg(long)]
-    idle_timeout: Option<f64>,
+    /// Keep at most this many bytes of a sysex message, F0 and F7 included (2 to 16777216).
+    #[arg(long, value_name = "BYTES", default_value = DEFAULT_MAX_SYSEX_TEXT, value_parser = ictus_args::bytes(2, MAX_SYSEX_LIMIT))]
+    max_sysex: Bytes,
+    /// Stop after this many messages (1 to 18446744073709551615).
+    #[arg(long, value_name = "N", value_parser = ictus_args::count(1, u64::MAX))]
+    count: Option<Count>,
+    /// With --device: stop after this many seconds without input (0.001 to 86400).
+    #[arg(long, value_name = "SECONDS", requires = "device", value_parser = ictus_args::seconds(0.001, 86_400.0))]
+    idle_timeout: Option<Seconds>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -113,9 +120,13 @@ struct PlayArgs {
     file: PathBuf,
     #[command(flatten)]
     output: OutputArgs,
-    /// Play this many times faster than written.
-    #[arg(long, default_value_t = 1.0)]
-    speed: f64,
+    /// Play this many times faster than written (0.01 to 100).
+    #[arg(long, value_name = "FACTOR", default_value = "1", value_parser = ictus_args::speed(0.01, 100.0))]
+    speed: Speed,
+    /// Play what there is of a damaged file (cut short, without End of Track, …) with a
+    /// warning for each problem, instead of refusing it.
+    #[arg(long)]
+    lenient: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -127,6 +138,9 @@ struct ConductArgs {
     /// Take taps (note-ons) from this MIDI input instead of the terminal.
     #[arg(long)]
     tap_device: Option<String>,
+    /// Conduct what there is of a damaged file, with a warning for each problem.
+    #[arg(long)]
+    lenient: bool,
 }
 
 pub fn main(args: MidiArgs) -> Result<()> {
@@ -187,10 +201,10 @@ fn summary(st: &Stats) -> String {
 }
 
 fn decode(a: DecodeArgs) -> Result<()> {
-    let mut parser = Parser::with_max_sysex(a.max_sysex);
+    let mut parser = Parser::with_max_sysex(a.max_sysex.as_usize());
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let limit = a.count.unwrap_or(u64::MAX);
+    let limit = a.count.map_or(u64::MAX, Count::get);
     let mut emitted = 0u64;
     // Writes one line; says whether the count is reached.
     let mut emit = |m: Message, out: &mut dyn Write| -> Result<bool> {
@@ -201,7 +215,7 @@ fn decode(a: DecodeArgs) -> Result<()> {
     if let Some(spec) = &a.device {
         let mut dev = DeviceSpec::parse(spec)?.open_input()?;
         eprintln!("ictus midi decode: reading {}", dev.describe());
-        let idle = a.idle_timeout.map(Duration::from_secs_f64);
+        let idle = a.idle_timeout.map(Seconds::get);
         let mut buf = vec![0u8; ictus_midi::device::cable::MAX_DATAGRAM];
         'read: loop {
             let n = match dev.read(&mut buf, idle) {
@@ -286,27 +300,44 @@ fn report_closed(closed: &ictus_midi::output::Closed, device: &str) {
     }
 }
 
+/// The score in `path`: a damaged file is refused, saying that `--lenient` plays what is
+/// there, or with `lenient` played with a warning per problem.
+fn load_score(path: &Path, lenient: bool) -> Result<Score> {
+    let strictness = if lenient { Strictness::Lenient } else { Strictness::Strict };
+    let score = Score::load_with(path, strictness).map_err(|e| -> Box<dyn std::error::Error> {
+        if e.lenient_would_play() {
+            format!("{e}; --lenient plays what is there").into()
+        } else {
+            e.into()
+        }
+    })?;
+    for p in &score.problems {
+        eprintln!("ictus midi: warning: {}: {p}; playing what is there", path.display());
+    }
+    Ok(score)
+}
+
 fn play_file(a: PlayArgs) -> Result<()> {
-    let score = Score::load(&a.file)?;
+    let score = load_score(&a.file, a.lenient)?;
     let out = open_output(&a.output)?;
+    let speed = a.speed.get();
     eprintln!(
-        "ictus midi play: {} messages, format {}, {} tracks, {:.1} s at {}× speed, on {}",
+        "ictus midi play: {} messages, format {}, {} tracks, {:.1} s at {speed}× speed, on {}",
         score.events.len(),
         score.format,
         score.tracks,
-        score.duration().as_secs_f64() / a.speed,
-        a.speed,
+        score.duration().as_secs_f64() / speed,
         out.device()
     );
     let start = ictus_rt::clock::now() + Duration::from_millis(100);
-    play::play(&score, &out, start, a.speed)?;
+    play::play(&score, &out, start, speed)?;
     let closed = out.close(Close::Drain);
     report_closed(&closed, &a.output.device);
     Ok(())
 }
 
 fn conduct(a: ConductArgs) -> Result<()> {
-    let score = Score::load(&a.file)?;
+    let score = load_score(&a.file, a.lenient)?;
     let (taps, tap_thread) = match &a.tap_device {
         Some(spec) => {
             let dev = DeviceSpec::parse(spec)?.open_input()?;
@@ -335,4 +366,15 @@ fn conduct(a: ConductArgs) -> Result<()> {
     );
     report_closed(&closed, &a.output.device);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_max_sysex_default_is_the_parsers() {
+        assert_eq!(DEFAULT_MAX_SYSEX_TEXT.parse::<usize>(), Ok(ictus_midi::parse::DEFAULT_MAX_SYSEX));
+        assert!(ictus_midi::parse::DEFAULT_MAX_SYSEX as u64 <= MAX_SYSEX_LIMIT);
+    }
 }

@@ -286,3 +286,33 @@ fn conduct_with_taps_from_a_cable() {
     assert!(log.contains("tempo"), "{log}");
     assert_eq!(note_ons(&reader.join().unwrap()), demo_keys());
 }
+
+/// A damaged file (issue 23, item 5): refused with one line naming the byte offset and
+/// what to do, exit status non-zero; with --lenient, what is there plays, with a warning.
+#[test]
+fn a_cut_file_is_refused_naming_the_offset_and_plays_with_lenient() {
+    let dir = TempDir::new("midi-cli");
+    let f = dir.join("cut.mid");
+    let demo = ictus_midi::smf::demo_bytes();
+    std::fs::write(&f, &demo[..200]).unwrap();
+    let out = ictus()
+        .args(["midi", "play", "--timesharing", "--device"])
+        .arg(format!("cable:{}", unique("cut")))
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("cut.mid") && err.contains("cut short at byte 200") && err.contains("--lenient"), "{err}");
+    let name = unique("lenient");
+    let out = ictus()
+        .args(["midi", "play", "--lenient", "--timesharing", "--speed", "50", "--device"])
+        .arg(format!("cable:{name}"))
+        .arg(&f)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("warning") && err.contains("byte 200"), "{err}");
+}

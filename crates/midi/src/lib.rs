@@ -12,6 +12,7 @@
 //! - [`play`]: a score through the output library, at its tempo or following taps.
 //!
 //! See `doc/midi.md` for the design and what of the paper is left out.
+#![deny(unsafe_code)]
 
 pub mod conduct;
 pub mod device;

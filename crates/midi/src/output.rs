@@ -6,16 +6,25 @@
 //! - the **timer thread** serves the *timed queue*: it sleeps until the head message is
 //!   due (`clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)`, see
 //!   [`crate::device::sleep_until`]), then, when the byte sender is idle and nothing is
-//!   waiting for it, writes the due messages itself, one non-blocking write each (a
-//!   message goes out one thread wake-up after its time, not two: the paper's timer
-//!   thread signalled its sender every time, and that second switch was most of the
-//!   lateness measured by `ictus bench midi`); otherwise, or for whatever the device does
-//!   not take at once, it moves them to the immediate queue and signals the sender. With
-//!   the timed queue empty it waits on a condition variable for [`Output::put`];
-//! - the **byte sender** serves the *immediate queue*: it writes each message's bytes to
-//!   the device; when the device is full (`WouldBlock`) it sleeps a short while
-//!   ([`OutputOptions::retry_sleep`], 1 ms by default; the paper slept "a few
-//!   milliseconds" for the MPU-401) and tries again.
+//!   waiting for it, writes the due messages itself, **all of them in one non-blocking
+//!   write** (up to [`BATCH_MAX`] bytes a write: a chord of 256 notes is one write and,
+//!   on a cable, one wake-up of the receiver). A message goes out one thread wake-up
+//!   after its time, not two: the paper's timer thread signalled its sender every time,
+//!   and that second switch was most of the lateness measured by `ictus bench midi`.
+//!   Whatever the device does not take at once it leaves to the byte sender, and
+//!   signals it. With the timed queue empty it waits on a condition variable for
+//!   [`Output::put`];
+//! - the **byte sender** serves the *immediate queue*: it writes what is waiting there,
+//!   as many messages a write as fit in [`BATCH_MAX`] bytes; when the device is full
+//!   (`WouldBlock`) it **waits for the device to become writable**
+//!   ([`Device::wait_writable`]: `POLLOUT` on a raw MIDI device or serial port, the
+//!   ring's wake-up on a cable), never a fixed sleep. (The paper slept "a few
+//!   milliseconds", since the MPU-401 gave no interrupt when its output buffer emptied;
+//!   the 1 ms sleep this library had before made a 229-event instant arrive over 20 ms.)
+//!
+//! Nothing is dropped without being counted ([`OutputStats`]): messages refused by a
+//! failing device (`write_errors`), discarded on close (`discarded`); a device's own
+//! losses (a cable nobody receives) are in [`Device::lost_bytes`].
 //!
 //! [`Output::put`] with a time that has already come (a *late* message) or that is
 //! earlier than the last message in the timed queue (an *out-of-order* message) puts it
@@ -79,8 +88,15 @@ use crate::parse::{Encoder, Message};
 /// The longest the timer thread sleeps before looking whether the output was closed.
 pub const CLOSE_POLL: Duration = Duration::from_millis(50);
 
-/// Bytes of encoding scratch kept by an output (a sysex longer than this grows it once).
-const SCRATCH: usize = 256;
+/// The most bytes the output library writes in one write: an ALSA raw MIDI device's
+/// default buffer, and the most a cable takes whole ([`crate::device::cable::MAX_WRITE`]).
+/// A message longer than this (a long sysex) is written alone, in as many writes as the
+/// device needs.
+pub const BATCH_MAX: usize = 4096;
+
+/// How long a close that discards waits for a device that takes nothing before it gives
+/// up a message already partly written.
+const DISCARD_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Stack each output thread touches when it starts, so that the pages its deepest calls
 /// use are mapped before the first message is due (and stay mapped where the process
@@ -93,8 +109,6 @@ pub struct OutputOptions {
     /// What both output threads ask of the scheduler (default: `SCHED_FIFO` 70, timer
     /// slack 1 ns; refused parts are reported, never fatal).
     pub thread: ThreadRequest,
-    /// How long the byte sender sleeps when the device is full.
-    pub retry_sleep: Duration,
     /// The most messages queued (timed and immediate together); beyond, `put` fails.
     pub max_queued: usize,
     /// Leave out repeated channel status bytes (running status).
@@ -120,7 +134,6 @@ impl Default for OutputOptions {
                 timer_slack: Some(Duration::from_nanos(1)),
                 ..ThreadRequest::default()
             },
-            retry_sleep: Duration::from_millis(1),
             max_queued: 1 << 20,
             running_status: false,
             timer_cpus: Vec::new(),
@@ -200,12 +213,15 @@ pub struct OutputStats {
     pub sent: u64,
     /// Bytes written.
     pub bytes: u64,
-    /// Times the device was full and the sender slept.
+    /// Times a write found the device full (`WouldBlock`) and the output waited for it.
     pub full_retries: u64,
     /// Messages dropped by [`Close::Discard`] (or by dropping the `Output`).
     pub discarded: u64,
-    /// Messages dropped because the device failed.
+    /// Messages dropped because the device failed (each counted, whether it was alone
+    /// in its write or one of a chord).
     pub write_errors: u64,
+    /// Writes made (each carrying one or more messages).
+    pub writes: u64,
     /// Due messages the timer thread handed to the byte sender (because the sender was
     /// busy, messages were waiting for it, or the device was full) instead of writing
     /// them itself.
@@ -230,8 +246,8 @@ struct State {
     /// A thread (the byte sender, or the timer thread writing due messages itself) is
     /// writing to the device; the other keeps off, which keeps the bytes in order.
     sending: bool,
-    /// The writer holds the unwritten rest of a message, for the byte sender to finish
-    /// before anything else.
+    /// The writer holds encoded bytes not yet written (the rest of a write the device
+    /// did not take whole), for the byte sender to finish before anything else.
     partial: bool,
     stats: OutputStats,
     granted: Vec<(&'static str, Granted)>,
@@ -260,16 +276,136 @@ struct Shared {
 struct Writer {
     device: Option<Box<dyn Device>>,
     encoder: Encoder,
-    /// The unwritten rest of a message the timer thread began: bytes and offset.
-    pending: Option<(Vec<u8>, usize)>,
-    /// Scratch for encoding one message, kept between messages so that the timer
-    /// thread's path allocates nothing once warm.
-    scratch: Vec<u8>,
+    /// Encoded bytes of one or more messages; `out[off..]` is not written yet. Kept
+    /// between writes, so that the timer thread's path allocates nothing once warm.
+    out: Vec<u8>,
+    off: usize,
+    /// Where each message in `out` ends, for those not written to their end yet.
+    ends: VecDeque<usize>,
+    /// Where the last message written to its end ended (where the first of `ends` starts).
+    done: usize,
 }
 
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Writer").field("pending", &self.pending.as_ref().map(|(b, o)| b.len() - o)).finish()
+        f.debug_struct("Writer")
+            .field("unwritten", &(self.out.len() - self.off))
+            .field("messages", &self.ends.len())
+            .finish()
+    }
+}
+
+/// What one write did.
+#[derive(Debug, Default)]
+struct Wrote {
+    /// Messages written to their end.
+    sent: u64,
+    bytes: u64,
+    /// The device answered `WouldBlock` (nothing taken).
+    full: bool,
+    /// The device failed: the messages of the write were dropped (how many, why).
+    failed: Option<(u64, String)>,
+}
+
+impl Writer {
+    /// Whether encoded bytes wait to be written.
+    fn busy(&self) -> bool {
+        self.off < self.out.len()
+    }
+
+    /// Encode messages from the front of `from` into the (empty) buffer: at least one,
+    /// then as many as fit in [`BATCH_MAX`] bytes.
+    fn fill(&mut self, from: &mut VecDeque<Message>) {
+        debug_assert!(!self.busy());
+        self.out.clear();
+        self.off = 0;
+        self.done = 0;
+        self.ends.clear();
+        while let Some(m) = from.front() {
+            if !self.out.is_empty() && self.out.len() + m.bytes().len() > BATCH_MAX {
+                break;
+            }
+            if let Some(m) = from.pop_front() {
+                self.encoder.encode(&m, &mut self.out);
+                self.ends.push_back(self.out.len());
+            }
+        }
+    }
+
+    /// One non-blocking write of what waits.
+    fn write_once(&mut self) -> Wrote {
+        let mut w = Wrote::default();
+        let Writer { device, out, off, ends, done, .. } = self;
+        let Some(device) = device.as_mut() else { return w };
+        if *off >= out.len() {
+            return w;
+        }
+        match device.write(&out[*off..]) {
+            Ok(n) => {
+                *off += n;
+                w.bytes = n as u64;
+                while let Some(e) = ends.front().copied().filter(|&e| e <= *off) {
+                    ends.pop_front();
+                    *done = e;
+                    w.sent += 1;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => w.full = true,
+            Err(e) => {
+                w.failed = Some((ends.len() as u64, format!("{}: {e}", device.describe())));
+                self.drop_unwritten();
+            }
+        }
+        w
+    }
+
+    /// Drop every message not written to its end; how many. The message partly on the
+    /// line, if any, is cut: the encoder forgets its running status.
+    fn drop_unwritten(&mut self) -> u64 {
+        let n = self.ends.len() as u64;
+        self.ends.clear();
+        self.out.clear();
+        self.off = 0;
+        self.done = 0;
+        self.encoder.reset();
+        n
+    }
+
+    /// Drop the messages not yet started, keeping the one partly on the line (if any);
+    /// how many were dropped.
+    fn drop_unstarted(&mut self) -> u64 {
+        let started = self.off > self.done;
+        let keep = usize::from(started && self.off < self.out.len());
+        let dropped = self.ends.len().saturating_sub(keep) as u64;
+        if dropped > 0 {
+            if keep == 1 {
+                let end = self.ends[0];
+                self.ends.truncate(1);
+                self.out.truncate(end);
+            } else {
+                self.ends.clear();
+                self.out.clear();
+                self.off = 0;
+                self.done = 0;
+            }
+            self.encoder.reset();
+        }
+        dropped
+    }
+}
+
+impl Wrote {
+    fn count(&self, stats: &mut OutputStats) {
+        stats.sent += self.sent;
+        stats.bytes += self.bytes;
+        stats.writes += u64::from(self.bytes > 0);
+        if self.full {
+            stats.full_retries += 1;
+        }
+        if let Some((n, why)) = &self.failed {
+            stats.write_errors += n;
+            stats.last_error = Some(why.clone());
+        }
     }
 }
 
@@ -327,8 +463,10 @@ impl Output {
             writer: Mutex::new(Writer {
                 device: Some(device),
                 encoder: if options.running_status { Encoder::with_running_status() } else { Encoder::new() },
-                pending: None,
-                scratch: Vec::with_capacity(SCRATCH),
+                out: Vec::with_capacity(BATCH_MAX),
+                off: 0,
+                ends: VecDeque::with_capacity(BATCH_MAX / 2),
+                done: 0,
             }),
         });
         // One timer thread, or one pinned to each CPU asked for.
@@ -586,70 +724,38 @@ fn timer_thread(shared: &Shared, req: &ThreadRequest) {
     shared.granted_changed.notify_all();
 }
 
-/// The timer thread's direct path: one non-blocking write per due message, in order.
-/// A message the device does not take whole becomes the writer's pending remainder
-/// (finished by the byte sender, which retries and sleeps); every message after it is
-/// left in `due`, to go to the front of the immediate queue.
+/// The timer thread's direct path: the due messages in as few writes as the device
+/// allows — one, for up to [`BATCH_MAX`] bytes — none of them blocking. What the device
+/// does not take stays in the writer for the byte sender (`partial`), and messages not
+/// yet encoded stay in `due`, to go to the front of the immediate queue.
 fn write_due(shared: &Shared, due: &mut VecDeque<Message>) {
     let mut w = shared.writer();
-    let mut sent = 0;
-    let mut bytes = 0;
-    let mut full = 0;
-    let mut error = None;
-    while w.pending.is_none() {
-        let Some(message) = due.pop_front() else { break };
-        let Writer { device, encoder, pending, scratch } = &mut *w;
-        let Some(device) = device.as_mut() else {
-            due.push_front(message);
+    let mut total = Wrote::default();
+    while !due.is_empty() && !w.busy() {
+        w.fill(due);
+        let wrote = w.write_once();
+        total.sent += wrote.sent;
+        total.bytes += wrote.bytes;
+        let stop = wrote.full || wrote.failed.is_some();
+        let mut st = shared.lock();
+        wrote.count(&mut st.stats);
+        drop(st);
+        if stop {
             break;
-        };
-        scratch.clear();
-        encoder.encode(&message, scratch);
-        match device.write(scratch) {
-            Ok(n) if n == scratch.len() => {
-                sent += 1;
-                bytes += n as u64;
-            }
-            Ok(n) => {
-                bytes += n as u64;
-                *pending = Some((scratch.clone(), n));
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
-                full += 1;
-                *pending = Some((scratch.clone(), 0));
-            }
-            Err(e) => {
-                error = Some(format!("{}: {e}", device.describe()));
-                encoder.reset();
-            }
         }
     }
-    let partial = w.pending.is_some();
+    let partial = w.busy();
     drop(w);
-    let mut st = shared.lock();
-    st.stats.sent += sent;
-    st.stats.bytes += bytes;
-    st.stats.full_retries += full;
-    if let Some(e) = error {
-        st.stats.write_errors += 1;
-        st.stats.last_error = Some(e);
-    }
-    st.partial = partial;
-}
-
-/// What the byte sender writes next.
-enum Work {
-    /// A message from the immediate queue.
-    Message(Message),
-    /// The rest of a message the timer thread began.
-    Pending,
+    shared.lock().partial = partial;
 }
 
 fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
     record_granted(shared, "send", &opts.thread);
     let give_back = || shared.writer().device.take().expect("the sender hands the device back once");
+    // Messages taken from the immediate queue for one write; kept between writes.
+    let mut batch: VecDeque<Message> = VecDeque::with_capacity(64);
     loop {
-        let work = {
+        {
             let mut st = shared.lock();
             loop {
                 if st.closing == Some(Close::Discard) && !st.sending {
@@ -658,11 +764,23 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
                 if !st.sending {
                     if st.partial {
                         st.sending = true;
-                        break Work::Pending;
+                        break;
                     }
-                    if let Some(m) = st.immediate.pop_front() {
+                    if !st.immediate.is_empty() {
+                        // As many as one write carries (their encoded size is at most
+                        // their own, running status only shortens it).
+                        let mut bytes = 0;
+                        while let Some(m) = st.immediate.front() {
+                            if !batch.is_empty() && bytes + m.bytes().len() > BATCH_MAX {
+                                break;
+                            }
+                            bytes += m.bytes().len();
+                            if let Some(m) = st.immediate.pop_front() {
+                                batch.push_back(m);
+                            }
+                        }
                         st.sending = true;
-                        break Work::Message(m);
+                        break;
                     }
                     if st.closing == Some(Close::Drain) && st.timers == 0 {
                         return give_back();
@@ -670,63 +788,178 @@ fn sender_thread(shared: &Shared, opts: &OutputOptions) -> Box<dyn Device> {
                 }
                 st = shared.immediate_changed.wait(st);
             }
-        };
+        }
         let mut w = shared.writer();
-        let Writer { device, encoder, pending, scratch } = &mut *w;
-        let device = device.as_mut().expect("the device stays until the sender ends");
-        let (buf, mut off) = match work {
-            Work::Message(message) => {
-                let mut buf = std::mem::take(scratch);
-                buf.clear();
-                encoder.encode(&message, &mut buf);
-                (buf, 0)
-            }
-            Work::Pending => pending.take().unwrap_or_default(),
-        };
-        let mut stuck = Duration::ZERO;
-        let mut failed = None;
-        while off < buf.len() {
-            match device.write(&buf[off..]) {
-                Ok(n) => off += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
-                    // Discarding: give up a message not started, or one the device has
-                    // refused to take more of for a second.
-                    if shared.discard.load(Ordering::SeqCst) {
-                        if off == 0 || stuck >= Duration::from_secs(1) {
-                            break;
-                        }
-                        stuck += opts.retry_sleep;
-                    }
-                    // Counted as it happens, so a caller can see a full device. (Lock
-                    // order: writer, then state; `state` holders never wait for the
-                    // writer while `sending` is set.)
-                    shared.lock().stats.full_retries += 1;
-                    std::thread::sleep(opts.retry_sleep);
-                }
-                Err(e) => {
-                    failed = Some(format!("{}: {e}", device.describe()));
+        if !w.busy() {
+            w.fill(&mut batch);
+        }
+        debug_assert!(batch.is_empty(), "the batch fits one write");
+        // Write until everything is out, waiting for the device when it is full.
+        let mut stuck_since = None;
+        while w.busy() {
+            if shared.discard.load(Ordering::SeqCst) {
+                // Discarding: nothing more starts; the message on the line is finished.
+                let dropped = w.drop_unstarted();
+                shared.lock().stats.discarded += dropped;
+                if !w.busy() {
                     break;
                 }
             }
+            let wrote = w.write_once();
+            let full = wrote.full;
+            if wrote.bytes > 0 {
+                stuck_since = None;
+            }
+            // Counted as it happens, so a caller can see a full device. (Lock order:
+            // writer, then state; `state` holders never wait for the writer while
+            // `sending` is set.)
+            wrote.count(&mut shared.lock().stats);
+            if !full {
+                continue;
+            }
+            if shared.discard.load(Ordering::SeqCst) {
+                // Give up the message on the line too if the device has taken nothing
+                // for a while.
+                let since = *stuck_since.get_or_insert_with(ictus_rt::clock::now);
+                if ictus_rt::clock::now() >= since + DISCARD_PATIENCE {
+                    let given_up = w.drop_unwritten();
+                    shared.lock().stats.discarded += given_up;
+                    break;
+                }
+            }
+            let Writer { device, .. } = &mut *w;
+            let Some(device) = device.as_mut() else { break };
+            if let Err(e) = device.wait_writable(Some(CLOSE_POLL)) {
+                let why = format!("{}: waiting to write: {e}", device.describe());
+                let n = w.drop_unwritten();
+                let mut st = shared.lock();
+                st.stats.write_errors += n;
+                st.stats.last_error = Some(why);
+            }
         }
-        let whole = off == buf.len();
-        if failed.is_some() || !whole {
-            encoder.reset();
-        }
-        // The buffer becomes the scratch again, so the next message needs no allocation.
-        *scratch = buf;
         drop(w);
         let mut st = shared.lock();
-        st.stats.bytes += off as u64;
-        match failed {
-            Some(e) => {
-                st.stats.write_errors += 1;
-                st.stats.last_error = Some(e);
-            }
-            None if whole => st.stats.sent += 1,
-            None => st.stats.discarded += 1,
-        }
         st.partial = false;
         st.sending = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+    /// A device that takes at most `room` bytes a write (then `WouldBlock`), or fails.
+    #[derive(Debug)]
+    struct Narrow {
+        room: usize,
+        fail: bool,
+        got: Vec<u8>,
+        fd: OwnedFd,
+    }
+
+    impl Device for Narrow {
+        fn describe(&self) -> String {
+            "narrow".into()
+        }
+        fn read(&mut self, _: &mut [u8], _: Option<Duration>) -> io::Result<usize> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.fail {
+                return Err(io::Error::other("unplugged"));
+            }
+            if self.room == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = bytes.len().min(self.room);
+            self.got.extend_from_slice(&bytes[..n]);
+            Ok(n)
+        }
+        fn wait_writable(&mut self, _: Option<Duration>) -> io::Result<bool> {
+            Ok(true)
+        }
+        fn fd(&self) -> BorrowedFd<'_> {
+            self.fd.as_fd()
+        }
+    }
+
+    fn writer(room: usize, fail: bool) -> Writer {
+        let fd = rustix::io::dup(std::io::stdin().as_fd()).unwrap();
+        Writer {
+            device: Some(Box::new(Narrow { room, fail, got: Vec::new(), fd })),
+            encoder: Encoder::new(),
+            out: Vec::new(),
+            off: 0,
+            ends: VecDeque::new(),
+            done: 0,
+        }
+    }
+
+    fn notes(n: u8) -> VecDeque<Message> {
+        (0..n).map(|k| Message::note_on(0, k, 100, Time::ZERO).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_batch_is_one_write_and_partial_writes_count_whole_messages() {
+        let mut w = writer(4, false);
+        let mut q = notes(3);
+        w.fill(&mut q);
+        assert!(q.is_empty() && w.out.len() == 9);
+        let a = w.write_once();
+        assert_eq!((a.sent, a.bytes), (1, 4), "one note whole, one begun");
+        let b = w.write_once();
+        assert_eq!((b.sent, b.bytes), (1, 4));
+        let c = w.write_once();
+        assert_eq!((c.sent, c.bytes), (1, 1));
+        assert!(!w.busy());
+    }
+
+    #[test]
+    fn a_batch_stops_at_4_kib_but_takes_one_message_whatever_its_size() {
+        let mut w = writer(usize::MAX, false);
+        let mut q = notes(100);
+        q.extend((0..2000).map(|k| Message::note_on(1, (k % 128) as u8, 1, Time::ZERO).unwrap()));
+        w.fill(&mut q);
+        assert!(w.out.len() <= BATCH_MAX && w.out.len() + 3 > BATCH_MAX, "{}", w.out.len());
+        let mut big = VecDeque::new();
+        let mut sysex = vec![0xF0];
+        sysex.extend(std::iter::repeat_n(1, 10_000));
+        sysex.push(0xF7);
+        big.push_back(Message::from_bytes(&sysex, Time::ZERO).unwrap());
+        let mut w = writer(usize::MAX, false);
+        w.fill(&mut big);
+        assert_eq!(w.out.len(), 10_002);
+    }
+
+    #[test]
+    fn discarding_keeps_only_the_message_on_the_line() {
+        // At a boundary: nothing is on the line, everything left is dropped.
+        let mut w = writer(3, false);
+        w.fill(&mut notes(3));
+        assert_eq!(w.write_once().sent, 1);
+        assert_eq!(w.drop_unstarted(), 2);
+        assert!(!w.busy());
+        // Inside a message: it stays, to be finished; the rest is dropped.
+        let mut w = writer(4, false);
+        w.fill(&mut notes(3));
+        w.write_once();
+        assert_eq!(w.drop_unstarted(), 1);
+        assert_eq!((w.out.len(), w.off), (6, 4));
+        assert_eq!(w.write_once().sent, 1);
+        assert!(!w.busy());
+    }
+
+    #[test]
+    fn a_failing_device_counts_every_message_of_the_write() {
+        let mut w = writer(3, true);
+        w.fill(&mut notes(5));
+        let r = w.write_once();
+        assert_eq!(r.failed.as_ref().map(|(n, _)| *n), Some(5));
+        assert!(!w.busy());
+        let mut stats = OutputStats::default();
+        r.count(&mut stats);
+        assert_eq!((stats.write_errors, stats.sent), (5, 0));
+        assert!(stats.last_error.unwrap().contains("narrow"));
     }
 }

@@ -1,8 +1,24 @@
 //! Standard MIDI Files: reading a score (formats 0 and 1), its tempo map, and the small
 //! demo file ictus makes itself.
 //!
-//! Parsing is done by the `midly` crate (its lenient default: it tolerates the common
-//! defects of real files, such as a missing end-of-track). A [`Score`] keeps every
+//! # Reading, strictly or leniently
+//!
+//! The file's layout is walked here first, as a checked view with byte offsets: the
+//! header chunk (format, track count, division), then every chunk (id, length, data),
+//! each length checked against what the file has; each track chunk's events are then
+//! read by the `midly` crate, one at a time, so that where it stops is known too. A file
+//! that is not what its header says — shorter than a chunk's length, fewer (or more)
+//! tracks than promised, a track without End of Track or with events after it, an event
+//! that cannot be read, a second header, bytes after the last chunk that are not one — is
+//! refused by [`Score::parse`] with an error naming the byte offset ([`Problem`]).
+//! [`Score::parse_with`] and [`Strictness::Lenient`] play what is there instead: every
+//! event read before the first problem of each track, the problems listed in
+//! [`Score::problems`]. (midly alone, built lenient, played 35 of 41 truncations of real
+//! files without a word: a 14-byte prefix of a two-track file was "0 tracks".) What no
+//! reading can play is refused either way: not a MIDI file, a header cut short, an
+//! impossible division, format 2.
+//!
+//! A [`Score`] keeps every
 //! channel and system-exclusive event of every track, merged in tick order (events at
 //! the same tick keep their track order, then their order in the track), and a
 //! [`TempoMap`] built from the tempo meta events of all tracks — in a format 1 file the
@@ -34,6 +50,130 @@ use ictus_rt::Time;
 /// The tempo before any tempo event: 500 000 µs per quarter note (120 beats a minute).
 pub const DEFAULT_TEMPO: u32 = 500_000;
 
+/// How [`Score::parse_with`] treats a file that is not what its header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strictness {
+    /// Refuse it, naming the first problem's byte offset.
+    Strict,
+    /// Play what is there, listing the problems in [`Score::problems`].
+    Lenient,
+}
+
+/// Where a file is not what its header says. Its `Display` is one line naming the byte
+/// offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The byte of the file where it shows (for a file cut short: its length).
+    pub offset: u64,
+    /// What it is.
+    pub kind: ProblemKind,
+}
+
+/// What a [`Problem`] is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The file ends inside a chunk: its length says `declared` bytes of data, `present`
+    /// are there. `track` is its track number, `None` for another chunk.
+    ChunkCut {
+        /// Where the chunk starts.
+        chunk_at: u64,
+        /// Its track number (0-based), if it is a track.
+        track: Option<usize>,
+        /// Data bytes its length promises.
+        declared: u64,
+        /// Data bytes there.
+        present: u64,
+    },
+    /// The file ends inside the 8-byte header of a chunk starting at `chunk_at`.
+    ChunkHeaderCut {
+        /// Where the chunk starts.
+        chunk_at: u64,
+    },
+    /// The header promises more tracks than the file has.
+    MissingTracks {
+        /// Tracks promised.
+        declared: u16,
+        /// Track chunks found.
+        found: usize,
+    },
+    /// The file has more track chunks than its header says (the first extra one here).
+    ExtraTracks {
+        /// Tracks promised.
+        declared: u16,
+        /// Track chunks found.
+        found: usize,
+    },
+    /// A format 0 file with other than one track.
+    Format0Tracks {
+        /// Tracks declared.
+        declared: u16,
+    },
+    /// A second header chunk.
+    SecondHeader,
+    /// An event of `track` that cannot be read (cut short, or bytes that are no event).
+    BadEvent {
+        /// Track number.
+        track: usize,
+    },
+    /// `track` ends without an End of Track event (the offset is where its chunk ends).
+    NoEndOfTrack {
+        /// Track number.
+        track: usize,
+    },
+    /// `track` goes on after its End of Track event.
+    AfterEndOfTrack {
+        /// Track number.
+        track: usize,
+    },
+    /// Bytes after the last chunk that are not a chunk.
+    TrailingBytes {
+        /// How many.
+        len: u64,
+    },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = self.offset;
+        let track = |t: &Option<usize>| match t {
+            Some(t) => format!("track {t}'s chunk"),
+            None => "a chunk".to_owned(),
+        };
+        match &self.kind {
+            ProblemKind::ChunkCut { chunk_at, track: t, declared, present } => write!(
+                f,
+                "cut short at byte {at}: {} (at byte {chunk_at}) promises {declared} bytes, {present} are there",
+                track(t)
+            ),
+            ProblemKind::ChunkHeaderCut { chunk_at } => {
+                write!(f, "cut short at byte {at}: inside the 8-byte header of a chunk starting at byte {chunk_at}")
+            }
+            ProblemKind::MissingTracks { declared, found } => {
+                write!(f, "cut short at byte {at}: the header promises {declared} tracks, {found} are there")
+            }
+            ProblemKind::ExtraTracks { declared, found } => {
+                write!(f, "at byte {at}: {found} track chunks where the header promises {declared}")
+            }
+            ProblemKind::Format0Tracks { declared } => {
+                write!(f, "at byte {at}: a format 0 file has one track; its header says {declared}")
+            }
+            ProblemKind::SecondHeader => write!(f, "at byte {at}: a second header chunk"),
+            ProblemKind::BadEvent { track } => {
+                write!(f, "at byte {at}: track {track} has an event that cannot be read (cut short or garbled)")
+            }
+            ProblemKind::NoEndOfTrack { track } => {
+                write!(f, "at byte {at}: track {track} ends without an End of Track event (cut short?)")
+            }
+            ProblemKind::AfterEndOfTrack { track } => {
+                write!(f, "at byte {at}: track {track} goes on after its End of Track event")
+            }
+            ProblemKind::TrailingBytes { len } => {
+                write!(f, "at byte {at}: {len} bytes after the last chunk are not a chunk")
+            }
+        }
+    }
+}
+
 /// Why a MIDI file cannot be played.
 #[derive(Debug, thiserror::Error)]
 pub enum SmfError {
@@ -45,13 +185,25 @@ pub enum SmfError {
         /// The error.
         source: std::io::Error,
     },
-    /// The bytes are not a Standard MIDI File.
+    /// A file's bytes are not a Standard MIDI File that can be played.
+    #[error("{path}: {source}")]
+    InFile {
+        /// The file.
+        path: String,
+        /// Why.
+        source: Box<SmfError>,
+    },
+    /// The bytes are not a Standard MIDI File at all, or its header chunk is cut short.
     #[error("not a valid Standard MIDI File: {0}")]
     Parse(String),
+    /// The file is not what its header says ([`Strictness::Strict`]); leniently, what is
+    /// there plays.
+    #[error("not a valid Standard MIDI File: {0}")]
+    Damaged(Problem),
     /// Format 2 files are refused.
     #[error("format 2 MIDI files (independent sequences) are not supported; formats 0 and 1 are")]
     Format2,
-    /// Ticks per quarter note of zero.
+    /// The division (or a tempo map's ticks per quarter note) makes no time.
     #[error("the file's timing is invalid: {0}")]
     Timing(String),
     /// The file could not be written.
@@ -170,13 +322,50 @@ impl TempoMap {
     }
 }
 
-/// What `midly` does not check before it trips over it: the file must be a plain SMF
-/// (`MThd` first; RIFF-wrapped RMID files are refused), and no `MThd` chunk — midly reads
-/// every one it meets, not only the first — may have an SMPTE division whose frame-rate
-/// byte is -128 (midly 0.5 negates it and overflows; found by the `midi_smf` fuzz target).
-/// The chunks are walked as midly walks them: id, big-endian length, data (cut short at
-/// the end of the file).
-fn check_header(bytes: &[u8]) -> Result<(), SmfError> {
+impl SmfError {
+    /// Whether [`Strictness::Lenient`] would play something of the file.
+    pub fn lenient_would_play(&self) -> bool {
+        match self {
+            SmfError::Damaged(_) => true,
+            SmfError::InFile { source, .. } => source.lenient_would_play(),
+            _ => false,
+        }
+    }
+}
+
+/// The header chunk, checked.
+struct Header {
+    format: u8,
+    tracks: u16,
+    timing: TempoMapKind,
+}
+
+/// The division, before the tempo events are known.
+enum TempoMapKind {
+    Metrical(u16),
+    Smpte(u8, u8),
+}
+
+/// One track chunk: its number, where its data starts, its data (what the file has of
+/// it) and whether the file cut it short.
+struct TrackChunk<'a> {
+    index: usize,
+    data_at: u64,
+    data: &'a [u8],
+    cut: bool,
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The header chunk: what no reading can do without (`MThd`, 6 bytes of data, a known
+/// format, a division that makes time).
+fn read_header(bytes: &[u8]) -> Result<Header, SmfError> {
     match bytes.get(..4) {
         Some(b"MThd") => {}
         Some(b"RIFF") => {
@@ -184,19 +373,156 @@ fn check_header(bytes: &[u8]) -> Result<(), SmfError> {
                 "RIFF-wrapped MIDI (RMID) files are not supported; extract the standard MIDI data (MThd…)".into(),
             ))
         }
+        _ if bytes.is_empty() => return Err(SmfError::Parse("the file is empty".into())),
+        _ if b"MThd".starts_with(bytes) => {
+            return Err(SmfError::Parse(format!("cut short at byte {}, inside its header chunk", bytes.len())))
+        }
         _ => return Err(SmfError::Parse("not a MIDI file (it does not start with MThd)".into())),
     }
-    let mut rest = bytes;
-    while rest.len() >= 8 {
-        let (head, after) = rest.split_at(8);
-        let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
-        let data = &after[..len.min(after.len())];
-        if &head[..4] == b"MThd" && data.get(4) == Some(&0x80) {
-            return Err(SmfError::Timing("SMPTE division with frame rate -128".into()));
-        }
-        rest = &after[data.len()..];
+    if bytes.len() < 14 {
+        return Err(SmfError::Parse(format!(
+            "cut short at byte {}, inside its header chunk (14 bytes at least)",
+            bytes.len()
+        )));
     }
-    Ok(())
+    let len = be32(bytes, 4);
+    if len < 6 {
+        return Err(SmfError::Parse(format!("at byte 4: a header chunk of {len} bytes (6 at least)")));
+    }
+    let format = match be16(bytes, 8) {
+        0 => 0,
+        1 => 1,
+        2 => return Err(SmfError::Format2),
+        f => return Err(SmfError::Parse(format!("at byte 8: format {f} (0, 1 and 2 exist)"))),
+    };
+    let tracks = be16(bytes, 10);
+    let division = be16(bytes, 12);
+    let timing = if division & 0x8000 != 0 {
+        // The high byte is minus the frame rate, two's complement.
+        let fps = -i16::from(bytes[12] as i8);
+        let tpf = bytes[13];
+        if !matches!(fps, 24 | 25 | 29 | 30) {
+            return Err(SmfError::Timing(format!("at byte 12: {fps} SMPTE frames a second (24, 25, 29.97 or 30)")));
+        }
+        if tpf == 0 {
+            return Err(SmfError::Timing("at byte 13: zero ticks per SMPTE frame".into()));
+        }
+        TempoMapKind::Smpte(fps as u8, tpf)
+    } else {
+        if division == 0 {
+            return Err(SmfError::Timing("at byte 12: zero ticks per quarter note".into()));
+        }
+        TempoMapKind::Metrical(division)
+    };
+    Ok(Header { format, tracks, timing })
+}
+
+/// Every chunk after the header, each length checked against the file: the track
+/// chunks, and the problems met on the way.
+fn read_chunks<'a>(bytes: &'a [u8], header: &Header, problems: &mut Vec<Problem>) -> Vec<TrackChunk<'a>> {
+    let end = bytes.len() as u64;
+    let mut tracks = Vec::new();
+    let mut pos = 8 + u64::from(be32(bytes, 4));
+    if pos > end {
+        problems.push(Problem {
+            offset: end,
+            kind: ProblemKind::ChunkCut { chunk_at: 0, track: None, declared: pos - 8, present: end - 8 },
+        });
+    }
+    let mut extra_at = None;
+    while pos < end {
+        let at = pos as usize;
+        if end - pos < 8 {
+            let kind = if tracks.len() < usize::from(header.tracks) {
+                ProblemKind::ChunkHeaderCut { chunk_at: pos }
+            } else {
+                ProblemKind::TrailingBytes { len: end - pos }
+            };
+            let offset = if matches!(kind, ProblemKind::ChunkHeaderCut { .. }) { end } else { pos };
+            problems.push(Problem { offset, kind });
+            break;
+        }
+        let id = &bytes[at..at + 4];
+        let declared = u64::from(be32(bytes, at + 4));
+        let data_at = pos + 8;
+        let present = declared.min(end - data_at);
+        let cut = present < declared;
+        let index = tracks.len();
+        match id {
+            b"MTrk" => {
+                if index == usize::from(header.tracks) {
+                    extra_at = Some(pos);
+                }
+                tracks.push(TrackChunk {
+                    index,
+                    data_at,
+                    data: &bytes[data_at as usize..(data_at + present) as usize],
+                    cut,
+                });
+            }
+            b"MThd" => problems.push(Problem { offset: pos, kind: ProblemKind::SecondHeader }),
+            // Chunks of other kinds are skipped, as the standard asks.
+            _ => {}
+        }
+        if cut {
+            let track = (id == b"MTrk").then_some(index);
+            problems
+                .push(Problem { offset: end, kind: ProblemKind::ChunkCut { chunk_at: pos, track, declared, present } });
+        }
+        pos = data_at + declared;
+    }
+    let declared = header.tracks;
+    if tracks.len() < usize::from(declared) {
+        problems.push(Problem { offset: end, kind: ProblemKind::MissingTracks { declared, found: tracks.len() } });
+    }
+    if let Some(at) = extra_at {
+        problems.push(Problem { offset: at, kind: ProblemKind::ExtraTracks { declared, found: tracks.len() } });
+    }
+    if header.format == 0 && declared != 1 {
+        problems.push(Problem { offset: 10, kind: ProblemKind::Format0Tracks { declared } });
+    }
+    tracks
+}
+
+/// The events of one track chunk, read one at a time by midly up to the first that
+/// cannot be read or the End of Track, with what is wrong.
+fn read_events<'a>(chunk: &TrackChunk<'a>, problems: &mut Vec<Problem>) -> Vec<midly::TrackEvent<'a>> {
+    let mut it = midly::EventIter::new(chunk.data);
+    let mut events = Vec::new();
+    let at = |unread: usize| chunk.data_at + (chunk.data.len() - unread) as u64;
+    let track = chunk.index;
+    loop {
+        let unread = it.unread().len();
+        match it.next() {
+            Some(Ok(ev)) => {
+                let end = matches!(ev.kind, TrackEventKind::Meta(MetaMessage::EndOfTrack));
+                events.push(ev);
+                if end {
+                    if !it.unread().is_empty() {
+                        let offset = at(it.unread().len());
+                        problems.push(Problem { offset, kind: ProblemKind::AfterEndOfTrack { track } });
+                    }
+                    return events;
+                }
+            }
+            // An event midly cannot read (built `strict`, it refuses an event cut short
+            // — a length or a data byte missing — rather than take what is there).
+            Some(Err(_)) | None if unread > 0 => {
+                // A chunk the file cut short says so already.
+                if !chunk.cut {
+                    problems.push(Problem { offset: at(unread), kind: ProblemKind::BadEvent { track } });
+                }
+                return events;
+            }
+            Some(Err(_)) | None => {
+                if !chunk.cut {
+                    let offset = chunk.data_at + chunk.data.len() as u64;
+                    problems.push(Problem { offset, kind: ProblemKind::NoEndOfTrack { track } });
+                }
+                return events;
+            }
+        }
+    }
 }
 
 /// One event of a score.
@@ -213,6 +539,9 @@ pub struct Event {
 /// A score: every playable event of every track, merged in order, and the tempo map.
 #[derive(Clone, Debug)]
 pub struct Score {
+    /// What is wrong with the file, in file order (empty unless read with
+    /// [`Strictness::Lenient`]).
+    pub problems: Vec<Problem>,
     /// 0 or 1.
     pub format: u8,
     /// How many tracks the file had.
@@ -228,31 +557,50 @@ pub struct Score {
 }
 
 impl Score {
-    /// Read and parse the file at `path`.
+    /// Read and parse the file at `path`, strictly.
     pub fn load(path: &Path) -> Result<Score, SmfError> {
-        let bytes =
-            std::fs::read(path).map_err(|source| SmfError::Read { path: path.display().to_string(), source })?;
-        Score::parse(&bytes)
+        Score::load_with(path, Strictness::Strict)
     }
 
-    /// Parse a Standard MIDI File.
+    /// Read and parse the file at `path`; errors name the file.
+    pub fn load_with(path: &Path, strictness: Strictness) -> Result<Score, SmfError> {
+        let name = || path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| SmfError::Read { path: name(), source })?;
+        Score::parse_with(&bytes, strictness).map_err(|e| SmfError::InFile { path: name(), source: Box::new(e) })
+    }
+
+    /// Parse a Standard MIDI File, strictly: a file that is not what its header says is
+    /// refused ([`SmfError::Damaged`], naming the byte offset).
     pub fn parse(bytes: &[u8]) -> Result<Score, SmfError> {
-        check_header(bytes)?;
-        // midly is not known to panic on anything `check_header` lets through, but it is
-        // a parser of untrusted bytes we did not write: a panic in it becomes an error.
-        let parsed = std::panic::catch_unwind(|| Smf::parse(bytes))
-            .map_err(|_| SmfError::Parse("the MIDI file parser failed on this file".into()))?;
-        let smf = parsed.map_err(|e| SmfError::Parse(e.to_string()))?;
-        let format = match smf.header.format {
-            Format::SingleTrack => 0,
-            Format::Parallel => 1,
-            Format::Sequential => return Err(SmfError::Format2),
-        };
+        Score::parse_with(bytes, Strictness::Strict)
+    }
+
+    /// Parse a Standard MIDI File; [`Strictness::Lenient`] plays what there is of a
+    /// damaged one (see the module documentation).
+    pub fn parse_with(bytes: &[u8], strictness: Strictness) -> Result<Score, SmfError> {
+        // midly is not known to panic on a track chunk, but it is a parser of untrusted
+        // bytes we did not write: a panic in it becomes an error.
+        std::panic::catch_unwind(|| Score::parse_checked(bytes, strictness))
+            .unwrap_or_else(|_| Err(SmfError::Parse("the MIDI event parser failed on this file".into())))
+    }
+
+    fn parse_checked(bytes: &[u8], strictness: Strictness) -> Result<Score, SmfError> {
+        let header = read_header(bytes)?;
+        let mut problems = Vec::new();
+        let chunks = read_chunks(bytes, &header, &mut problems);
+        let tracks: Vec<Vec<midly::TrackEvent<'_>>> = chunks.iter().map(|c| read_events(c, &mut problems)).collect();
+        problems.sort_by_key(|p| p.offset);
+        if strictness == Strictness::Strict {
+            if let Some(p) = problems.first() {
+                return Err(SmfError::Damaged(p.clone()));
+            }
+        }
+        let format = header.format;
         let mut tempos = Vec::new();
         let mut events = Vec::new();
         let mut skipped = 0;
         let mut end_tick = 0u64;
-        for (track, evs) in smf.tracks.iter().enumerate() {
+        for (track, evs) in tracks.iter().enumerate() {
             let mut tick = 0u64;
             for ev in evs {
                 tick = tick.saturating_add(u64::from(ev.delta.as_int()));
@@ -302,11 +650,11 @@ impl Score {
         }
         // Stable: equal ticks keep track order, then order within the track.
         events.sort_by_key(|e| e.tick);
-        let tempo = match smf.header.timing {
-            Timing::Metrical(tpq) => TempoMap::metrical(tpq.as_int(), tempos)?,
-            Timing::Timecode(fps, tpf) => TempoMap::smpte(fps.as_int(), tpf)?,
+        let tempo = match header.timing {
+            TempoMapKind::Metrical(tpq) => TempoMap::metrical(tpq, tempos)?,
+            TempoMapKind::Smpte(fps, tpf) => TempoMap::smpte(fps, tpf)?,
         };
-        Ok(Score { format, tracks: smf.tracks.len(), events, tempo, skipped, end_tick })
+        Ok(Score { problems, format, tracks: tracks.len(), events, tempo, skipped, end_tick })
     }
 
     /// Every event with its time from the start of the score.

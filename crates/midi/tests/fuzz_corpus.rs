@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use ictus_midi::parse::{Message, Parser, DEFAULT_MAX_SYSEX};
+use ictus_midi::smf::{Score, Strictness};
 use ictus_rt::Time;
 
 /// The same checks as `fuzz/fuzz_targets/midi_parse.rs`.
@@ -50,21 +51,44 @@ fn fuzz_corpus_replays() {
 }
 
 /// The same checks as `fuzz/fuzz_targets/midi_smf.rs`.
-fn check_smf(data: &[u8]) {
-    let Ok(score) = ictus_midi::smf::Score::parse(data) else {
-        return;
-    };
+fn check_score(score: &Score, len: usize) {
     assert!(score.format <= 1);
     let mut last_tick = 0;
     let mut last_time = std::time::Duration::ZERO;
     for e in &score.events {
         assert!(e.tick >= last_tick && e.tick <= score.end_tick);
+        assert!(e.track < score.tracks);
         last_tick = e.tick;
         let again = Message::from_bytes(e.message.bytes(), e.message.time()).expect("a well-formed message");
         assert_eq!(again.kind(), e.message.kind());
         let t = score.tempo.time_of(e.tick);
         assert!(t >= last_time);
         last_time = t;
+    }
+    assert!(score.problems.iter().all(|p| p.offset <= len as u64), "{:?}", score.problems);
+}
+
+/// The same checks as `fuzz/fuzz_targets/midi_smf.rs`.
+fn check_smf(data: &[u8]) {
+    let strict = Score::parse_with(data, Strictness::Strict);
+    let lenient = Score::parse_with(data, Strictness::Lenient);
+    if let Ok(s) = &lenient {
+        check_score(s, data.len());
+    }
+    match (&strict, &lenient) {
+        (Ok(s), Ok(l)) => {
+            check_score(s, data.len());
+            assert!(s.problems.is_empty() && l.problems.is_empty());
+            assert_eq!(s.events, l.events);
+        }
+        (Ok(_), Err(e)) => panic!("strictly accepted, leniently refused: {e}"),
+        (Err(e), l) => {
+            assert!(!e.to_string().contains('\n'), "{e}");
+            assert_eq!(e.lenient_would_play(), l.is_ok(), "{e}");
+            if let Ok(l) = l {
+                assert!(!l.problems.is_empty(), "refused strictly, yet no problem: {e}");
+            }
+        }
     }
 }
 

@@ -116,3 +116,97 @@ fn conducting_with_taps_from_a_midi_input_plays_every_note_in_order() {
     assert!(bpms.len() >= 2, "{events:?}");
     assert!(bpms.last().unwrap() > &120.0, "{bpms:?}");
 }
+
+/// A format 1 file that starts as game soundtracks do: a GM reset, then every controller
+/// of all 16 channels set at time 0, and the first chord — 229 events at its first
+/// instant — then a few bars of notes.
+fn reset_heavy_file() -> Vec<u8> {
+    use midly::num::{u14, u15, u24, u28, u4, u7};
+    use midly::{Format, Header, MetaMessage, MidiMessage, PitchBend, Smf, Timing, TrackEvent, TrackEventKind};
+    let ev = |delta: u32, kind: TrackEventKind<'static>| TrackEvent { delta: u28::new(delta), kind };
+    let mut smf = Smf::new(Header::new(Format::Parallel, Timing::Metrical(u15::new(96))));
+    smf.tracks.push(vec![
+        ev(0, TrackEventKind::Meta(MetaMessage::Tempo(u24::new(500_000)))),
+        ev(0, TrackEventKind::SysEx(&[0x7E, 0x7F, 0x09, 0x01, 0xF7])),
+        ev(0, TrackEventKind::Meta(MetaMessage::EndOfTrack)),
+    ]);
+    for ch in 0..16u8 {
+        let midi = |delta: u32, message: MidiMessage| ev(delta, TrackEventKind::Midi { channel: u4::new(ch), message });
+        let cc = |c: u8, v: u8| midi(0, MidiMessage::Controller { controller: u7::new(c), value: u7::new(v) });
+        let mut t = vec![
+            cc(121, 0),
+            cc(0, 0),
+            cc(32, 0),
+            midi(0, MidiMessage::ProgramChange { program: u7::new(ch * 7 % 128) }),
+            cc(7, 100),
+            cc(10, 64),
+            cc(11, 127),
+            cc(91, 40),
+            cc(93, 0),
+            cc(101, 0),
+            cc(100, 0),
+            cc(6, 2),
+            cc(38, 0),
+            midi(0, MidiMessage::PitchBend { bend: PitchBend(u14::new(0x2000)) }),
+        ];
+        let key = |k: u8| u7::new(36 + ch * 3 + k);
+        if ch == 0 {
+            // The first chord, at the same instant as the resets.
+            for k in [0, 4, 7, 12] {
+                t.push(midi(0, MidiMessage::NoteOn { key: key(k), vel: u7::new(90) }));
+            }
+        }
+        for beat in 0..8u8 {
+            t.push(midi(
+                if beat == 0 && ch == 0 { 96 } else { 48 },
+                MidiMessage::NoteOn { key: key(beat % 5), vel: u7::new(80) },
+            ));
+            t.push(midi(48, MidiMessage::NoteOff { key: key(beat % 5), vel: u7::new(0) }));
+        }
+        t.push(ev(0, TrackEventKind::Meta(MetaMessage::EndOfTrack)));
+        smf.tracks.push(t);
+    }
+    let mut out = Vec::new();
+    smf.write_std(&mut out).unwrap();
+    out
+}
+
+/// Issue 25: a file whose first instant has 229 events plays onto a cable byte for byte,
+/// each instant in one write.
+#[test]
+fn a_file_with_a_229_event_first_instant_arrives_byte_for_byte() {
+    let score = Score::parse(&reset_heavy_file()).unwrap();
+    let first = score.events.iter().filter(|e| e.tick == 0).count();
+    assert_eq!(first, 229);
+    let want: Vec<u8> = score.events.iter().flat_map(|e| e.message.bytes().to_vec()).collect();
+    let name = unique("reset-heavy");
+    let mut rx = CableIn::open(&name).unwrap();
+    let n = want.len();
+    let reader = std::thread::spawn(move || {
+        let deadline = now() + WATCHDOG;
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        while got.len() < n {
+            assert!(now() < deadline, "only {} of {n} bytes came", got.len());
+            match rx.read(&mut buf, Some(Duration::from_secs(1))) {
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        got
+    });
+    let out = Output::open(Box::new(CableOut::open(&name, None).unwrap()), OutputOptions::timesharing()).unwrap();
+    play(&score, &out, now() + Duration::from_millis(100), 4.0).unwrap();
+    let closed = out.close(Close::Drain);
+    assert_eq!(reader.join().unwrap(), want, "not byte for byte");
+    assert_eq!(closed.stats.sent, score.events.len() as u64);
+    let mut instants: Vec<u64> = score.events.iter().map(|e| e.tick).collect();
+    instants.dedup();
+    assert!(
+        closed.stats.writes <= instants.len() as u64,
+        "{} writes for {} instants",
+        closed.stats.writes,
+        instants.len()
+    );
+}

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ictus_args::{Count, Seconds};
 use ictus_ipc::Space;
 use ictus_midi::device::DeviceSpec;
 use ictus_midi::Kind;
@@ -30,7 +31,7 @@ pub struct ServerArgs {
     #[arg(long)]
     pub timesharing: bool,
     /// Print the counters of the server registered under --name as JSON, and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["device", "timesharing"])]
     pub stats: bool,
 }
 
@@ -121,23 +122,23 @@ pub struct MonitorArgs {
     #[arg(long)]
     pub server: bool,
     /// With --server: the name it is registered under.
-    #[arg(long, default_value = SERVICE_NAME)]
+    #[arg(long, default_value = SERVICE_NAME, requires = "server")]
     pub name: String,
     /// With --server: the name server's socket.
-    #[arg(long)]
+    #[arg(long, requires = "server")]
     pub name_server: Option<PathBuf>,
-    /// Stop after this many intervals.
-    #[arg(long)]
-    pub count: Option<u64>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Rows of the plot, one millisecond each.
-    #[arg(long, default_value_t = 20)]
-    pub rows: usize,
-    /// Columns of the plot [default: the terminal's width].
-    #[arg(long)]
-    pub columns: Option<usize>,
+    /// Stop after this many intervals (1 to 18446744073709551615).
+    #[arg(long, value_name = "N", value_parser = ictus_args::count(1, u64::MAX))]
+    pub count: Option<Count>,
+    /// Stop after this many seconds (0.001 to 604800, a week).
+    #[arg(long, value_name = "SECONDS", value_parser = ictus_args::seconds(0.001, 604_800.0))]
+    pub duration: Option<Seconds>,
+    /// Rows of the plot, one millisecond each (1 to 10000).
+    #[arg(long, value_name = "N", default_value = "20", value_parser = ictus_args::count(1, 10_000))]
+    pub rows: Count,
+    /// Columns of the plot (1 to 100000) [default: the terminal's width].
+    #[arg(long, value_name = "N", value_parser = ictus_args::count(1, 100_000))]
+    pub columns: Option<Count>,
     /// Only these kinds of message (`note_on`, `clock`, …; repeatable) [default: all
     /// but active sensing].
     #[arg(long = "kind")]
@@ -160,14 +161,6 @@ pub fn monitor(args: MonitorArgs) -> Result<(), CliError> {
         .iter()
         .map(|k| Kind::from_name(k).ok_or_else(|| CliError::Usage(format!("unknown kind {k:?}"))))
         .collect::<Result<Vec<_>, _>>()?;
-    let duration = match args.duration {
-        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s.min(1e9))),
-        Some(_) => return Err(CliError::Usage("--duration must be a positive number of seconds".into())),
-        None => None,
-    };
-    if args.rows == 0 || args.rows > 10_000 {
-        return Err(CliError::Usage("--rows must be 1 to 10000".into()));
-    }
     let source = if args.server {
         Source::Server { name_server: args.name_server.clone(), name: args.name.clone() }
     } else {
@@ -175,10 +168,10 @@ pub fn monitor(args: MonitorArgs) -> Result<(), CliError> {
     };
     let opts = MonitorOptions {
         source,
-        count: args.count,
-        duration,
-        rows: args.rows,
-        columns: args.columns.filter(|&c| c > 0).map(|c| c.min(100_000)),
+        count: args.count.map(Count::get),
+        duration: args.duration.map(Seconds::get),
+        rows: args.rows.as_usize(),
+        columns: args.columns.map(Count::as_usize),
         kinds,
         svg: args.svg.clone(),
         json: args.json.clone(),

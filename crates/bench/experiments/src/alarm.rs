@@ -41,7 +41,7 @@ use ictus_bench::child::{fd_arg, num_arg, reap, spawn_child};
 use ictus_bench::load;
 use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
 use ictus_bench::{BenchError, Conditions, Experiment, Options, Outcome, Role};
-use ictus_bench::{Better, Headline, LatencyRecorder, PaperFigure, Report};
+use ictus_bench::{Better, Headline, LatencyRecorder, Notes, PaperFigure, Report};
 use ictus_clock_server::local::sleep_until;
 use ictus_clock_server::{AlarmMessage, Client, Server};
 use ictus_ipc::{Disposition, Message, Name, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space};
@@ -69,11 +69,12 @@ fn args() -> Vec<clap::Arg> {
     vec![clap::Arg::new("pin-clock-pair")
         .long("pin-clock-pair")
         .value_name("CPU")
-        .value_parser(clap::value_parser!(usize))
-        .help(
+        .value_parser(ictus_args::cpu())
+        .help(format!(
             "Pin the clock server and its receiving client together on this CPU under fixed priority (not \
-             pinned by default; see doc/clock.md)",
-        )]
+             pinned by default; see doc/clock.md); {}",
+            ictus_args::cpu_range_help()
+        ))]
 }
 
 /// The fixed priority of the measuring threads and of cyclictest.
@@ -165,7 +166,12 @@ pub struct AlarmOptions {
 
 /// `ictus bench alarm [--pin-clock-pair CPU]`.
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
-    run_with(&AlarmOptions { quick: opts.quick, progress: opts.progress, pin_clock_pair: opts.arg("pin-clock-pair") })
+    run_with(&AlarmOptions { quick: opts.quick, progress: opts.progress, pin_clock_pair: pin_clock_pair(opts) })
+}
+
+/// `--pin-clock-pair`, read as the type its parser makes.
+fn pin_clock_pair(opts: &Options) -> Option<usize> {
+    opts.arg::<ictus_args::Cpu>("pin-clock-pair").map(ictus_args::Cpu::get)
 }
 
 /// One window's distributions.
@@ -363,7 +369,7 @@ fn window(
     secs: u64,
     server_cpu: Option<usize>,
     clock_fd: std::os::fd::OwnedFd,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) -> Window {
     let interval = Duration::from_nanos(1_000_000_000 / rate_hz);
     let loops = secs * rate_hz;
@@ -395,8 +401,11 @@ fn window(
             };
             results.push((Mechanism::ClockServerSent, recorded(&sent), server));
         }
-        Ok(Err(e)) => notes.push(format!("clock-server alarms ({} {rate_hz} Hz): {e}", sched.name())),
-        Err(_) => notes.push("the clock-server receiver panicked".into()),
+        Ok(Err(e)) => notes.not_measured(format!("clock-server alarms ({} {rate_hz} Hz)", sched.name()), e),
+        Err(_) => notes.not_measured(
+            format!("clock-server alarms ({} {rate_hz} Hz)", sched.name()),
+            "the clock-server receiver panicked",
+        ),
     }
     results.push((Mechanism::Upcall, recorded(&upcall_samples), upcall_granted));
     match cyclictest {
@@ -408,9 +417,12 @@ fn window(
                 };
                 results.push((Mechanism::Cyclictest, recorder, policy));
             }
-            Err(e) => notes.push(format!("cyclictest ({} {rate_hz} Hz): {e}", sched.name())),
+            Err(e) => notes.not_measured(format!("cyclictest ({} {rate_hz} Hz)", sched.name()), e),
         },
-        Err(e) => notes.push(format!("cyclictest could not run ({e}); install Debian rt-tests (scripts/setup.sh)")),
+        Err(e) => notes.not_measured(
+            format!("cyclictest ({} {rate_hz} Hz)", sched.name()),
+            format!("could not run ({e}); install Debian rt-tests (scripts/setup.sh)"),
+        ),
     }
     Window { load: "none", sched, rate_hz, results }
 }
@@ -441,7 +453,7 @@ struct Upcall {
 }
 
 impl Upcall {
-    fn start(sched: Sched, interval: Duration, t_upcall: Time, end: Time, notes: &mut Vec<String>) -> Upcall {
+    fn start(sched: Sched, interval: Duration, t_upcall: Time, end: Time, notes: &mut Notes) -> Upcall {
         let config = RuntimeConfig {
             admission: AdmissionPolicy::BestEffort,
             use_deadline: false,
@@ -455,7 +467,7 @@ impl Upcall {
         let rt = match Runtime::start(config) {
             Ok(rt) => rt,
             Err(e) => {
-                notes.push(format!("upcall runtime could not start: {e}"));
+                notes.not_measured("upcalls", format!("the upcall runtime could not start: {e}"));
                 return Upcall { runtime: None, samples, granted: "not started".into() };
             }
         };
@@ -471,10 +483,10 @@ impl Upcall {
             Ok(id) => {
                 sleep_until(t_upcall);
                 if let Err(e) = rt.resume(id) {
-                    notes.push(format!("upcall could not run: {e}"));
+                    notes.not_measured("upcalls", format!("could not run: {e}"));
                 }
             }
-            Err(e) => notes.push(format!("upcall could not be created: {e}")),
+            Err(e) => notes.not_measured("upcalls", format!("could not be created: {e}")),
         }
         Upcall { runtime: Some(rt), samples, granted }
     }
@@ -506,7 +518,7 @@ fn secs_for(quick: bool, rate: u64) -> u64 {
 /// Runs the experiment with options of its own.
 pub fn run_with(opts: &AlarmOptions) -> Result<Outcome, BenchError> {
     let mut conditions = Conditions::capture_before();
-    let mut notes = Vec::new();
+    let mut notes = Notes::new();
 
     // The measured windows: per load, per class, a window per rate.
     let per_load =
@@ -535,7 +547,10 @@ pub fn run_with(opts: &AlarmOptions) -> Result<Outcome, BenchError> {
     report.conditions.policy =
         format!("measuring threads SCHED_OTHER and SCHED_FIFO {FIFO_PRIORITY} (see rows' granted)");
     if !rt {
-        notes.push("real-time scheduling was refused: the fixed-priority rows ran timesharing (see granted)".into());
+        notes.not_measured(
+            "fixed-priority rows",
+            "real-time scheduling was refused: they ran timesharing (see granted)",
+        );
     }
     add_rows(&mut report, &windows);
     add_headlines(&mut report, &windows);
@@ -546,13 +561,9 @@ pub fn run_with(opts: &AlarmOptions) -> Result<Outcome, BenchError> {
         secs_for(opts.quick, 100),
         secs_for(opts.quick, 1000)
     ));
-    notes.push(
-        "cyclictest sets /dev/cpu_dma_latency to 0 while it runs, for every mechanism in its window alike".into(),
-    );
-    notes.push(
-        "the machine is shared with other builds: absolute numbers are noisy, ratios from one window less so".into(),
-    );
-    report.notes = notes;
+    notes.push("cyclictest sets /dev/cpu_dma_latency to 0 while it runs, for every mechanism in its window alike");
+    notes.push("the machine is shared with other builds: absolute numbers are noisy, ratios from one window less so");
+    report.add_notes(notes);
     Ok(Outcome::new(report, plot(&windows)))
 }
 
@@ -564,7 +575,7 @@ fn class_windows(
     load: &'static str,
     sched: Sched,
     opts: &AlarmOptions,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) -> Result<Vec<Window>, BenchError> {
     let pin = match sched {
         Sched::Fixed(_) => opts.pin_clock_pair,
@@ -708,6 +719,21 @@ fn plot(windows: &[Window]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pin_clock_pair_is_read_as_its_parser_makes_it() {
+        let affinity = ictus_bench::pin::current_affinity();
+        let cpu: usize = affinity.split(',').next().and_then(|c| c.parse().ok()).expect("a CPU");
+        let cmd = ictus_args::harden(ictus_bench::cli::command(&ALARM));
+        let m = cmd.clone().try_get_matches_from(["alarm", "--pin-clock-pair", &cpu.to_string()]).expect("a CPU");
+        let opts = ictus_bench::cli::invocation(&m).expect("valid").options;
+        assert_eq!(pin_clock_pair(&opts), Some(cpu));
+        let m = cmd.clone().try_get_matches_from(["alarm"]).expect("ok");
+        assert_eq!(pin_clock_pair(&ictus_bench::cli::invocation(&m).expect("valid").options), None);
+        for bad in ["-1", "nan", "1e300", "99999"] {
+            assert!(cmd.clone().try_get_matches_from(["alarm", "--pin-clock-pair", bad]).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn the_plot_is_well_formed() {

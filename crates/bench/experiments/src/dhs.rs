@@ -26,7 +26,7 @@ use ictus_bench::experiment::no_args;
 use ictus_bench::pin;
 use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
 use ictus_bench::{BenchError, Conditions, Experiment, Options, Outcome};
-use ictus_bench::{Better, Headline, PaperFigure, Report};
+use ictus_bench::{Better, Headline, NotMeasured, Notes, PaperFigure, Report};
 use ictus_ipc::{Message, Name, ReceiveOptions, Received, SendOptions as IpcSend, Space};
 use ictus_rt::thread::Policy;
 use ictus_rtipc::{PortAttrs, RtSpace, SendOptions};
@@ -419,16 +419,17 @@ struct Search {
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let started = Instant::now();
     let mut conditions = Conditions::capture_before();
-    let mut notes = Vec::new();
+    let mut notes = Notes::new();
     let cpu = opts.pin.map_or(0, |p| p.client);
     conditions.pinned = format!("all threads on CPU {cpu}");
     if !ictus_rt::thread::rt_privileges() {
         let mut report = Report::new("dhs", "003 §5.2, Tables 1-2", opts.quick, conditions.finish());
-        report.notes.push(
-            "could not run: SCHED_FIFO is refused here (needs root, CAP_SYS_NICE or RLIMIT_RTPRIO); without fixed \
-             priorities there is no rate-monotonic schedule to break down"
+        report.not_measured.push(NotMeasured {
+            what: "the breakdown utilisations (DHScl, DHSpq)".to_string(),
+            why: "SCHED_FIFO is refused here (needs root, CAP_SYS_NICE or RLIMIT_RTPRIO); without fixed \
+                  priorities there is no rate-monotonic schedule to break down"
                 .to_string(),
-        );
+        });
         let svg = plot_svg(&report);
         return Ok(Outcome::new(report, svg));
     }
@@ -454,7 +455,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                 let breakdown = match breakdown(set, mode_for(mode), cpu, ns_per_iter, steps, hyper, &mut trials) {
                     Ok(u) => u,
                     Err(e) => {
-                        notes.push(format!("{} {mode} stopped: {e}", set.name));
+                        notes.not_measured(format!("{} {mode}", set.name), format!("stopped: {e}"));
                         None
                     }
                 };
@@ -462,7 +463,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
             }
         }
     }
-    notes.extend(foreign_warning(&foreign_before));
+    notes.notes.extend(foreign_warning(&foreign_before));
 
     // Rows, the paper's figures and the headline.
     let mut report = Report::new("dhs", "003 §5.2, Tables 1-2", opts.quick, conditions.finish());
@@ -472,7 +473,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     add_headline(&mut report, &searches, &mut notes);
     add_notes(&mut notes, unit_ns, ns_per_iter, cpu, opts.quick, steps, hyper);
     notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
-    report.notes.extend(notes);
+    report.add_notes(notes);
     for s in &searches {
         report.rows.push(json!({
             "case": format!("{} {} trials", s.set, s.mode),
@@ -484,15 +485,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
 }
 
 /// How the numbers were made.
-fn add_notes(
-    notes: &mut Vec<String>,
-    unit_ns: f64,
-    ns_per_iter: f64,
-    cpu: usize,
-    quick: bool,
-    steps: usize,
-    hyper: u64,
-) {
+fn add_notes(notes: &mut Notes, unit_ns: f64, ns_per_iter: f64, cpu: usize, quick: bool, steps: usize, hyper: u64) {
     notes.push(format!(
         "work unit: {:.0} µs of a Whetstone-style kernel ({:.1} ns per block, calibrated at SCHED_FIFO on CPU \
          {cpu}); periods {}; {} hyperperiod(s) per trial, {steps} bisection steps, a miss confirmed by a second trial; utilization is computed from the \
@@ -586,7 +579,7 @@ fn add_rows_and_figures(report: &mut Report, sets: &[TaskSet], searches: &[Searc
 
 /// `dhs_cl_prio_on_vs_fifo`: PRIO/ON's breakdown utilization of DHScl against
 /// FIFO/OFF's, same run.
-fn add_headline(report: &mut Report, searches: &[Search], notes: &mut Vec<String>) {
+fn add_headline(report: &mut Report, searches: &[Search], notes: &mut Notes) {
     let get =
         |set: &str, mode: &str| searches.iter().find(|s| s.set == set && s.mode == mode).and_then(|s| s.breakdown);
     match (get("DHScl", "PRIO/ON"), get("DHScl", "FIFO/OFF")) {

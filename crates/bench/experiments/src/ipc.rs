@@ -23,7 +23,7 @@ use ictus_bench::pin;
 use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
 use ictus_bench::rounds::{Lane, Lanes, Schedule};
 use ictus_bench::{format_ns, format_size, BenchError, Conditions, Experiment, Options, Outcome, Transport};
-use ictus_bench::{Better, Headline, PaperFigure, Report, Throughput};
+use ictus_bench::{Better, Headline, Notes, PaperFigure, Report, Throughput};
 use serde_json::json;
 
 use crate::peers::echo::{PipePeer, SeqpacketPeer, PIPE_ROLE, SEQPACKET_ROLE};
@@ -83,11 +83,11 @@ fn plan(size: usize, quick: bool) -> Plan {
 
 /// Every transport, peers first: seqpacket, pipe and futex over shared memory, then
 /// ours, ictus ports (see [`crate::peers::ports`]). One that cannot start is noted.
-fn transports(notes: &mut Vec<String>) -> Vec<Box<dyn Transport>> {
+fn transports(notes: &mut Notes) -> Vec<Box<dyn Transport>> {
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     let mut add = |what: String, t: io::Result<Box<dyn Transport>>| match t {
         Ok(t) => transports.push(t),
-        Err(e) => notes.push(format!("{what} could not run here: {e}")),
+        Err(e) => notes.not_measured(what, format!("could not run here: {e}")),
     };
     add(format!("peer {SEQPACKET}"), SeqpacketPeer::spawn_seqpacket(REPLY_LEN).map(|p| Box::new(p) as _));
     add("peer pipe".into(), PipePeer::spawn_pipe(REPLY_LEN).map(|p| Box::new(p) as _));
@@ -95,7 +95,7 @@ fn transports(notes: &mut Vec<String>) -> Vec<Box<dyn Transport>> {
     for mode in [PortMode::CallInline, PortMode::CallOol, PortMode::SendReceive] {
         match PortTransport::spawn(mode) {
             Ok(t) => transports.push(Box::new(t)),
-            Err(e) => notes.push(format!("our transport {mode:?} could not run: {e}")),
+            Err(e) => notes.not_measured(format!("our transport {mode:?}"), format!("could not run: {e}")),
         }
     }
     transports
@@ -120,14 +120,15 @@ fn fit(m: &Measured) -> Option<CostFit> {
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let started = Instant::now();
     let mut conditions = Conditions::capture_before();
-    let mut notes = Vec::new();
+    let mut notes = Notes::new();
 
     // Set-up: the servers, on the server CPU if pinned (they inherit the affinity they
     // are spawned with), then this thread on the client CPU.
     let _affinity = pin::AffinityGuard::save()?;
     let (transports, null_pair) = pin::place(opts.pin, || {
         let transports = transports(&mut notes);
-        let null_pair = NullPair::spawn().map_err(|e| notes.push(format!("stub overhead pair could not run: {e}")));
+        let null_pair =
+            NullPair::spawn().map_err(|e| notes.not_measured("stub overhead pair", format!("could not run: {e}")));
         (transports, null_pair.ok())
     })?;
     if let Some(plan) = opts.pin {
@@ -148,17 +149,21 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     add_headlines(&mut report, &measured);
     match stubs {
         Some(Ok(pair)) => add_stub_overhead(&mut report, &pair),
-        Some(Err(e)) => notes.push(format!("stub overhead pair stopped: {e}")),
+        Some(Err(e)) => notes.not_measured("stub overhead pair", format!("stopped: {e}")),
         None => {}
     }
     report.paper_figures = paper_figures(&measured, &memcpy);
-    notes.extend(measured.iter().filter_map(|m| Some(format!("{} stopped early: {}", m.name, m.failed.as_ref()?))));
-    notes.extend(method_notes());
+    for m in &measured {
+        if let Some(failed) = &m.failed {
+            notes.not_measured(&m.name, format!("stopped early: {failed}"));
+        }
+    }
+    notes.notes.extend(method_notes());
     if let Some(warning) = placement_warning(&measured) {
         notes.push(warning);
     }
     notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
-    report.notes.extend(notes);
+    report.add_notes(notes);
     let svg = plot_svg(&report);
     Ok(Outcome::new(report, svg))
 }

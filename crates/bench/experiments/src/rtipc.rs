@@ -22,7 +22,7 @@ use ictus_bench::pin;
 use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
 use ictus_bench::rounds::{Lane, Lanes, Schedule};
 use ictus_bench::{format_size, BenchError, Conditions, Experiment, Options, Outcome, Role, Transport};
-use ictus_bench::{Better, Headline, PaperFigure, Report};
+use ictus_bench::{Better, Headline, Notes, PaperFigure, Report};
 use ictus_ipc::{Disposition, Message, PortArg, ReceiveOptions, Received, SendOptions as IpcSend, Space};
 use ictus_rt::thread::Policy;
 use ictus_rtipc::{PortAttrs, RtClient, RtSpace, SendOptions};
@@ -198,7 +198,7 @@ fn serve(args: &[String]) -> io::Result<()> {
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let started = Instant::now();
     let mut conditions = Conditions::capture_before();
-    let mut notes = Vec::new();
+    let mut notes = Notes::new();
 
     // Set-up: servers at their own priority (they inherit the spawning thread's class),
     // then the client at a higher one; both restored at the end.
@@ -206,10 +206,10 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let saved_policy = ictus_rt::thread::current_policy();
     let privileged = ictus_rt::thread::rt_privileges();
     if !privileged {
-        notes.push(
+        notes.not_measured(
+            "real-time priorities and hand-off",
             "no real-time privilege: client and servers run SCHED_OTHER, hand-off is refused (one warning) and \
-             PRIO/ON measures priority queueing only"
-                .to_string(),
+             PRIO/ON measures priority queueing only",
         );
     }
     let transports = pin::place(opts.pin, || {
@@ -237,7 +237,11 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     report.hidden_in_table = ["transport", "size_bytes", "mean_ns"].iter().map(|s| s.to_string()).collect();
     add_rows(&mut report, &measured);
     add_headline_and_figure(&mut report, &measured, &mut notes);
-    notes.extend(measured.iter().filter_map(|m| Some(format!("{} stopped: {}", m.name, m.failed.as_ref()?))));
+    for m in &measured {
+        if let Some(failed) = &m.failed {
+            notes.not_measured(&m.name, format!("stopped: {failed}"));
+        }
+    }
     notes.push(format!(
         "round trips: N-byte request, {REPLY_LEN}-byte reply; the receiver touches one byte per 4 KiB; the plain \
          port is `ictus bench ipc`'s `port inline`"
@@ -253,22 +257,22 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
             .to_string(),
     );
     notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
-    report.notes.extend(notes);
+    report.add_notes(notes);
     let svg = plot_svg(&report);
     Ok(Outcome::new(report, svg))
 }
 
 /// The plain port, then a real-time port per policy; one that cannot start is noted.
-fn transports(notes: &mut Vec<String>) -> Vec<Box<dyn Transport>> {
+fn transports(notes: &mut Notes) -> Vec<Box<dyn Transport>> {
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     match PortTransport::spawn(PortMode::CallInline) {
         Ok(t) => transports.push(Box::new(Named(t, PLAIN))),
-        Err(e) => notes.push(format!("plain port could not run: {e}")),
+        Err(e) => notes.not_measured("plain port", format!("could not run: {e}")),
     }
     for label in POLICIES {
         match RtTransport::spawn(label) {
             Ok(t) => transports.push(Box::new(t)),
-            Err(e) => notes.push(format!("rt {label} could not run: {e}")),
+            Err(e) => notes.not_measured(format!("rt {label}"), format!("could not run: {e}")),
         }
     }
     transports
@@ -297,7 +301,7 @@ fn add_rows(report: &mut Report, measured: &[Measured]) {
 
 /// `rtipc_prio_on_rtt_vs_port`, the paper's 10–20 % beside ours, and the row of every
 /// policy's ratio at 64 B.
-fn add_headline_and_figure(report: &mut Report, measured: &[Measured], notes: &mut Vec<String>) {
+fn add_headline_and_figure(report: &mut Report, measured: &[Measured], notes: &mut Notes) {
     let p50 = |name: &str, size: usize| -> Option<f64> {
         let i = SIZES.iter().position(|&s| s == size)?;
         measured.iter().find(|m| m.name == name)?.p50(i)

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
+use ictus_args::Placement;
 
 use crate::experiment::{Experiment, Options};
 use crate::pin::PinPlan;
@@ -30,11 +31,19 @@ pub fn command(e: &Experiment) -> Command {
                 .value_parser(value_parser!(PathBuf))
                 .help("Write the result as one JSON object to this file (and plots beside it)"),
         )
-        .arg(Arg::new("pin").long("pin").value_name("PIN").default_value("0").help(
-            "CPU placement: `C` puts client and servers on CPU C (the papers' machines had one CPU), `C,S` the \
-             client on C and the servers on S, `none` lets the scheduler choose (on a VM, where it places them \
-             changes small round trips several-fold)",
-        ))
+        .arg(
+            Arg::new("pin")
+                .long("pin")
+                .value_name("PIN")
+                .default_value("0")
+                .value_parser(ictus_args::placement())
+                .help(format!(
+                "CPU placement: `C` puts client and servers on CPU C (the papers' machines had one CPU), `C,S` the \
+                 client on C and the servers on S, `none` lets the scheduler choose (on a VM, where it places them \
+                 changes small round trips several-fold); {}",
+                ictus_args::cpu_range_help()
+            )),
+        )
         .arg(Arg::new("progress").long("progress").action(ArgAction::SetTrue).help("Print progress to standard error"))
         .args((e.args)())
 }
@@ -51,9 +60,9 @@ pub struct Invocation {
 /// Reads the common options out of the subcommand's matches (from [`command`]); the
 /// matches themselves become [`Options::extra`].
 pub fn invocation(matches: &ArgMatches) -> Result<Invocation, BenchError> {
-    let pin = match matches.get_one::<String>("pin").map(String::as_str) {
-        None | Some("none") => None,
-        Some(spec) => Some(PinPlan::parse(spec)?),
+    let pin = match matches.get_one::<Placement>("pin") {
+        None | Some(Placement::Unpinned) => None,
+        Some(&Placement::Cpus { client, server }) => Some(PinPlan { client, server }),
     };
     Ok(Invocation {
         options: Options {
@@ -88,7 +97,7 @@ mod tests {
 
     #[test]
     fn common_options_are_parsed_once_for_every_experiment() {
-        let cmd = command(&IPC);
+        let cmd = ictus_args::harden(command(&IPC));
         cmd.clone().debug_assert();
         let m = cmd.clone().try_get_matches_from(["ipc", "--quick", "--json", "x.json", "--pin", "none"]).expect("ok");
         let inv = invocation(&m).expect("valid");
@@ -99,8 +108,10 @@ mod tests {
         let inv = invocation(&m).expect("valid");
         assert_eq!(inv.options.pin.map(|p| (p.client, p.server)), Some((0, 0)), "CPU 0 by default");
         assert!(inv.options.progress && !inv.options.quick && inv.json.is_none());
-        let m = cmd.clone().try_get_matches_from(["ipc", "--pin", "x"]).expect("parsed later");
-        assert!(invocation(&m).is_err());
+        for bad in ["x", "-1", "nan", "0,0,0", "99999", ""] {
+            let e = cmd.clone().try_get_matches_from(["ipc", "--pin", bad]).expect_err(bad);
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}: {e}");
+        }
         assert!(cmd.try_get_matches_from(["ipc", "--bogus"]).is_err());
     }
 

@@ -45,7 +45,7 @@ pub mod testbed;
 pub use child::maybe_run_child;
 pub use conditions::Conditions;
 pub use experiment::{Experiment, Options, Outcome, Role};
-pub use report::{Better, Headline, PaperFigure, Report};
+pub use report::{Better, Headline, NotMeasured, Notes, PaperFigure, Report};
 pub use rounds::Transport;
 pub use stats::{LatencyRecorder, LatencyRow, Throughput};
 

@@ -42,6 +42,7 @@ use serde::Serialize;
 use crate::child::{child_command, reap_status};
 use crate::conditions::{disk_share, DISK_RESERVE};
 use crate::experiment::Role;
+use crate::report::NoteSink;
 use crate::sys::AnonMemory;
 use crate::BenchError;
 
@@ -633,17 +634,17 @@ pub fn load_name(load: Option<LoadKind>) -> &'static str {
 /// Runs `phase` once under each of `loads` in turn: each load a process of its own
 /// started by `start` before its phase and stopped after it. A load that cannot start
 /// is noted and its phase skipped; an error of a phase ends the whole run.
-pub fn each_load<E>(
+pub fn each_load<E, N: NoteSink>(
     loads: &[Option<LoadKind>],
-    notes: &mut Vec<String>,
+    notes: &mut N,
     mut start: impl FnMut(LoadKind) -> Result<LoadProcess, BenchError>,
-    mut phase: impl FnMut(Option<LoadKind>, &mut Vec<String>) -> Result<(), E>,
+    mut phase: impl FnMut(Option<LoadKind>, &mut N) -> Result<(), E>,
 ) -> Result<(), E> {
     for &load in loads {
         let running = match load.map(&mut start) {
             Some(Ok(process)) => Some(process),
             Some(Err(e)) => {
-                notes.push(format!("{} load could not start: {e}; skipped", load_name(load)));
+                notes.not_measured(&format!("{} load", load_name(load)), &format!("the load could not start: {e}"));
                 continue;
             }
             None => None,

@@ -20,6 +20,83 @@ pub enum Better {
     Higher,
 }
 
+/// Something an experiment did not run or measure here, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotMeasured {
+    /// What: "peer futex shm", "cpu load", "fixed-priority rows".
+    pub what: String,
+    /// Why, as the error or refusal said it.
+    pub why: String,
+}
+
+/// What a run gathers beside its numbers, as it goes: notes on how the numbers were
+/// made, and what it did not measure and why ([`Report::add_notes`] puts both in the
+/// report). The distinction is made where it is known, by the call, never guessed
+/// from the words afterwards.
+#[derive(Debug, Clone, Default)]
+pub struct Notes {
+    /// How the numbers were made ([`Report::notes`]).
+    pub notes: Vec<String>,
+    /// What was not measured ([`Report::not_measured`]).
+    pub not_measured: Vec<NotMeasured>,
+}
+
+impl Notes {
+    /// No notes yet.
+    pub fn new() -> Notes {
+        Notes::default()
+    }
+
+    /// A note on how the numbers were made.
+    pub fn push(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// A note put first.
+    pub fn push_front(&mut self, note: impl Into<String>) {
+        self.notes.insert(0, note.into());
+    }
+
+    /// Something not measured here, and why; once, however often it is said (a
+    /// window per load and class may each find the same thing missing).
+    pub fn not_measured(&mut self, what: impl Into<String>, why: impl std::fmt::Display) {
+        let n = NotMeasured { what: what.into(), why: why.to_string() };
+        if !self.not_measured.contains(&n) {
+            self.not_measured.push(n);
+        }
+    }
+}
+
+/// Where a harness function that runs an experiment's phases (e.g.
+/// [`crate::load::each_load`]) says what it noted: a [`Notes`], or a plain list of
+/// notes (where what was not measured becomes a note, `WHAT not measured: WHY`).
+pub trait NoteSink {
+    /// A note on how the numbers were made.
+    fn note(&mut self, note: String);
+    /// Something not measured here, and why.
+    fn not_measured(&mut self, what: &str, why: &str);
+}
+
+impl NoteSink for Notes {
+    fn note(&mut self, note: String) {
+        self.push(note);
+    }
+
+    fn not_measured(&mut self, what: &str, why: &str) {
+        Notes::not_measured(self, what, why);
+    }
+}
+
+impl NoteSink for Vec<String> {
+    fn note(&mut self, note: String) {
+        self.push(note);
+    }
+
+    fn not_measured(&mut self, what: &str, why: &str) {
+        self.push(format!("{what} not measured: {why}"));
+    }
+}
+
 /// One of the few comparisons that matter: ours against a peer measured in the same
 /// run. Names are stable once published, because issues refer to them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -155,8 +232,13 @@ pub struct Report {
     pub rows: Vec<Value>,
     /// The comparisons that matter.
     pub headline: Vec<Headline>,
-    /// Caveats a reader needs: missing peers, skipped cases, how numbers were derived.
+    /// How the numbers were made: methods, caveats, where the worst cases fell. Never
+    /// what failed to run: that is [`Report::not_measured`].
     pub notes: Vec<String>,
+    /// What did not run or was not measured here, and why (a peer that could not start,
+    /// a load that could not start, a class of scheduling refused): what the testbed
+    /// lists under "What could not run here and why".
+    pub not_measured: Vec<NotMeasured>,
     /// The paper's figures beside ours.
     pub paper_figures: Vec<PaperFigure>,
     /// Row fields left out of the printed table (they stay in the JSON), e.g. fields
@@ -179,9 +261,17 @@ impl Report {
             rows: Vec::new(),
             headline: Vec::new(),
             notes: Vec::new(),
+            not_measured: Vec::new(),
             paper_figures: Vec::new(),
             hidden_in_table: Vec::new(),
         }
+    }
+
+    /// Adds what a run gathered beside its numbers: its notes after those already
+    /// here, and what it did not measure.
+    pub fn add_notes(&mut self, notes: Notes) {
+        self.notes.extend(notes.notes);
+        self.not_measured.extend(notes.not_measured);
     }
 
     /// The report as the JSON object of the output contract.
@@ -275,6 +365,12 @@ impl Report {
             writeln!(out, "\nnotes")?;
             for note in &self.notes {
                 writeln!(out, "  - {note}")?;
+            }
+        }
+        if !self.not_measured.is_empty() {
+            writeln!(out, "\nnot measured here")?;
+            for n in &self.not_measured {
+                writeln!(out, "  - {}: {}", n.what, n.why)?;
             }
         }
         Ok(())
@@ -426,6 +522,7 @@ mod tests {
                 .ours(Some(8_000.0), "port inline: 8.00 µs"),
         );
         r.notes.push("a note".to_string());
+        r.not_measured.push(NotMeasured { what: "peer futex shm".into(), why: "no futex".into() });
         r
     }
 
@@ -454,6 +551,26 @@ mod tests {
         assert_eq!(h["target"], 1.15);
         assert_eq!(h["met"], true);
         assert_eq!(v["paper_figures"][0]["times_better"], 20.0);
+        assert_eq!(v["not_measured"][0]["what"], "peer futex shm");
+        assert_eq!(v["not_measured"][0]["why"], "no futex");
+    }
+
+    #[test]
+    fn notes_keep_what_was_not_measured_apart() {
+        let mut notes = Notes::new();
+        notes.push("windows of 3 s; a job still running when its window closes is abandoned, skipped");
+        notes.not_measured("cpu load", "could not start: EPERM");
+        notes.not_measured("cpu load", "could not start: EPERM");
+        notes.push_front("first");
+        let mut r = sample_report();
+        r.add_notes(notes);
+        assert_eq!(r.notes.len(), 3);
+        assert_eq!(r.notes[1], "first");
+        assert_eq!(r.not_measured.len(), 2);
+        assert_eq!(r.not_measured[1], NotMeasured { what: "cpu load".into(), why: "could not start: EPERM".into() });
+        let mut plain: Vec<String> = Vec::new();
+        NoteSink::not_measured(&mut plain, "cpu load", "EPERM");
+        assert_eq!(plain, ["cpu load not measured: EPERM"]);
     }
 
     #[test]
@@ -487,6 +604,7 @@ mod tests {
         assert!(table.contains("port_rtt_64B_vs_uds"));
         assert!(table.contains("0.160 ms"));
         assert!(table.contains("a note"));
+        assert!(table.contains("not measured here\n  - peer futex shm: no futex"), "{table}");
         // Hidden fields stay out of the table.
         let header = table.lines().find(|l| l.starts_with("case")).expect("a header line");
         assert!(!header.contains("transport"), "{header}");

@@ -4,7 +4,8 @@
 //! in "UART mode"), with a descriptor that `poll`/`epoll` can wait on. Three kinds:
 //!
 //! - [`cable`]: the **virtual MIDI cable**, always there: a named, one-way, cross-process
-//!   link (`AF_UNIX` datagram socket in the abstract namespace), optionally paced at the
+//!   link (a byte ring in shared memory per sender, wake-ups and hang-ups on an `AF_UNIX`
+//!   `SOCK_SEQPACKET` connection in the abstract namespace), optionally paced at the
 //!   wire's 31250 baud (320 µs a byte). [`cable::CableOut`] is the plug at the sender
 //!   (a MIDI OUT), [`cable::CableIn`] the plug at the receiver (a MIDI IN).
 //! - [`rawmidi`]: ALSA raw MIDI device files, `/dev/snd/midiC*D*`, read and written
@@ -21,14 +22,21 @@
 //!   at the end of the stream (the device went away). Interrupted system calls are
 //!   retried inside.
 //! - [`Device::write`] writes a prefix of `bytes` and returns its length (`≥ 1` for a
-//!   non-empty `bytes`); `Err(kind WouldBlock)` means the device is full right now (the
-//!   caller sleeps briefly and tries again, as the paper's byte sender did with the
-//!   MPU-401). It does not block, except a paced cable, which takes the wire's time.
+//!   non-empty `bytes`); `Err(kind WouldBlock)` means the device is full right now. It
+//!   does not block, except a paced cable, which takes the wire's time.
+//! - [`Device::wait_writable`] waits until a write may be taken again: `poll` for
+//!   `POLLOUT` on a device file (ALSA raw MIDI, a serial port), the ring's wake-up on a
+//!   cable. The paper's byte sender slept "a few milliseconds" when the MPU-401 was full,
+//!   which it had to: the MPU-401 gave no interrupt when its output buffer emptied.
 //! - A device open in one direction only answers the other with `Err(kind Unsupported)`.
 
 pub mod cable;
 pub mod rawmidi;
+#[allow(unsafe_code)]
+mod ring;
 pub mod serial;
+#[allow(unsafe_code)]
+mod stamp;
 
 use std::fmt;
 use std::io;
@@ -51,8 +59,16 @@ pub trait Device: Send + fmt::Debug {
     /// Write a prefix of `bytes` without blocking (`WouldBlock`: the device is full).
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize>;
 
-    /// The descriptor to wait on: readable when [`Device::read`] has bytes, writable
-    /// when [`Device::write`] may accept some.
+    /// Wait at most `timeout` (`None`: for ever) until [`Device::write`] may take bytes
+    /// again after it answered `WouldBlock`; whether it may. Device files poll their
+    /// descriptor for `POLLOUT` ([`wait_fd`]); a cable waits for its ring's wake-up. (No
+    /// default: a wrapper around a device must pass this on, or it would wait on the
+    /// wrong thing.)
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> io::Result<bool>;
+
+    /// The descriptor to wait on: readable when [`Device::read`] has bytes (and, for a
+    /// device file, writable when [`Device::write`] may take some: see
+    /// [`Device::wait_writable`]).
     fn fd(&self) -> BorrowedFd<'_>;
 
     /// Bytes written that reached nobody (a cable with no receiver); 0 for devices that
@@ -71,6 +87,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         (**self).write(bytes)
+    }
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        (**self).wait_writable(timeout)
     }
     fn fd(&self) -> BorrowedFd<'_> {
         (**self).fd()

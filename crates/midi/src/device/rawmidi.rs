@@ -20,7 +20,7 @@ use std::time::Duration;
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::{read_fd, write_fd, Device, Direction, OpenError};
+use super::{read_fd, wait_fd, write_fd, Device, Direction, OpenError};
 
 /// Where ALSA's device files live.
 pub const DEV_SND: &str = "/dev/snd";
@@ -132,6 +132,10 @@ impl Device for RawMidi {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "raw MIDI device opened for input only"));
         }
         write_fd(self.fd.as_fd(), bytes)
+    }
+
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        wait_fd(self.fd.as_fd(), rustix::event::PollFlags::OUT, timeout)
     }
 
     fn fd(&self) -> BorrowedFd<'_> {

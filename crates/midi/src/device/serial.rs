@@ -22,7 +22,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use rustix::termios::{ControlModes, InputModes, OptionalActions};
 
-use super::{read_fd, write_fd, Device, OpenError};
+use super::{read_fd, wait_fd, write_fd, Device, OpenError};
 
 /// The MIDI line rate.
 pub const MIDI_BAUD: u32 = 31250;
@@ -128,6 +128,10 @@ impl Device for Serial {
         write_fd(self.fd.as_fd(), bytes)
     }
 
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        wait_fd(self.fd.as_fd(), rustix::event::PollFlags::OUT, timeout)
+    }
+
     fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -180,6 +184,10 @@ impl Device for Pty {
 
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         write_fd(self.master.as_fd(), bytes)
+    }
+
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        wait_fd(self.master.as_fd(), rustix::event::PollFlags::OUT, timeout)
     }
 
     fn fd(&self) -> BorrowedFd<'_> {

@@ -37,7 +37,7 @@ use ictus_bench::conditions::{disk_share, free_bytes, DISK_RESERVE};
 use ictus_bench::plot::{Bar, BarChart, BarGroup};
 use ictus_bench::rounds::rotation;
 use ictus_bench::{format_size, BenchError, Conditions, Experiment, Options, Outcome};
-use ictus_bench::{Better, Headline, PaperFigure, Report, Throughput};
+use ictus_bench::{Better, Headline, Notes, PaperFigure, Report, Throughput};
 use serde_json::{json, Value};
 
 use checksum::{check_checksum, fill_pattern};
@@ -527,7 +527,7 @@ pub fn run_with(opts: &FilereadOptions) -> Result<Outcome, BenchError> {
     let started = Instant::now();
     let conditions = Conditions::capture_before();
     let plan = Plan::new(opts);
-    let mut notes: Vec<String> = Vec::new();
+    let mut notes = Notes::new();
 
     // Set-up: the test file where there is room for it, a way to drop its pages, and
     // the methods that can run on its filesystem.
@@ -549,7 +549,7 @@ pub fn run_with(opts: &FilereadOptions) -> Result<Outcome, BenchError> {
     let mut summaries: Vec<Summary> = Vec::new();
     for track in &tracks {
         if let Some(why) = &track.failed {
-            notes.push(format!("{} stopped: {why}", track.method.label()));
+            notes.not_measured(track.method.label(), format!("stopped: {why}"));
         }
         summaries.extend(summarize(track.method, Cache::Cached, &track.cached));
         summaries.extend(summarize(track.method, Cache::Uncached, &track.uncached));
@@ -563,14 +563,14 @@ pub fn run_with(opts: &FilereadOptions) -> Result<Outcome, BenchError> {
     fill_report(&mut report, &summaries, checksums);
     add_notes(&mut notes, &plan, &summaries, not_cached, file_size);
     notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
-    report.notes.extend(notes);
+    report.add_notes(notes);
     let svg = plot_svg(&report);
     Ok(Outcome::new(report, svg))
 }
 
 /// The test file's size: `wanted`, or less if `base` is short of room (at most half of
 /// what is free beyond the reserve, noted); an error if not even 1 MiB fits.
-fn fitting_file_bytes(base: &std::path::Path, wanted: u64, notes: &mut Vec<String>) -> Result<u64, BenchError> {
+fn fitting_file_bytes(base: &std::path::Path, wanted: u64, notes: &mut Notes) -> Result<u64, BenchError> {
     std::fs::create_dir_all(base).map_err(|e| BenchError::io(format!("creating {}", base.display()), e))?;
     let mut file_bytes = wanted;
     if let Some(free) = free_bytes(base) {
@@ -600,7 +600,7 @@ fn fitting_file_bytes(base: &std::path::Path, wanted: u64, notes: &mut Vec<Strin
 }
 
 /// Notes where the test file is; returns its filesystem in words.
-fn describe_test_file(file: &TestFile, why: &str, notes: &mut Vec<String>) -> String {
+fn describe_test_file(file: &TestFile, why: &str, notes: &mut Notes) -> String {
     let fs_text = match &file.mount {
         Some(m) => {
             let ra = read_ahead_kb(&m.source).map_or(String::new(), |kb| format!(", device readahead {kb} KiB"));
@@ -625,7 +625,7 @@ fn describe_test_file(file: &TestFile, why: &str, notes: &mut Vec<String>) -> St
 }
 
 /// A track for every method of the plan that can run here; the others are noted.
-fn runnable_methods(plan: &Plan, file: &TestFile, fs_text: &str, notes: &mut Vec<String>) -> Vec<Track> {
+fn runnable_methods(plan: &Plan, file: &TestFile, fs_text: &str, notes: &mut Notes) -> Vec<Track> {
     let direct = probe_direct(file);
     let uring = probe_uring();
     if uring == Ok(false) {
@@ -639,7 +639,7 @@ fn runnable_methods(plan: &Plan, file: &TestFile, fs_text: &str, notes: &mut Vec
             _ => None,
         };
         match refused {
-            Some(why) => notes.push(format!("{} could not run here: {why}", method.label())),
+            Some(why) => notes.not_measured(method.label(), format!("could not run here: {why}")),
             None => tracks.push(Track { method, cached: Vec::new(), uncached: Vec::new(), failed: None }),
         }
     }
@@ -712,7 +712,7 @@ fn measure_rounds(
 }
 
 /// Noise, cache misses and how the numbers were made.
-fn add_notes(notes: &mut Vec<String>, plan: &Plan, summaries: &[Summary], not_cached: f64, file_size: u64) {
+fn add_notes(notes: &mut Notes, plan: &Plan, summaries: &[Summary], not_cached: f64, file_size: u64) {
     let erratic: Vec<String> = summaries
         .iter()
         .filter(|s| s.mb_s.max > 1.5 * s.mb_s.min)

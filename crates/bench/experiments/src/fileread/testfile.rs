@@ -245,7 +245,7 @@ impl TestFile {
     }
 
     /// Finds a way to drop the file's pages, trying the unprivileged one first.
-    pub(super) fn find_dropper(&self, notes: &mut Vec<String>) -> Dropper {
+    pub(super) fn find_dropper(&self, notes: &mut ictus_bench::Notes) -> Dropper {
         if let Err(e) = self.fadvise_dontneed() {
             notes.push(format!("posix_fadvise(DONTNEED) failed: {e}"));
         }

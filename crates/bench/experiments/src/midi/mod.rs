@@ -20,7 +20,8 @@
 //!   re-executed), `SCHED_FIFO` 90 with its memory locked — the paper's instrument —
 //!   holding the cable's receiving end. The paper's instrument stamped arrivals in its
 //!   interrupt handler, so its own scheduling was not measured; here the kernel stamps
-//!   each datagram as it is queued to the receiver's socket (`SO_TIMESTAMPNS`), and the
+//!   the wake-up the cable sends the receiver at each write, as it is queued to the
+//!   receiver's socket (`SO_TIMESTAMPNS`, `CableIn::with_arrival_stamps`), and the
 //!   receiver's own clock reading after it wakes is reported beside it as a second row.
 //!   Message `k` is identified by its bytes, so lost ones are seen;
 //! - **the loads**: none, CPU, disk, network, memory ([`crate::load`], each its own
@@ -81,6 +82,7 @@
 //! in `doc/midi.md`.
 
 mod analysis;
+mod chord;
 mod receiver;
 mod window;
 
@@ -89,13 +91,14 @@ use std::time::{Duration, Instant};
 use ictus_bench::experiment::no_args;
 use ictus_bench::load::{self, LoadKind};
 use ictus_bench::{format_ns, BenchError, Conditions, Experiment, Options, Outcome};
-use ictus_bench::{Better, Headline, LatencyRecorder, PaperFigure, Report};
+use ictus_bench::{Better, Headline, LatencyRecorder, Notes, PaperFigure, Report};
 use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
 use serde_json::json;
 
 use crate::peers::cyclictest::interval_errors as cyclictest_interval_errors;
 pub use analysis::{analyse, message_for, number_of, parse_steal, parse_task_faults, Analysis};
 use analysis::{format_steal, median_ns, read_steal, steal_ms};
+pub use chord::{CHORD_BUDGET_US, CHORD_SIZES, CHORD_VS_ONE_WRITE};
 use window::{merge, side_by_side, timer_cpus, window, Window, Worst};
 
 /// `ictus bench midi`.
@@ -223,9 +226,9 @@ fn locked_kib() -> Option<u64> {
 
 /// Lock this process's memory (`mlockall(MCL_CURRENT | MCL_FUTURE)`) unless something
 /// already locked some of it; whether this call locked it. A refusal is noted.
-fn lock_memory(notes: &mut Vec<String>) -> bool {
+fn lock_memory(notes: &mut Notes) -> bool {
     if locked_kib().is_some_and(|k| k > 0) {
-        notes.push("the sender's memory was already (partly) locked; left as it was".into());
+        notes.push("the sender's memory was already (partly) locked; left as it was");
         return false;
     }
     let g = configure_current_thread(&ThreadRequest { lock_memory: true, ..ThreadRequest::default() });
@@ -283,7 +286,7 @@ pub fn run_with(opts: &MidiOptions) -> Result<Outcome, BenchError> {
     } else {
         Plan { secs: 15, rounds: 2, side_secs: 12 * SEGMENT_SECS }
     };
-    let mut notes = Vec::new();
+    let mut notes = Notes::new();
 
     // Set-up: lock this process's memory (the sender's), for every window alike, so
     // that no output thread waits for a page; the receivers lock theirs. Undone at the
@@ -305,6 +308,13 @@ pub fn run_with(opts: &MidiOptions) -> Result<Outcome, BenchError> {
         },
     )?;
     let windows = merge(windows);
+    if opts.progress {
+        eprintln!(
+            "midi: chords of {:?} events due at one instant, ours and one write side by side",
+            chord::CHORD_SIZES
+        );
+    }
+    let chords = chord::chords(if opts.quick { 100 } else { 500 }, &mut notes);
     let steal_run = steal_ms(&steal_start, &read_steal());
     if locked {
         unlock_memory();
@@ -322,8 +332,7 @@ pub fn run_with(opts: &MidiOptions) -> Result<Outcome, BenchError> {
         ),
         _ => "none".into(),
     };
-    notes.insert(
-        0,
+    notes.push_front(
         format!(
             "steal time (the host running something else on a virtual CPU, /proc/stat) during the {:.0} s run: {}; per window in the rows ('steal')",
             started.elapsed().as_secs_f64(),
@@ -331,15 +340,20 @@ pub fn run_with(opts: &MidiOptions) -> Result<Outcome, BenchError> {
         ),
     );
     if !report.conditions.rt_privileges {
-        notes.push(
-            "real-time scheduling was refused: fixed-priority and deadline rows ran timesharing (see granted)".into(),
+        notes.not_measured(
+            "fixed-priority and deadline rows",
+            "real-time scheduling was refused: they ran timesharing (see granted)",
         );
     }
     add_rows(&mut report, &windows, &mut notes);
     let fig1 = add_paper_figures(&mut report, &windows);
     add_headlines(&mut report, &windows, &mut notes);
+    match &chords {
+        Ok(c) => chord::report_chords(&mut report, c, &mut notes),
+        Err(e) => notes.not_measured("the chord experiment", e),
+    }
     add_notes(&mut notes, &windows, &plan, locked);
-    report.notes = notes;
+    report.add_notes(notes);
     Ok(plots(report, &windows, fig1))
 }
 
@@ -351,7 +365,7 @@ fn per_load(plan: &Plan, kind: LoadKind) -> Duration {
 
 /// The windows of one load: `plan.rounds` rounds of a window per class, and under CPU
 /// load the side-by-side window. A window that fails is noted.
-fn load_windows(load: Option<LoadKind>, plan: &Plan, opts: &MidiOptions, notes: &mut Vec<String>) -> Vec<Window> {
+fn load_windows(load: Option<LoadKind>, plan: &Plan, opts: &MidiOptions, notes: &mut Notes) -> Vec<Window> {
     let load_name = load::load_name(load);
     let mut windows = Vec::new();
     for round in 0..plan.rounds {
@@ -361,7 +375,7 @@ fn load_windows(load: Option<LoadKind>, plan: &Plan, opts: &MidiOptions, notes: 
             }
             match window(load_name, sched, plan.secs, notes) {
                 Ok(w) => windows.push(w),
-                Err(e) => notes.push(format!("{load_name} {}: {e}", sched.name())),
+                Err(e) => notes.not_measured(format!("{load_name} {} window", sched.name()), e),
             }
         }
     }
@@ -371,7 +385,7 @@ fn load_windows(load: Option<LoadKind>, plan: &Plan, opts: &MidiOptions, notes: 
         }
         match side_by_side(load_name, plan.side_secs, notes) {
             Ok(ws) => windows.extend(ws),
-            Err(e) => notes.push(format!("{load_name} side by side: {e}")),
+            Err(e) => notes.not_measured(format!("{load_name} side-by-side window"), e),
         }
     }
     windows
@@ -389,7 +403,7 @@ fn max_err(w: &Window) -> Option<u64> {
 
 /// Per window: the interval error (on the kernel's stamps and on the receiver's
 /// reading), the delivery latency, and cyclictest's two measures.
-fn add_rows(report: &mut Report, windows: &[Window], notes: &mut Vec<String>) {
+fn add_rows(report: &mut Report, windows: &[Window], notes: &mut Notes) {
     let per_segment = SEGMENT_SECS * RATE_HZ;
     for w in windows {
         let a = &w.analysis;
@@ -493,9 +507,13 @@ fn add_paper_figures<'w>(report: &mut Report, windows: &'w [Window]) -> Option<&
                 Better::Lower,
             );
             let v = find(windows, load, sched).and_then(max_err).map(|v| v as f64);
+            let quick = report.quick;
             report.paper_figures.push(match v {
                 Some(v) => f.ours(Some(v), format!("max interval error {}", format_ns(v))),
-                None => f,
+                None if quick && !load::standard_loads(true).iter().any(|l| load::load_name(*l) == load) => {
+                    f.ours(None, format!("not measured: --quick runs no {load} load (the full run does)"))
+                }
+                None => f.ours(None, format!("not measured: no {} window under the {load} load", sched.name())),
             });
         }
     }
@@ -521,7 +539,7 @@ fn add_paper_figures<'w>(report: &mut Report, windows: &'w [Window]) -> Option<&
 /// `midi_fifo_p99_vs_cyclictest` and its companions from the fixed-priority window
 /// under CPU load; `midi_fifo_vs_timesharing_max` and `_abs_max` from the side-by-side
 /// window.
-fn add_headlines(report: &mut Report, windows: &[Window], notes: &mut Vec<String>) {
+fn add_headlines(report: &mut Report, windows: &[Window], notes: &mut Notes) {
     let per_segment = SEGMENT_SECS * RATE_HZ;
     let find_side = |sched: Sched| windows.iter().find(|w| w.side && w.sched == sched);
     if let Some(w) = find(windows, "cpu", Sched::Fixed) {
@@ -603,12 +621,12 @@ fn add_headlines(report: &mut Report, windows: &[Window], notes: &mut Vec<String
                 seg_t.iter().map(|&v| format_ns(v as f64)).collect::<Vec<_>>().join(", ")
             ));
         }
-        _ => notes.push("the side-by-side window did not run: no midi_fifo_vs_timesharing_max".into()),
+        _ => notes.not_measured("headline midi_fifo_vs_timesharing_max", "the side-by-side window did not run"),
     }
 }
 
 /// Where the worst cases fell, and how the numbers were made.
-fn add_notes(notes: &mut Vec<String>, windows: &[Window], plan: &Plan, locked: bool) {
+fn add_notes(notes: &mut Notes, windows: &[Window], plan: &Plan, locked: bool) {
     let (secs, rounds, side_secs) = (plan.secs, plan.rounds, plan.side_secs);
     for w in windows.iter().filter(|w| w.load == "cpu" && w.sched != Sched::Deadline) {
         if let Some(worst) = &w.worst {
@@ -627,12 +645,10 @@ fn add_notes(notes: &mut Vec<String>, windows: &[Window], plan: &Plan, locked: b
         AHEAD.as_secs(),
         if locked { "locked too (mlockall), for every window alike" } else { "not locked (see above)" }
     ));
-    notes.push("interval error is the paper's measure, on the kernel's arrival stamps (SO_TIMESTAMPNS; the rows 'receiver's reading' add the receiver's own wake-up); cyclictest measures wake-up lateness, one wake-up per period, and its rows 'interval error' apply the paper's measure to its consecutive wake-ups (read with -v -N); an interval error counts a late message twice and a steady delay not at all; a due message is written by the output library's timer thread itself when the byte sender is idle (one wake-up, as in cyclictest), and handed to the byte sender only when the device is full or messages are queued".into());
-    notes.push("the cable is unpaced (a UART with a FIFO); cyclictest sets /dev/cpu_dma_latency to 0 while it runs, for everything in its window".into());
-    notes.push("the paper's AFS load is set beside our disk load and its X11+network load beside our network load; memory load has no counterpart".into());
-    notes.push(
-        "the machine is shared with other builds: absolute numbers are noisy, ratios from one window less so".into(),
-    );
+    notes.push("interval error is the paper's measure, on the kernel's arrival stamps (SO_TIMESTAMPNS; the rows 'receiver's reading' add the receiver's own wake-up); cyclictest measures wake-up lateness, one wake-up per period, and its rows 'interval error' apply the paper's measure to its consecutive wake-ups (read with -v -N); an interval error counts a late message twice and a steady delay not at all; a due message is written by the output library's timer thread itself when the byte sender is idle (one wake-up, as in cyclictest), and handed to the byte sender only when the device is full or messages are queued");
+    notes.push("the cable is unpaced (a UART with a FIFO); cyclictest sets /dev/cpu_dma_latency to 0 while it runs, for everything in its window");
+    notes.push("the paper's AFS load is set beside our disk load and its X11+network load beside our network load; memory load has no counterpart");
+    notes.push("the machine is shared with other builds: absolute numbers are noisy, ratios from one window less so");
 }
 
 /// Figure 1 (fixed priority) as the main plot, and the same for timesharing.

@@ -9,50 +9,13 @@ use std::time::{Duration, Instant};
 
 use ictus_bench::child::{fd_arg, num_arg, reap_status, spawn_child};
 use ictus_bench::{BenchError, Role};
+use ictus_midi::device::cable::CableIn;
 use ictus_midi::Parser;
 use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
 use ictus_rt::{clock, Time};
 
 use super::analysis::number_of;
 use super::{AHEAD, INTERVAL, RECEIVER_PRIORITY};
-
-/// The receiving end of a cable, bound by the receiver itself so that the kernel
-/// stamps each datagram when it is queued to the socket (`SO_TIMESTAMPNS`): the
-/// paper's instrument stamped arrivals in its interrupt handler, so its own scheduling
-/// was not part of what it measured; the kernel's stamp does the same here. The
-/// address is the cable's ([`ictus_midi::device::cable::address_name`]), so the
-/// output library's [`CableOut`] reaches it unchanged.
-#[derive(Debug)]
-pub(super) struct StampedCable {
-    fd: OwnedFd,
-}
-
-impl StampedCable {
-    pub(super) fn open(name: &str) -> std::io::Result<StampedCable> {
-        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::DGRAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )?;
-        ictus_bench::sys::enable_receive_timestamps(&fd)?;
-        let addr = SocketAddrUnix::new_abstract_name(
-            ictus_midi::device::cable::address_name(name, rustix::process::geteuid().as_raw()).as_bytes(),
-        )?;
-        rustix::net::bind(&fd, &addr)?;
-        Ok(StampedCable { fd })
-    }
-
-    /// One datagram into `buf`, waiting at most `timeout`: its length and the kernel's
-    /// stamp (`CLOCK_REALTIME` ns), or `None` if nothing came.
-    pub(super) fn recv(&self, buf: &mut [u8], timeout: Duration) -> std::io::Result<Option<(usize, Option<u64>)>> {
-        if !ictus_midi::device::wait_fd(self.fd.as_fd(), rustix::event::PollFlags::IN, Some(timeout))? {
-            return Ok(None);
-        }
-        ictus_bench::sys::recv_stamped(&self.fd, buf)
-    }
-}
 
 /// `CLOCK_REALTIME − CLOCK_MONOTONIC`, ns, read as tightly as a few tries allow.
 fn realtime_offset() -> i128 {
@@ -92,7 +55,10 @@ pub fn receiver_role(args: &[String]) -> i32 {
             lock_memory: true,
             ..ThreadRequest::default()
         });
-        let input = StampedCable::open(cable).map_err(|e| format!("cable {cable}: {e}"))?;
+        // The kernel stamps each write's wake-up of this receiver (`SO_TIMESTAMPNS`) as
+        // the writer makes it: the paper's instrument stamped arrivals in its interrupt
+        // handler, so its own scheduling was not part of what it measured.
+        let mut input = CableIn::open(cable).map_err(|e| format!("cable {cable}: {e}"))?.with_arrival_stamps();
         let offset = realtime_offset();
         let mut out = std::fs::File::from(fd);
         std::io::Write::write_all(&mut out, b"R").map_err(|e| e.to_string())?;
@@ -105,8 +71,10 @@ pub fn receiver_role(args: &[String]) -> i32 {
             && started.elapsed() < max
             && !matches!(last, Some(l) if l.elapsed() >= Duration::from_secs(1))
         {
-            let Some((n, stamp)) = input.recv(&mut buf, Duration::from_millis(100)).map_err(|e| e.to_string())? else {
-                continue;
+            let (n, stamp) = match input.read_stamped(&mut buf, Some(Duration::from_millis(100))) {
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                Err(e) => return Err(e.to_string()),
             };
             let user = clock::now();
             let cpu = rustix::thread::sched_getcpu() as u32;
@@ -243,15 +211,17 @@ mod tests {
     #[test]
     fn the_kernel_stamps_arrivals_on_a_cable() {
         let name = unique_cable();
-        let rx = StampedCable::open(&name).unwrap();
+        let mut rx = CableIn::open(&name).unwrap().with_arrival_stamps();
         let mut tx = CableOut::open(&name, None).unwrap();
+        let mut buf = [0u8; 16];
+        // The receiver takes the new sender and arms its ring: the next write wakes it.
+        assert!(rx.read_stamped(&mut buf, Some(Duration::ZERO)).is_err());
         let before = clock::wall().as_nanos();
         tx.write(&[0x90, 1, 1]).unwrap();
-        let mut buf = [0u8; 16];
-        let (n, stamp) = rx.recv(&mut buf, Duration::from_secs(30)).unwrap().expect("a datagram");
+        let (n, stamp) = rx.read_stamped(&mut buf, Some(Duration::from_secs(30))).unwrap();
         assert_eq!(&buf[..n], &[0x90, 1, 1]);
-        let stamp = stamp.expect("AF_UNIX datagrams carry SO_TIMESTAMPNS");
+        let stamp = stamp.expect("a sleeping receiver's wake-up carries SO_TIMESTAMPNS");
         assert!(stamp >= before && stamp <= clock::wall().as_nanos());
-        assert!(rx.recv(&mut buf, Duration::ZERO).unwrap().is_none());
+        assert!(rx.read_stamped(&mut buf, Some(Duration::ZERO)).is_err());
     }
 }

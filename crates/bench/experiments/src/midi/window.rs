@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ictus_bench::{format_ns, BenchError};
+use ictus_bench::{format_ns, BenchError, Notes};
 use ictus_midi::device::cable::CableOut;
 use ictus_midi::device::{sleep_until, Device};
 use ictus_midi::output::{Close, Output, OutputOptions};
@@ -64,14 +64,21 @@ impl Device for LoggedCable {
         let at = clock::now().as_nanos();
         let cpu = rustix::thread::sched_getcpu() as u32;
         let n = self.inner.write(bytes)?;
-        let k = match bytes {
-            &[0x90, key, vel] if n == 3 && vel >= 1 => Some(u64::from(key) + 128 * u64::from(vel - 1)),
-            _ => None,
-        };
-        if let Some(k) = k {
-            self.log.lock().unwrap_or_else(|e| e.into_inner()).push(WriteRecord { k: k as u32, at, cpu });
+        // The output library writes the messages due together in one write, each as a
+        // whole note-on (no running status): a record for each note written whole.
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        for note in bytes[..n].chunks_exact(3) {
+            if let &[0x90, key, vel] = note {
+                if vel >= 1 {
+                    let k = u64::from(key) + 128 * u64::from(vel - 1);
+                    log.push(WriteRecord { k: k as u32, at, cpu });
+                }
+            }
         }
         Ok(n)
+    }
+    fn wait_writable(&mut self, timeout: Option<Duration>) -> std::io::Result<bool> {
+        self.inner.wait_writable(timeout)
     }
     fn fd(&self) -> BorrowedFd<'_> {
         self.inner.fd()
@@ -257,7 +264,7 @@ impl OutputLane {
 
     /// Closes the output (its last message due and sent by now), waits for the
     /// receiver's records, and puts the window together.
-    fn finish(self, load: &'static str, side: bool, steal: Vec<(usize, u64)>, notes: &mut Vec<String>) -> Window {
+    fn finish(self, load: &'static str, side: bool, steal: Vec<(usize, u64)>, notes: &mut Notes) -> Window {
         let faults = faults_between(self.faults0, output_faults(self.output.id()));
         let closed = self.output.close(Close::Drain);
         let records = self.receiver.finish();
@@ -314,12 +321,7 @@ fn faults_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, 
 
 /// Run one window: `secs` seconds of messages, output threads in `sched`, cyclictest
 /// beside them.
-pub(super) fn window(
-    load: &'static str,
-    sched: Sched,
-    secs: u64,
-    notes: &mut Vec<String>,
-) -> Result<Window, BenchError> {
+pub(super) fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Notes) -> Result<Window, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let mut lane = OutputLane::open(sched, n, t0)?;
@@ -344,12 +346,15 @@ pub(super) fn window(
         Some(Ok(c)) => match c.finish() {
             Ok(samples) => vec![samples],
             Err(e) => {
-                notes.push(format!("cyclictest ({load}, {}): {e}", sched.name()));
+                notes.not_measured(format!("cyclictest ({load}, {})", sched.name()), e);
                 Vec::new()
             }
         },
         Some(Err(e)) => {
-            notes.push(format!("cyclictest could not run ({e}); install Debian rt-tests (scripts/setup.sh)"));
+            notes.not_measured(
+                format!("cyclictest ({load}, {})", sched.name()),
+                format!("could not run ({e}); install Debian rt-tests (scripts/setup.sh)"),
+            );
             Vec::new()
         }
         None => Vec::new(),
@@ -364,7 +369,7 @@ pub(super) fn window(
 /// kernel sections — and only the class differs. Each has a timer thread on every CPU
 /// ([`timer_cpus`]); the timesharing output's messages are due [`SIDE_OFFSET`] after
 /// the fixed-priority output's.
-pub(super) fn side_by_side(load: &'static str, secs: u64, notes: &mut Vec<String>) -> Result<Vec<Window>, BenchError> {
+pub(super) fn side_by_side(load: &'static str, secs: u64, notes: &mut Notes) -> Result<Vec<Window>, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
     let t0 = clock::now() + AHEAD + Duration::from_millis(20);
     let mut fixed = OutputLane::open(Sched::Fixed, n, t0)?;
@@ -424,8 +429,9 @@ pub(super) fn merge(windows: Vec<Window>) -> Vec<Window> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::receiver::{unique_cable, StampedCable};
+    use super::super::receiver::unique_cable;
     use super::*;
+    use ictus_midi::device::cable::CableIn;
 
     #[test]
     fn timer_threads_go_where_the_class_allows() {
@@ -438,7 +444,7 @@ mod tests {
     #[test]
     fn an_output_on_a_logged_cable_reports_its_writes_and_faults() {
         let name = unique_cable();
-        let rx = StampedCable::open(&name).unwrap();
+        let mut rx = CableIn::open(&name).unwrap();
         let (output, log, granted) = open_output(&name, Sched::Timesharing, 4).unwrap();
         assert!(granted.contains("timer"), "{granted}");
         assert!(output_faults(output.id()).is_some());
@@ -446,8 +452,9 @@ mod tests {
             output.put_now(message_for(k).unwrap()).unwrap();
         }
         let mut buf = [0u8; 16];
-        for _ in 0..3 {
-            rx.recv(&mut buf, Duration::from_secs(30)).unwrap().expect("a datagram");
+        let mut got = 0;
+        while got < 9 {
+            got += rx.read(&mut buf, Some(Duration::from_secs(30))).unwrap();
         }
         let closed = output.close(Close::Drain);
         assert_eq!(closed.stats.sent, 3);

@@ -36,7 +36,7 @@ use ictus_bench::pin::{self, PinPlan};
 use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
 use ictus_bench::rounds::{Lane, Lanes, Schedule};
 use ictus_bench::{format_ns, format_size, BenchError, Conditions, Experiment, Options, Outcome, Transport};
-use ictus_bench::{Better, Headline, PaperFigure, Report, Throughput};
+use ictus_bench::{Better, Headline, Notes, PaperFigure, Report, Throughput};
 use serde_json::json;
 
 use crate::peers::futex::{self, FutexPeer};
@@ -104,11 +104,11 @@ fn spawn_or_note<T: Transport + 'static>(
     r: io::Result<T>,
     what: &str,
     ts: &mut Vec<Box<dyn Transport>>,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) {
     match r {
         Ok(t) => ts.push(Box::new(t)),
-        Err(e) => notes.push(format!("{what} could not run here: {e}")),
+        Err(e) => notes.not_measured(what, format!("could not run here: {e}")),
     }
 }
 
@@ -122,7 +122,7 @@ fn round_trips(ts: Vec<Box<dyn Transport>>, quick: bool, warm: usize) -> Vec<Mea
 }
 
 /// Phase 1, spinning: client on CPU 0, servers on `server_cpu`, both ends polling.
-fn spinning(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -> Result<Vec<Measured>, BenchError> {
+fn spinning(quick: bool, server_cpu: usize, notes: &mut Notes) -> Result<Vec<Measured>, BenchError> {
     let mut ts: Vec<Box<dyn Transport>> = Vec::new();
     spawn_pinned(server_cpu, 0, || {
         spawn_or_note(ShmTransport::spawn("ictus-shm spin", SERVER_SPIN, 0, 0), "ictus-shm", &mut ts, notes);
@@ -134,7 +134,7 @@ fn spinning(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -> Result<V
 }
 
 /// Phase 2, blocking: everything on CPU 0, nobody spins.
-fn blocking(quick: bool, notes: &mut Vec<String>) -> Result<Vec<Measured>, BenchError> {
+fn blocking(quick: bool, notes: &mut Notes) -> Result<Vec<Measured>, BenchError> {
     let mut ts: Vec<Box<dyn Transport>> = Vec::new();
     spawn_pinned(0, 0, || {
         spawn_or_note(ShmTransport::spawn("ictus-shm block", Duration::ZERO, 0, 0), "ictus-shm", &mut ts, notes);
@@ -148,7 +148,7 @@ fn blocking(quick: bool, notes: &mut Vec<String>) -> Result<Vec<Measured>, Bench
 pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let started = Instant::now();
     let mut conditions = Conditions::capture_before();
-    let mut notes = Vec::new();
+    let mut notes = Notes::new();
     let server_cpu = if conditions.cpus >= 2 { 1 } else { 0 };
     let q = opts.quick;
 
@@ -176,16 +176,14 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         "64 B round trips: request 64 B; ictus-shm, iceoryx2 and futex echo 64 B, the port call answers {} B",
         crate::peers::REPLY_LEN
     ));
-    notes.push("spinning: both ends poll, and every server sleeps after 2 ms without traffic (so it does not compete with the next transport's server); blocking: nobody polls, one CPU".into());
+    notes.push("spinning: both ends poll, and every server sleeps after 2 ms without traffic (so it does not compete with the next transport's server); blocking: nobody polls, one CPU");
     notes.push(format!(
         "wake-ups: {WAKE_CLIENTS} client threads, bursts of {WAKE_BURST} x 64 B with 50-300 µs pauses; counted by the clients (FUTEX_WAKE or eventfd writes); the peer's 1.0 is a socket's or port's one notification per message"
     ));
-    notes.push("loans: the frame is written into the pool buffer before timing; the server touches every page; port ool maps a sealed memfd (MAP_POPULATE); the futex peer copies the frame into its shared area inside the timed region".into());
-    notes.push(
-        "the machine is shared with other builds: absolute numbers are noisy; ratios are measured together".into(),
-    );
+    notes.push("loans: the frame is written into the pool buffer before timing; the server touches every page; port ool maps a sealed memfd (MAP_POPULATE); the futex peer copies the frame into its shared area inside the timed region");
+    notes.push("the machine is shared with other builds: absolute numbers are noisy; ratios are measured together");
     notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
-    report.notes.extend(notes);
+    report.add_notes(notes);
     let svg = plot_svg(&report);
     Ok(Outcome::new(report, svg))
 }
@@ -197,7 +195,7 @@ fn add_rows(
     throughput: &[(String, Throughput)],
     wakeups: &[Wakeups],
     loans: &[Measured],
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) {
     for (phase, ms) in phases {
         for m in ms.iter() {
@@ -212,7 +210,7 @@ fn add_rows(
                 );
             }
             if let Some(f) = &m.failed {
-                notes.push(format!("{} ({phase}) stopped: {f}", m.name));
+                notes.not_measured(format!("{} ({phase})", m.name), format!("stopped: {f}"));
             }
         }
     }
@@ -236,7 +234,7 @@ fn add_rows(
             report.rows.push(m.cases[0].row(m.name.clone()).with("transport", m.description.as_str()).to_value());
         }
         if let Some(f) = &m.failed {
-            notes.push(format!("{} stopped: {f}", m.name));
+            notes.not_measured(&m.name, format!("stopped: {f}"));
         }
     }
 }
@@ -247,7 +245,7 @@ fn add_headlines_and_figure(
     spin: &[Measured],
     block: &[Measured],
     wakeups: &[Wakeups],
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) {
     let p50 = |ms: &[Measured], name: &str| {
         ms.iter()
@@ -258,13 +256,13 @@ fn add_headlines_and_figure(
         (Some((ours, _)), Some((peer, d))) => report
             .headline
             .push(Headline::new("shm_rtt_64B_spin_vs_iceoryx2", ours, peer, d, "ns", Better::Lower).with_target(1.0)),
-        _ => notes.push("headline shm_rtt_64B_spin_vs_iceoryx2 omitted: a transport did not run".into()),
+        _ => notes.push("headline shm_rtt_64B_spin_vs_iceoryx2 omitted: a transport did not run"),
     }
     match (p50(block, "ictus-shm block"), p50(block, "futex shm")) {
         (Some((ours, _)), Some((peer, d))) => report
             .headline
             .push(Headline::new("shm_rtt_64B_block_vs_futex", ours, peer, d, "ns", Better::Lower).with_target(1.3)),
-        _ => notes.push("headline shm_rtt_64B_block_vs_futex omitted: a transport did not run".into()),
+        _ => notes.push("headline shm_rtt_64B_block_vs_futex omitted: a transport did not run"),
     }
     match wakeups.first() {
         Some(w) if w.messages > 0 => report.headline.push(
@@ -278,7 +276,7 @@ fn add_headlines_and_figure(
             )
             .with_target(0.2),
         ),
-        _ => notes.push("headline shm_wakeups_per_msg_8clients omitted: not measured".into()),
+        _ => notes.push("headline shm_wakeups_per_msg_8clients omitted: not measured"),
     }
     let paper = PaperFigure::new(
         "shared-memory signalling, one way (000 §8.4)",
@@ -295,19 +293,19 @@ fn add_headlines_and_figure(
     });
 }
 
-fn measure_throughput(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -> Vec<(String, Throughput)> {
+fn measure_throughput(quick: bool, server_cpu: usize, notes: &mut Notes) -> Vec<(String, Throughput)> {
     let (runs, bursts) = if quick { (5, 100) } else { (15, 1000) };
     let mut out = Vec::new();
     let spawned =
         spawn_pinned(server_cpu, 0, || (ShmTransport::spawn("ictus-shm", SERVER_SPIN, 0, 0), PortBurst::spawn()));
     let Ok((ours, port)) = spawned else {
-        notes.push("throughput: pinning failed".into());
+        notes.not_measured("throughput", "pinning failed");
         return out;
     };
     let (mut ours, mut port) = match (ours, port) {
         (Ok(a), Ok(b)) => (a, b),
         (a, b) => {
-            notes.push(format!("throughput could not run: {:?} {:?}", a.err(), b.err()));
+            notes.not_measured("throughput", format!("could not run: {:?} {:?}", a.err(), b.err()));
             return out;
         }
     };
@@ -315,11 +313,11 @@ fn measure_throughput(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -
     for _ in 0..runs {
         match ours.burst_rate(SMALL, bursts) {
             Ok(r) => a.push(r),
-            Err(e) => notes.push(format!("ictus-shm throughput: {e}")),
+            Err(e) => notes.not_measured("ictus-shm throughput", e),
         }
         match port.burst_rate(bursts) {
             Ok(r) => b.push(r),
-            Err(e) => notes.push(format!("port throughput: {e}")),
+            Err(e) => notes.not_measured("port throughput", e),
         }
     }
     if let Some(t) = Throughput::from_runs(&a) {
@@ -349,13 +347,13 @@ impl Wakeups {
     }
 }
 
-fn measure_wakeups(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -> Vec<Wakeups> {
+fn measure_wakeups(quick: bool, server_cpu: usize, notes: &mut Notes) -> Vec<Wakeups> {
     let bursts = if quick { 60 } else { 600 };
     let mut out = Vec::new();
     for (label, spin) in [("blocking at once", Duration::ZERO), ("spinning 20 µs first", Duration::from_micros(20))] {
         match wakeups_once(spin, bursts, server_cpu) {
             Ok((messages, wakeups)) => out.push(Wakeups { label, messages, wakeups }),
-            Err(e) => notes.push(format!("wake-ups ({label}) could not run: {e}")),
+            Err(e) => notes.not_measured(format!("wake-ups ({label})"), format!("could not run: {e}")),
         }
     }
     out
@@ -401,7 +399,7 @@ fn wakeups_once(spin: Duration, bursts: usize, server_cpu: usize) -> io::Result<
     Ok((msgs, wakes))
 }
 
-fn measure_loans(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -> Vec<Measured> {
+fn measure_loans(quick: bool, server_cpu: usize, notes: &mut Notes) -> Vec<Measured> {
     let iters = if quick { 30 } else { 300 };
     let max = *LOAN_SIZES.iter().max().unwrap_or(&(1 << 20));
     let spawned = spawn_pinned(server_cpu, 0, || {
@@ -412,13 +410,13 @@ fn measure_loans(quick: bool, server_cpu: usize, notes: &mut Vec<String>) -> Vec
         )
     });
     let Ok((ours, port, futex)) = spawned else {
-        notes.push("loans: pinning failed".into());
+        notes.not_measured("loans", "pinning failed");
         return Vec::new();
     };
     let (mut ours, mut port, mut futex) = match (ours, port, futex) {
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (a, b, c) => {
-            notes.push(format!("loans could not run: {:?} {:?} {:?}", a.err(), b.err(), c.err()));
+            notes.not_measured("loans", format!("could not run: {:?} {:?} {:?}", a.err(), b.err(), c.err()));
             return Vec::new();
         }
     };

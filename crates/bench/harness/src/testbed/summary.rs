@@ -15,20 +15,6 @@ use crate::plot::{stack, Axis, Plot, Scale, Series, TickFormat};
 use crate::report::{Better, Headline};
 use crate::{format_ns, format_size};
 
-/// Words in an experiment's notes that mean something could not be measured here; such
-/// notes are gathered under "What could not run here and why".
-const COULD_NOT_RUN: &[&str] = &[
-    "could not",
-    "cannot",
-    "omitted",
-    "stopped",
-    "skipped",
-    "unavailable",
-    "not available",
-    "not permitted",
-    "not supported",
-];
-
 // ---------------------------------------------------------------------------------
 // testbed.json
 // ---------------------------------------------------------------------------------
@@ -413,12 +399,18 @@ fn write_report(
             writeln!(out, "- **{}**: {why}{log}", o.name)?;
         }
         let Some(json) = &o.json else { continue };
-        for note in array(json, "notes").iter().filter_map(Value::as_str) {
-            let lower = note.to_lowercase();
-            if COULD_NOT_RUN.iter().any(|w| lower.contains(w)) {
-                any = true;
-                writeln!(out, "- **{}**: {}", o.name, md(note))?;
-            }
+        // What the experiment itself says it did not measure (`not_measured`), never its
+        // notes: those say how the numbers were made, in words that may well be
+        // "skipped" or "cannot" without anything missing.
+        for n in array(json, "not_measured") {
+            any = true;
+            writeln!(
+                out,
+                "- **{}**: {}: {}",
+                o.name,
+                md(text(n, "what").unwrap_or("something")),
+                md(text(n, "why").unwrap_or("no reason given"))
+            )?;
         }
         for f in array(json, "paper_figures") {
             if f.get("ours_value").and_then(Value::as_f64).is_none() {

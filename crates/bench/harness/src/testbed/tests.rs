@@ -34,7 +34,10 @@ fn sample_json() -> Value {
         "headline": [ { "name": "port_rtt_64B_vs_uds", "ours": 9700.0, "peer": 6500.0,
                         "peer_name": "AF_UNIX | seqpacket", "unit": "ns", "ratio": 1.49, "better": "lower",
                         "target": 1.15, "met": false } ],
-        "notes": [ "peer futex shm could not run here: no futex", "measured in 4 s" ],
+        "notes": [ "measured in 4 s",
+                   "misses = jobs finished late + periods skipped because the previous job overran",
+                   "a deadline thread cannot be pinned; the sender's memory could not be locked (see above)" ],
+        "not_measured": [ { "what": "peer futex shm", "why": "could not run here: no futex" } ],
         "paper_figures": [
             { "quantity": "in-line IPC fixed cost a", "paper": "0.160 ms", "ours": "port inline: 9.7 µs",
               "paper_value": 160000.0, "ours_value": 9700.0, "unit": "ns", "better": "lower",
@@ -98,14 +101,20 @@ fn every_table_has_paper_ours_peer_and_ratio() {
 }
 
 #[test]
-fn what_could_not_run_gathers_failures_notes_and_missing_figures() {
+fn what_could_not_run_gathers_failures_what_was_not_measured_and_missing_figures() {
     let report = render_report(REGISTRY, &run(), &Conditions::capture_before().finish(), &sample_outcomes());
     let section = report.split("## What could not run here and why").nth(1).expect("the section");
     let section = section.split("\n## ").next().expect("its body");
     assert!(section.contains("**fileread**: failed: ictus: fileread: not implemented yet"), "{section}");
-    assert!(section.contains("peer futex shm could not run here"), "{section}");
+    assert!(section.contains("**ipc**: peer futex shm: could not run here: no futex"), "{section}");
     assert!(section.contains("shared memory signalling"), "{section}");
     assert!(!section.contains("measured in 4 s"), "{section}");
+    // Notes describe the method, whatever their words: never listed as failures.
+    assert!(!section.contains("periods skipped"), "{section}");
+    assert!(!section.contains("cannot be pinned"), "{section}");
+    // They stay in the experiment's own section.
+    let ipc = report.split("\n## ipc").nth(1).expect("the ipc section");
+    assert!(ipc.contains("periods skipped") && ipc.contains("cannot be pinned"), "{ipc}");
     assert!(report.contains("- #1 transfer costs (000 §8, Fig. 3): measured by ipc"), "{report}");
     assert!(report.contains("- #2 file read methods (000 Table 2): not measured: fileread failed"), "{report}");
     assert!(report.contains("- #6 display transfer (000 §10): no experiment yet"), "{report}");
