@@ -56,7 +56,7 @@ pub use ictus_abi::{Name, NotifyId, ReturnCode};
 pub use message::{
     Credentials, Disposition, Message, PortArg, ReceiveOptions, Received, ReceivedRight, RightKind, SendOptions,
 };
-pub use notify::NotifyKind;
+pub use notify::{HangUpWatch, NotifyKind};
 pub use ool::{OolBuffer, OolError, OolRegion};
 pub use port::{DEFAULT_QLIMIT, MAX_QLIMIT};
 pub use space::{PortStatus, Space, SpaceStats};

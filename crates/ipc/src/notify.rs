@@ -112,6 +112,29 @@ impl Space {
         }
     }
 
+    /// Run `hook` on this space's notifier thread once `fd`, a connection end, hangs up:
+    /// its peer end is closed everywhere, by its task's death too (`kill -9`
+    /// included). For parts built beside the nucleus (the real-time ports watch their
+    /// clients' connections this way, as a port watches its kept call channels). The
+    /// hook runs once, must not wait for long, and must not call back into the watch
+    /// API. Until the watch fires or is cancelled, the notifier holds `fd` open.
+    pub fn watch_hang_up(
+        &self,
+        fd: Arc<OwnedFd>,
+        hook: impl FnOnce() + Send + 'static,
+    ) -> Result<HangUpWatch, RightsError> {
+        let notifier = self.inner.notifier(&self.inner)?;
+        Ok(HangUpWatch(notifier.watch(Watch::Hook { fd, hook: Box::new(hook) })?))
+    }
+
+    /// Cancel a watch of [`Space::watch_hang_up`] that has not fired: its hook is
+    /// dropped unrun and the notifier lets go of the descriptor.
+    pub fn cancel_hang_up(&self, watch: HangUpWatch) {
+        if let Some(n) = self.inner.notifier.get() {
+            n.cancel(watch.0);
+        }
+    }
+
     fn notify_target(&self, arg: PortArg) -> Result<NotifyTarget, RightsError> {
         let (entry, _) = self.extract(arg.name, arg.disposition)?;
         match entry {
@@ -223,6 +246,11 @@ impl Inner {
     }
 }
 
+/// A watch made with [`Space::watch_hang_up`], to cancel it with
+/// [`Space::cancel_hang_up`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct HangUpWatch(u64);
+
 enum Watch {
     DeadName {
         name: Name,
@@ -239,12 +267,20 @@ enum Watch {
         key: ChannelKey,
         fd: Arc<OwnedFd>,
     },
+    /// A hang-up another part asked to hear of ([`Space::watch_hang_up`]).
+    Hook {
+        fd: Arc<OwnedFd>,
+        hook: Box<dyn FnOnce() + Send>,
+    },
 }
 
 impl Watch {
     fn fd(&self) -> &Arc<OwnedFd> {
         match self {
-            Watch::DeadName { fd, .. } | Watch::NoSenders { fd, .. } | Watch::Channel { fd, .. } => fd,
+            Watch::DeadName { fd, .. }
+            | Watch::NoSenders { fd, .. }
+            | Watch::Channel { fd, .. }
+            | Watch::Hook { fd, .. } => fd,
         }
     }
 }
@@ -472,7 +508,43 @@ fn run(shared: Arc<Shared>, space: Weak<Inner>) {
                         inner.channel_hung_up(&p, key, &fd);
                     }
                 }
+                Watch::Hook { hook, .. } => hook(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A hook runs once its connection hangs up; a cancelled one never runs, and the
+    /// notifier lets go of the descriptor either way.
+    #[test]
+    fn hang_up_hooks_run_once_or_are_cancelled() {
+        let space = Space::new();
+        let (a, b) = sys::connection().expect("connection");
+        let a = Arc::new(a);
+        let (tx, rx) = mpsc::channel();
+        space.watch_hang_up(a.clone(), move || tx.send(()).expect("send")).expect("watch");
+        assert!(rx.try_recv().is_err());
+        drop(b);
+        rx.recv_timeout(Duration::from_secs(60)).expect("the hook ran");
+        let until = Instant::now() + Duration::from_secs(60);
+        while Arc::strong_count(&a) > 1 {
+            assert!(Instant::now() < until, "the notifier kept the descriptor");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+
+        let (c, d) = sys::connection().expect("connection");
+        let c = Arc::new(c);
+        let (tx, rx) = mpsc::channel();
+        let w = space.watch_hang_up(c.clone(), move || tx.send(()).expect("send")).expect("watch");
+        space.cancel_hang_up(w);
+        assert_eq!(Arc::strong_count(&c), 1);
+        drop(d);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err(), "a cancelled hook ran");
     }
 }

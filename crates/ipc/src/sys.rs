@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ictus_sys::memfd::{SealFlags, Size};
 use rustix::event::{epoll, poll, PollFd, PollFlags, Timespec};
-use rustix::io::{Errno, ReadWriteFlags};
+use rustix::io::Errno;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
 use crate::message::Credentials;
@@ -33,41 +33,21 @@ pub(crate) fn connection() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
     Ok((s, r))
 }
 
-/// A call channel's reply pipe: `(read end, write end)`.
-///
-/// A pipe carries a small message for about half what a `SOCK_SEQPACKET` datagram costs
-/// (no socket buffer to allocate, no credentials to attach), so a kept call channel's
-/// plain replies go through one.
-///
-/// # References
-/// - [`pipe(7)`](https://man7.org/linux/man-pages/man7/pipe.7.html), `PIPE_BUF` atomicity
+/// A call channel's reply pipe: `(read end, write end)` (the OS layer's reply pipes,
+/// shared with the real-time ports).
 pub(crate) fn reply_pipe() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
-    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+    ictus_sys::pipe::pair()
 }
 
 /// Check that an untrusted descriptor is the write end of a pipe.
 pub(crate) fn is_pipe_write_end(fd: BorrowedFd<'_>) -> bool {
-    let fifo = rustix::fs::fstat(fd)
-        .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo);
-    fifo && rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
+    ictus_sys::pipe::is_write_end(fd)
 }
 
-/// Write one message to a reply pipe in one piece, never waiting: `RWF_NOWAIT`, since
-/// the pipe's file status flags are shared with whoever else holds its write end. A
-/// message of at most `PIPE_BUF` bytes goes in whole or not at all.
-///
-/// # References
-/// - [`pwritev2(2)`](https://man7.org/linux/man-pages/man2/pwritev2.2.html), `RWF_NOWAIT`
-///   (an offset of -1: the pipe's own position)
+/// Write one message to a reply pipe in one piece, never waiting (`RWF_NOWAIT`: the
+/// pipe's file status flags are shared with whoever else holds its write end).
 pub(crate) fn pipe_write(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> rustix::io::Result<()> {
-    let total: usize = bufs.iter().map(|b| b.len()).sum();
-    loop {
-        match rustix::io::pwritev2(fd, bufs, u64::MAX, ReadWriteFlags::NOWAIT) {
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e),
-            Ok(n) => return if n == total { Ok(()) } else { Err(Errno::IO) },
-        }
-    }
+    ictus_sys::pipe::write_nowait(fd, bufs)
 }
 
 /// Read one message from a reply pipe into `buf`, waiting until `deadline` (`None`:
@@ -76,12 +56,7 @@ pub(crate) fn pipe_read(fd: BorrowedFd<'_>, buf: &mut [u8], deadline: Option<Ins
     if deadline.is_some() && !wait_until(fd, PollFlags::IN, deadline)? {
         return Err(Errno::AGAIN);
     }
-    loop {
-        match rustix::io::read(fd, &mut *buf) {
-            Err(Errno::INTR) => {}
-            other => return other,
-        }
-    }
+    ictus_sys::pipe::read(fd, &mut [IoSliceMut::new(buf)])
 }
 
 /// Ask for a send buffer of `bytes` on a connection's send end, and return what the

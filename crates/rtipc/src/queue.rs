@@ -1,5 +1,9 @@
 //! The pure core: a queue of preallocated message buffers, ordered FIFO or by priority,
 //! and the choice of a receiver. No system calls; the port drives it.
+//!
+//! A reserved buffer can be lent out ([`MessageQueue::lend`]) and given back
+//! ([`MessageQueue::give_back`]): the port's receiver reads the kernel's queue straight
+//! into it without holding the port's lock while it waits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,7 +48,8 @@ pub enum QueueError {
 pub struct MessageQueue {
     order: Queueing,
     size: usize,
-    storage: Vec<u8>,
+    /// One buffer per slot; a lent slot's is empty until it comes back.
+    storage: Vec<Box<[u8]>>,
     free: Vec<u32>,
     /// Sorted so that the next message to take is last.
     waiting: Vec<Entry>,
@@ -57,7 +62,7 @@ impl MessageQueue {
         MessageQueue {
             order,
             size: size as usize,
-            storage: vec![0; n * size as usize],
+            storage: (0..n).map(|_| vec![0u8; size as usize].into_boxed_slice()).collect(),
             free: (0..buffers).rev().collect(),
             waiting: Vec::with_capacity(n),
         }
@@ -84,16 +89,33 @@ impl MessageQueue {
         self.free.pop()
     }
 
-    /// The bytes of a buffer.
+    /// The size of each buffer.
+    pub fn buffer_size(&self) -> usize {
+        self.size
+    }
+
+    /// The bytes of a buffer (empty while it is lent out).
     pub fn buffer_mut(&mut self, slot: u32) -> &mut [u8] {
-        let start = slot as usize * self.size;
-        &mut self.storage[start..start + self.size]
+        &mut self.storage[slot as usize]
     }
 
     /// The first `len` bytes of a buffer.
     pub fn body(&self, slot: u32, len: u32) -> &[u8] {
-        let start = slot as usize * self.size;
-        &self.storage[start..start + (len as usize).min(self.size)]
+        let b = &self.storage[slot as usize];
+        &b[..(len as usize).min(b.len())]
+    }
+
+    /// Lends a reserved buffer out (its slot keeps an empty one): the caller fills it
+    /// without the queue, then gives it back with [`MessageQueue::give_back`]. Never
+    /// allocates.
+    pub fn lend(&mut self, slot: u32) -> Box<[u8]> {
+        std::mem::take(&mut self.storage[slot as usize])
+    }
+
+    /// Gives a lent buffer back to its slot (still reserved: then commit or release it).
+    pub fn give_back(&mut self, slot: u32, buf: Box<[u8]>) {
+        debug_assert!(self.storage[slot as usize].is_empty());
+        self.storage[slot as usize] = buf;
     }
 
     /// Returns a reserved or taken buffer to the free list.
@@ -250,6 +272,21 @@ mod tests {
         assert_eq!(q.free(), 2);
         assert_eq!(q.pop().map(|e| e.conn), Some(8));
         assert_eq!(q.push(1, 0, 0, false, &[0; 9]), Err(QueueError::TooLarge(9)));
+    }
+
+    #[test]
+    fn a_lent_buffer_comes_back_with_its_message() {
+        let mut q = MessageQueue::new(Queueing::Priority, 2, 8);
+        let slot = q.reserve().expect("room");
+        let mut b = q.lend(slot);
+        assert_eq!(b.len(), 8);
+        b[..2].copy_from_slice(b"hi");
+        q.give_back(slot, b);
+        q.commit(slot, 5, 3, 1, true, 2).expect("queued");
+        let e = q.pop().expect("one");
+        assert_eq!((e.conn, q.body(e.slot, e.len)), (5, &b"hi"[..]));
+        q.release(e.slot);
+        assert_eq!(q.free(), 2);
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! Real-time ports in a task's name space: allocation, association, connection.
 
-use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,17 +8,17 @@ use ictus_ipc::{Name, Space};
 use crate::attr::{PortAttrs, Priority};
 use crate::client::RtClient;
 use crate::error::{AllocateError, AssociateError, MemberError, SendError};
-use crate::port::{PortInner, PortStats, Receiver};
-use crate::set::{SetInner, SetReceiver};
+use crate::group::{Group, Receiver};
+use crate::port::{PortInner, PortStats};
 
 /// How long [`RtSpace::connect`] waits for a port to answer.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The real-time ports a task receives from, by name.
-type PortTable = Arc<Mutex<Vec<(Name, Arc<PortInner>)>>>;
+/// The real-time ports a task receives from, by name, each with its own receivers.
+type PortTable = Arc<Mutex<Vec<(Name, Arc<PortInner>, Arc<Group>)>>>;
 
-/// The real-time port sets of a task, by name.
-type SetTable = Arc<Mutex<Vec<(Name, Arc<SetInner>)>>>;
+/// The real-time port sets of a task, by name: groups of receivers over member ports.
+type SetTable = Arc<Mutex<Vec<(Name, Arc<Group>)>>>;
 
 /// A task's real-time ports, beside its plain ones in the same [`Space`].
 ///
@@ -50,12 +49,12 @@ impl RtSpace {
         &self.space
     }
 
-    fn find(&self, name: Name) -> Option<Arc<PortInner>> {
+    fn find(&self, name: Name) -> Option<(Arc<PortInner>, Arc<Group>)> {
         let ports = self.ports.lock().unwrap_or_else(|p| p.into_inner());
-        ports.iter().find(|(n, _)| *n == name).map(|(_, p)| Arc::clone(p))
+        ports.iter().find(|(n, _, _)| *n == name).map(|(_, p, g)| (Arc::clone(p), Arc::clone(g)))
     }
 
-    fn find_set(&self, name: Name) -> Option<Arc<SetInner>> {
+    fn find_set(&self, name: Name) -> Option<Arc<Group>> {
         let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
         sets.iter().find(|(n, _)| *n == name).map(|(_, s)| Arc::clone(s))
     }
@@ -64,7 +63,7 @@ impl RtSpace {
     /// Its name denotes a port set in the plain space too (which stays empty: plain
     /// ports cannot join a real-time set).
     pub fn allocate_set(&self) -> Result<Name, AllocateError> {
-        let set = SetInner::new()?;
+        let set = Group::for_set()?;
         let name = self.space.allocate_port_set()?;
         self.sets.lock().unwrap_or_else(|p| p.into_inner()).push((name, set));
         Ok(name)
@@ -81,7 +80,7 @@ impl RtSpace {
             Ok(_) => MemberError::InvalidRight(name),
             Err(_) => MemberError::InvalidName(name),
         };
-        let port = self.find(member).ok_or_else(|| bad(member))?;
+        let (port, own) = self.find(member).ok_or_else(|| bad(member))?;
         let target = if set == Name::NULL { None } else { Some(self.find_set(set).ok_or_else(|| bad(set))?) };
         // One membership change at a time in this space.
         let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,7 +92,7 @@ impl RtSpace {
             c.remove(&port);
         }
         match target {
-            Some(t) => t.add(member, &port),
+            Some(t) => t.add(member, &port, &own),
             None => Ok(()),
         }
     }
@@ -118,16 +117,17 @@ impl RtSpace {
     /// (`rt_mach_port_associate` on a port set): it receives from every member. A plain
     /// port set (or anything but a real-time port set) is [`AssociateError::InvalidName`],
     /// as in the paper. A thread is associated with one port or port set at a time.
-    pub fn associate_set(&self, set: Name, priority: Option<Priority>) -> Result<SetReceiver, AssociateError> {
-        self.find_set(set).ok_or(AssociateError::InvalidName(set))?.associate(priority)
+    pub fn associate_set(&self, set: Name, priority: Option<Priority>) -> Result<Receiver, AssociateError> {
+        self.find_set(set).ok_or(AssociateError::InvalidName(set))?.associate(priority, |_| Ok(()))
     }
 
     /// Allocates a real-time port with these attributes and its message buffers
     /// (`rt_mach_port_allocate`). The name denotes a send right in the space.
     pub fn allocate(&self, attrs: PortAttrs) -> Result<Name, AllocateError> {
-        let port = PortInner::allocate(attrs)?;
+        let port = PortInner::allocate(&self.space, attrs)?;
         let name = self.space.insert_send_fd(port.send_right()?)?;
-        self.ports.lock().unwrap_or_else(|p| p.into_inner()).push((name, port));
+        let group = Group::for_port(name, Arc::clone(&port));
+        self.ports.lock().unwrap_or_else(|p| p.into_inner()).push((name, port, group));
         Ok(name)
     }
 
@@ -137,7 +137,8 @@ impl RtSpace {
     /// a real-time port set is [`AssociateError::InSet`] (associate with the set); a
     /// real-time port set is [`RtSpace::associate_set`]'s.
     pub fn associate(&self, name: Name, priority: Option<Priority>) -> Result<Receiver, AssociateError> {
-        self.find(name).ok_or(AssociateError::InvalidName(name))?.associate(priority)
+        let (port, group) = self.find(name).ok_or(AssociateError::InvalidName(name))?;
+        group.associate(priority, |_| if port.lock().in_set { Err(AssociateError::InSet) } else { Ok(()) })
     }
 
     /// Connects the calling thread to the real-time port `name` (a send right, here or
@@ -149,13 +150,13 @@ impl RtSpace {
     /// As [`RtSpace::connect`], waiting at most `timeout` for the port to answer.
     pub fn connect_timeout(&self, name: Name, timeout: Duration) -> Result<RtClient, SendError> {
         let fd = self.space.send_right_fd(name).map_err(|_| SendError::InvalidDest(name, "not a send right"))?;
-        let local = self.find(name);
-        RtClient::connect(fd.as_fd(), name, local.as_deref(), timeout)
+        let local = self.find(name).map(|(p, _)| p);
+        RtClient::connect(fd, name, local.as_ref(), timeout)
     }
 
     /// The port's counters, if it is a real-time port held here.
     pub fn stats(&self, name: Name) -> Option<PortStats> {
-        self.find(name).map(|p| p.stats())
+        self.find(name).map(|(p, g)| p.stats(g.receiver_count()))
     }
 
     /// Destroys a real-time port held here: its receivers get `PortDied`, its clients a
@@ -167,7 +168,7 @@ impl RtSpace {
             match sets.iter().position(|(n, _)| *n == name) {
                 Some(i) => Some(sets.swap_remove(i).1),
                 None => {
-                    if let Some(port) = self.find(name) {
+                    if let Some((port, _)) = self.find(name) {
                         for (_, s) in sets.iter() {
                             s.remove(&port);
                         }
@@ -177,15 +178,16 @@ impl RtSpace {
             }
         };
         if let Some(set) = set {
-            set.destroy();
+            set.destroy_set();
             let _ = self.space.destroy(name);
             return Ok(());
         }
-        let port = {
+        let (_, port, group) = {
             let mut ports = self.ports.lock().unwrap_or_else(|p| p.into_inner());
-            let i = ports.iter().position(|(n, _)| *n == name).ok_or(AssociateError::InvalidName(name))?;
-            ports.swap_remove(i).1
+            let i = ports.iter().position(|(n, _, _)| *n == name).ok_or(AssociateError::InvalidName(name))?;
+            ports.swap_remove(i)
         };
+        group.destroy();
         port.destroy();
         let _ = self.space.destroy(name);
         Ok(())

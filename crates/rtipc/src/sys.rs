@@ -1,5 +1,5 @@
 //! The thin shell over Linux: thread priorities by thread id, PI futexes in shared
-//! pages, memfds, and descriptor passing. Every system call of the crate is made
+//! pages, memfds, descriptor passing, batched receives and reply pipes. Every system call of the crate is made
 //! here; scheduling attributes come from `ictus-rt`, and mappings, memfds and
 //! descriptor passing from the OS layer, `ictus-sys`, so the crate has no `unsafe`.
 
@@ -11,6 +11,7 @@ use std::time::Duration;
 use ictus_rt::thread::Policy;
 use ictus_sys::memfd::{SealFlags, Size};
 use ictus_sys::mm::{Mapping, Protection};
+use ictus_sys::socket;
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use rustix::thread::futex;
@@ -175,12 +176,15 @@ pub(crate) enum Sent {
     Dead,
 }
 
-/// The most descriptors one datagram of the crate carries (a connection's end and its
-/// page).
-const SEND_FDS: usize = 2;
+/// The most descriptors one datagram of the crate carries (a connection's end, its
+/// page and its reply pipe's write end).
+const SEND_FDS: usize = 3;
 
-/// Sends one datagram (header + body) with descriptors; blocks while the queue is full
-/// unless `nonblocking`.
+/// Sends one datagram (header + body) with descriptors; unless `nonblocking`, waits
+/// while the queue is full. Every attempt is `MSG_DONTWAIT` and the wait is a `poll`:
+/// a port's main send end is shared by every holder of a send right, so its file
+/// status flags (`O_NONBLOCK`) are nobody's to rely on, as in the nucleus. A small
+/// datagram without descriptors goes with `send`, cheaper than `sendmsg` here.
 pub(crate) fn send(
     fd: BorrowedFd<'_>,
     bufs: &[IoSlice<'_>],
@@ -190,19 +194,29 @@ pub(crate) fn send(
     if fds.len() > SEND_FDS {
         return Err(io::Error::from(Errno::TOOMANYREFS));
     }
-    let mut flags = SendFlags::NOSIGNAL;
-    if nonblocking {
-        flags |= SendFlags::DONTWAIT;
-    }
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    let small = fds.is_empty() && bufs.iter().map(|b| b.len()).sum::<usize>() <= socket::GATHER_MAX;
     loop {
-        match ictus_sys::socket::sendmsg(fd, bufs, fds, flags) {
+        let sent = if small { socket::send_gathered(fd, bufs, flags) } else { socket::sendmsg(fd, bufs, fds, flags) };
+        match sent {
             Ok(_) => return Ok(Sent::Ok),
             Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => return Ok(Sent::WouldBlock),
+            Err(Errno::AGAIN) if nonblocking => return Ok(Sent::WouldBlock),
+            Err(Errno::AGAIN) => {
+                wait_for(fd, rustix::event::PollFlags::OUT, None)?;
+            }
             Err(Errno::PIPE | Errno::CONNREFUSED | Errno::CONNRESET | Errno::NOTCONN) => return Ok(Sent::Dead),
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Rings a port's doorbell: a header-only [`Kind::Wake`](crate::wire::Kind::Wake)
+/// datagram on its main connection, which wakes the receiver waiting there. Never
+/// waits: a full queue wakes that receiver anyway.
+pub(crate) fn ring(send_end: BorrowedFd<'_>) {
+    let head = crate::wire::RtHeader::new(crate::wire::Kind::Wake).encode();
+    let _ = socket::send_gathered(send_end, &[IoSlice::new(&head)], SendFlags::NOSIGNAL | SendFlags::DONTWAIT);
 }
 
 /// What a receive produced.
@@ -232,7 +246,7 @@ pub(crate) fn recv(
     loop {
         let mut iov = [IoSliceMut::new(&mut *head), IoSliceMut::new(&mut *body)];
         let before = fds.len();
-        match ictus_sys::socket::recvmsg(fd, &mut iov, fds, flags) {
+        match socket::recvmsg(fd, &mut iov, fds, flags) {
             Ok(m) => {
                 // Every descriptor that came is owned by `fds`; more than a datagram of
                 // this crate carries makes it refused (and they are closed with it).
@@ -250,16 +264,99 @@ pub(crate) fn recv(
     }
 }
 
-/// Waits until `fd` is readable or hung up; false on time-out.
-pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
-    use rustix::event::{poll, PollFd, PollFlags};
+/// Most datagrams one [`recv_batch`] takes.
+pub(crate) const BATCH: usize = 8;
+
+/// What a [`recv_batch`] produced.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// This many datagrams (at least one).
+    Got(usize),
+    /// Nothing: a non-blocking read found the queue empty, or the wait timed out.
+    Empty,
+    /// Interrupted by a signal: look again.
+    Interrupted,
+}
+
+/// One datagram's outcome in a [`recv_batch`].
+pub(crate) use ictus_sys::socket::RecvMsg;
+
+/// Receives up to `heads.len()` datagrams from a port's main connection in one
+/// `recvmmsg`, datagram `i` into `heads[i]` then `bodies[i]`, its descriptors into
+/// `fds[i]`: waiting for the first (up to the socket's receive time-out) unless
+/// `nonblocking`, then taking what else is queued without waiting (`MSG_WAITFORONE`).
+pub(crate) fn recv_batch(
+    fd: BorrowedFd<'_>,
+    heads: &mut [[u8; crate::wire::RT_HEADER_LEN]],
+    bodies: &mut [Box<[u8]>],
+    fds: &mut [Vec<OwnedFd>],
+    out: &mut [RecvMsg],
+    nonblocking: bool,
+) -> io::Result<Batch> {
+    let n = heads.len().min(bodies.len()).min(BATCH);
+    let mut pairs = heads.iter_mut().zip(bodies.iter_mut()).take(n);
+    let mut iovs: [[IoSliceMut<'_>; 2]; BATCH] = std::array::from_fn(|_| match pairs.next() {
+        Some((head, body)) => [IoSliceMut::new(head), IoSliceMut::new(body)],
+        None => [IoSliceMut::new(&mut []), IoSliceMut::new(&mut [])],
+    });
+    let mut each = iovs.iter_mut();
+    let mut lists: [&mut [IoSliceMut<'_>]; BATCH] =
+        std::array::from_fn(|_| each.next().map_or(&mut [][..], |iov| iov.as_mut_slice()));
+    let flags = if nonblocking { RecvFlags::DONTWAIT } else { RecvFlags::empty() };
+    match socket::recvmmsg(fd, &mut lists[..n], fds, out, flags, true) {
+        Ok(0) | Err(Errno::AGAIN) => Ok(Batch::Empty),
+        Ok(k) => Ok(Batch::Got(k)),
+        Err(Errno::INTR) => Ok(Batch::Interrupted),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether a datagram of a batch is refused whole: cut short, or with more descriptors
+/// than any datagram of the crate carries.
+pub(crate) fn truncated(m: &RecvMsg, fds: usize) -> bool {
+    m.truncated || m.control_truncated || fds > RECV_FDS
+}
+
+/// Sets a socket's receive time-out (`SO_RCVTIMEO`; `None`: none). A blocking receive
+/// that times out fails with `EAGAIN`. Zero would mean "for ever" to the kernel, so it
+/// is raised to a microsecond.
+pub(crate) fn set_receive_timeout(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
+    let t = timeout.map(|t| t.max(Duration::from_micros(1)));
+    rustix::net::sockopt::set_socket_timeout(fd, rustix::net::sockopt::Timeout::Recv, t)?;
+    Ok(())
+}
+
+/// Asks for the sender's credentials on every datagram received on `fd` (`SO_PASSCRED`).
+pub(crate) fn set_passcred(fd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::net::sockopt::set_socket_passcred(fd, true)?;
+    Ok(())
+}
+
+/// `sched_yield()`: to the back of the calling thread's priority list.
+///
+/// # References
+/// - [`sched_yield(2)`](https://man7.org/linux/man-pages/man2/sched_yield.2.html)
+pub(crate) fn yield_now() {
+    rustix::thread::sched_yield();
+}
+
+/// This process's id.
+pub(crate) fn getpid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+pub(crate) use ictus_sys::pipe;
+
+/// Waits until `fd` is ready for `what` or hung up; false on time-out.
+fn wait_for(fd: BorrowedFd<'_>, what: rustix::event::PollFlags, timeout: Option<Duration>) -> io::Result<bool> {
+    use rustix::event::{poll, PollFd};
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     loop {
         let left = deadline.map(|d| {
             let l = d.saturating_duration_since(std::time::Instant::now());
             rustix::event::Timespec { tv_sec: l.as_secs() as i64, tv_nsec: i64::from(l.subsec_nanos()) }
         });
-        let mut pfd = [PollFd::new(&fd, PollFlags::IN)];
+        let mut pfd = [PollFd::new(&fd, what)];
         match poll(&mut pfd, left.as_ref()) {
             Ok(0) => {
                 if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
@@ -271,6 +368,11 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Waits until `fd` is readable or hung up; false on time-out.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+    wait_for(fd, rustix::event::PollFlags::IN, timeout)
 }
 
 /// Pins the calling thread to one CPU (`sched_setaffinity`).

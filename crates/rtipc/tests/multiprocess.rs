@@ -17,10 +17,7 @@ use std::time::{Duration, Instant};
 use ictus_ipc::{Disposition, Message, Name, PortArg, ReceiveOptions, Received, SendOptions as IpcSend, Space};
 use ictus_rt::thread::Policy;
 use ictus_rtipc::sys::{effective_priority, pin_current_thread, set_current_policy};
-use ictus_rtipc::{
-    Handoff, PortAttrs, Queueing, ReceiveError, Receiver, ReplyError, Request, RtSpace, SendError, SendOptions,
-    SetReceiver,
-};
+use ictus_rtipc::{Handoff, PortAttrs, Queueing, RtSpace, SendError, SendOptions};
 
 const ROLE: &str = "RTIPC_TEST_ROLE";
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -164,39 +161,6 @@ fn opts() -> SendOptions {
     SendOptions { timeout: Some(WATCHDOG), ..SendOptions::default() }
 }
 
-/// A receiver of a port or of a port set.
-enum Rx {
-    Port(Receiver),
-    Set(SetReceiver),
-}
-
-impl Rx {
-    fn request_buffer(&self) -> Request {
-        match self {
-            Rx::Port(r) => r.request_buffer(),
-            Rx::Set(r) => r.request_buffer(),
-        }
-    }
-    fn receive(&mut self, req: &mut Request) -> Result<(), ReceiveError> {
-        match self {
-            Rx::Port(r) => r.receive(req, None),
-            Rx::Set(r) => r.receive(req, None).map(|_| ()),
-        }
-    }
-    fn reply(&mut self, req: &mut Request, body: &[u8]) -> Result<(), ReplyError> {
-        match self {
-            Rx::Port(r) => r.reply(req, body),
-            Rx::Set(r) => r.reply(req, body),
-        }
-    }
-    fn tid(&self) -> u32 {
-        match self {
-            Rx::Port(r) => r.tid(),
-            Rx::Set(r) => r.tid(),
-        }
-    }
-}
-
 fn server_role() -> i32 {
     let label = std::env::var("RTIPC_ATTRS").expect("attrs");
     let _ = pin_current_thread(0);
@@ -211,13 +175,13 @@ fn server_role() -> i32 {
     let mut r = if std::env::var("RTIPC_SET").as_deref() == Ok("1") {
         let set = rt.allocate_set().expect("allocate set");
         rt.move_member(port, set).expect("move into the set");
-        Rx::Set(rt.associate_set(set, None).expect("associate with the set"))
+        rt.associate_set(set, None).expect("associate with the set")
     } else {
-        Rx::Port(rt.associate(port, None).expect("associate"))
+        rt.associate(port, None).expect("associate")
     };
     let mut req = r.request_buffer();
     loop {
-        if r.receive(&mut req).is_err() {
+        if r.receive(&mut req, None).is_err() {
             return 0;
         }
         let data = req.data().to_vec();

@@ -8,7 +8,8 @@
 //!
 //! | module | calls | why not plain rustix |
 //! | --- | --- | --- |
-//! | [`socket`] | `sendmsg`, `recvmsg` with `SCM_RIGHTS` and `SCM_CREDENTIALS`; `SIOCOUTQ`, `SIOCINQ` | an aligned control buffer with room for the kernel's limit, every received descriptor owned (also on truncation), no sender address asked for on receive; rustix has no `SIOCOUTQ` |
+//! | [`socket`] | `sendmsg`, `recvmsg`, `recvmmsg` with `SCM_RIGHTS` and `SCM_CREDENTIALS`; `SIOCOUTQ`, `SIOCINQ` | an aligned control buffer with room for the kernel's limit (or, in a batch, a stated room and the kernel closing the rest), every received descriptor owned (also on truncation), no sender address asked for on receive; `recvmmsg` and `SIOCOUTQ` are not in rustix |
+//! | [`pipe`] | `pipe2`, `pwritev2(RWF_NOWAIT)`, `preadv2(RWF_NOWAIT)`, `readv` | reply pipes: one message per write, whole or not at all, never waiting on a peer that holds the write end; the nucleus's calls and the real-time ports share them |
 //! | [`mm`] | `mmap`, `munmap`, `madvise` | a mapping that unmaps itself, with bounds-checked atomics in shared memory |
 //! | [`memfd`] | `memfd_create`, `F_ADD_SEALS`, `F_GET_SEALS`, `fstat` | one way to make, seal and check an untrusted memfd |
 //! | [`sched`] | `sched_setattr`, `sched_getattr` | not in rustix; `SCHED_DEADLINE` needs them |
@@ -20,7 +21,7 @@
 //!
 //! # What is not here, and why
 //!
-//! - Sockets, pipes, polling, epoll, eventfds, futexes, `fstat`, `fcntl`: rustix's safe
+//! - Sockets, polling, epoll, eventfds, futexes, `fstat`, `fcntl`: rustix's safe
 //!   wrappers are used directly.
 //! - Sending `SCM_CREDENTIALS` explicitly: the kernel attaches the sender's own
 //!   credentials to every message for a receiver with `SO_PASSCRED`; naming others is
@@ -35,6 +36,7 @@
 pub mod memfd;
 #[allow(unsafe_code)]
 pub mod mm;
+pub mod pipe;
 #[allow(unsafe_code)]
 pub mod sched;
 pub mod sockdiag;

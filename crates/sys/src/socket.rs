@@ -167,14 +167,125 @@ pub fn recvmsg(
     if n < 0 {
         return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
     }
+    // SAFETY: the kernel has just filled `msg`; its control buffer is `space`, aligned
+    // for cmsghdr, and the descriptors in it were installed for this call.
+    let creds = unsafe { take_control(&msg, fds) };
+    Ok(RecvMsg {
+        bytes: n as usize,
+        creds,
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        control_truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
+    })
+}
+
+/// Most messages one [`recvmmsg`] receives.
+pub const BATCH_MAX: usize = 16;
+
+/// Descriptors a message of a [`recvmmsg`] batch has room for, at least (with a
+/// credential beside them); the kernel closes any beyond its room and says so
+/// (`MSG_CTRUNC`).
+pub const BATCH_FDS: usize = 4;
+
+/// Room for [`BATCH_FDS`] descriptors and one credential.
+const BATCH_CONTROL: usize = rustix::cmsg_space!(ScmRights(BATCH_FDS), ScmCredentials(1));
+
+/// `recvmmsg(fd, msgs, n, flags | MSG_CMSG_CLOEXEC [| MSG_WAITFORONE], NULL)`: receive
+/// up to `n` messages in one call, message `i` scattered into `bufs[i]`, its
+/// descriptors appended to `fds[i]` and its outcome written to `out[i]`, where `n` is
+/// the shortest of the three lists (at most [`BATCH_MAX`]). Returns how many arrived.
+///
+/// With `wait_for_one` the call waits (unless `flags` says `MSG_DONTWAIT`) for the
+/// first message only and then takes what else is queued without waiting: one system
+/// call both waits for work and drains what piled up behind it.
+///
+/// Each message has room for [`BATCH_FDS`] descriptors and a credential, less than
+/// [`recvmsg`]'s room for the kernel's limit: a sender that attaches more finds the
+/// excess closed by the kernel (`scm_detach_fds` installs what fits and releases the
+/// rest), and the message says `control_truncated`. As with [`recvmsg`], every
+/// descriptor that was installed is owned by `fds` when this returns; none is left
+/// installed and unowned, whatever the caller decides.
+///
+/// # References
+/// - [`recvmmsg(2)`](https://man7.org/linux/man-pages/man2/recvmmsg.2.html), `MSG_WAITFORONE`
+/// - [`unix(7)`](https://man7.org/linux/man-pages/man7/unix.7.html), `SCM_RIGHTS`,
+///   `SCM_CREDENTIALS`
+pub fn recvmmsg(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [&mut [IoSliceMut<'_>]],
+    fds: &mut [Vec<OwnedFd>],
+    out: &mut [RecvMsg],
+    flags: RecvFlags,
+    wait_for_one: bool,
+) -> rustix::io::Result<usize> {
+    let n = bufs.len().min(fds.len()).min(out.len()).min(BATCH_MAX);
+    let mut space = [const { Aligned([MaybeUninit::<u8>::uninit(); BATCH_CONTROL]) }; BATCH_MAX];
+    // Only the `n` headers in use are written (a batch of one does not clear sixteen).
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH_MAX];
+    for i in 0..n {
+        // SAFETY: an all-zero mmsghdr is a valid empty one (no name, no buffers, no
+        // control); the fields set below make it describe message `i`.
+        let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        // `IoSliceMut` is ABI-compatible with `iovec` (std guarantees it on Unix).
+        m.msg_hdr.msg_iov = bufs[i].as_mut_ptr().cast();
+        m.msg_hdr.msg_iovlen = bufs[i].len() as _;
+        m.msg_hdr.msg_control = space[i].0.as_mut_ptr().cast();
+        m.msg_hdr.msg_controllen = BATCH_CONTROL as _;
+        msgs[i].write(m);
+    }
+    let mut flags = flags.bits() as libc::c_int | libc::MSG_CMSG_CLOEXEC;
+    if wait_for_one {
+        flags |= libc::MSG_WAITFORONE;
+    }
+    // SAFETY: the first `n` headers point at live buffers of the stated lengths for the
+    // duration of the call: their iovecs at `bufs[i]` (each slice writable for its
+    // length) and their control buffers at `space[i]`. recvmmsg(2) fills at most `n`
+    // of them and writes only within those buffers; no timeout is passed.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_recvmmsg,
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
+            n as libc::c_uint,
+            flags,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+    if got < 0 {
+        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+    }
+    let got = (got as usize).min(n);
+    for i in 0..got {
+        // SAFETY: the first `n` headers were written above (`got` <= `n`).
+        let m = unsafe { msgs[i].assume_init_ref() };
+        // SAFETY: message `i` was filled by the kernel: its control buffer is aligned
+        // and `msg_controllen` says what was written (see `take_control`).
+        let creds = unsafe { take_control(&m.msg_hdr, &mut fds[i]) };
+        out[i] = RecvMsg {
+            bytes: m.msg_len as usize,
+            creds,
+            truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            control_truncated: m.msg_hdr.msg_flags & libc::MSG_CTRUNC != 0,
+        };
+    }
+    Ok(got)
+}
+
+/// Takes ownership of every descriptor in a control buffer the kernel has just filled,
+/// and returns the credential in it.
+///
+/// # Safety
+/// `msg` must be a header a successful `recvmsg`/`recvmmsg` filled, with a control
+/// buffer aligned for `cmsghdr` and `msg_controllen` as the kernel set it; its
+/// `SCM_RIGHTS` descriptors must be owned by nobody yet (they were installed for that
+/// call).
+unsafe fn take_control(msg: &libc::msghdr, fds: &mut Vec<OwnedFd>) -> Option<Ucred> {
     let mut creds = None;
-    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, staying
-    // within `msg_controllen` (which the kernel set to what it wrote); the buffer is
-    // aligned for cmsghdr. Each SCM_RIGHTS entry is a descriptor the kernel has just
-    // installed in this process for this call, owned by nobody else: taking it as an
-    // OwnedFd is what makes it closed whatever the caller does next.
+    // SAFETY: the CMSG_* macros walk the control buffer within `msg_controllen` (the
+    // caller's contract); each SCM_RIGHTS entry is a descriptor installed for this call
+    // and owned by nobody else, so taking it as an OwnedFd is what closes it whatever
+    // the caller does next.
     unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        let mut c = libc::CMSG_FIRSTHDR(msg);
         while !c.is_null() {
             let level = (*c).cmsg_level;
             let kind = (*c).cmsg_type;
@@ -192,15 +303,10 @@ pub fn recvmsg(
                 let u = data.cast::<libc::ucred>().read_unaligned();
                 creds = Some(Ucred { pid: u.pid as u32, uid: u.uid, gid: u.gid });
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
+            c = libc::CMSG_NXTHDR(msg, c);
         }
     }
-    Ok(RecvMsg {
-        bytes: n as usize,
-        creds,
-        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
-        control_truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
-    })
+    creds
 }
 
 /// `ioctl(fd, SIOCOUTQ, &n)`: on an `AF_UNIX` socket, the bytes of kernel memory its
@@ -399,5 +505,68 @@ mod tests {
             recvmsg(r.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut fds, RecvFlags::DONTWAIT),
             Err(Errno::NOTSOCK)
         );
+    }
+
+    #[test]
+    fn a_batch_waits_for_one_and_takes_what_is_queued() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        rustix::net::sockopt::set_socket_passcred(&b, true).unwrap();
+        for m in [&b"one"[..], b"two", b"three"] {
+            sendmsg(a.as_fd(), &[IoSlice::new(m)], &[], SendFlags::empty()).unwrap();
+        }
+        let (mut h0, mut h1, mut h2, mut h3) = ([0u8; 2], [0u8; 2], [0u8; 2], [0u8; 2]);
+        let (mut b0, mut b1, mut b2, mut b3) = ([0u8; 8], [0u8; 8], [0u8; 8], [0u8; 8]);
+        let mut s0 = [IoSliceMut::new(&mut h0), IoSliceMut::new(&mut b0)];
+        let mut s1 = [IoSliceMut::new(&mut h1), IoSliceMut::new(&mut b1)];
+        let mut s2 = [IoSliceMut::new(&mut h2), IoSliceMut::new(&mut b2)];
+        let mut s3 = [IoSliceMut::new(&mut h3), IoSliceMut::new(&mut b3)];
+        let mut bufs: [&mut [IoSliceMut<'_>]; 4] = [&mut s0, &mut s1, &mut s2, &mut s3];
+        let mut fds: [Vec<OwnedFd>; 4] = Default::default();
+        let mut out = [RecvMsg { bytes: 0, creds: None, truncated: false, control_truncated: false }; 4];
+        let n = recvmmsg(b.as_fd(), &mut bufs, &mut fds, &mut out, RecvFlags::empty(), true).unwrap();
+        assert_eq!(n, 3, "it did not wait for a fourth");
+        assert_eq!(out.map(|m| m.bytes)[..3], [3, 3, 5]);
+        assert!(out[..3].iter().all(|m| m.creds.is_some() && !m.truncated));
+        assert_eq!((&h0, &b0[..1]), (b"on", &b"e"[..]));
+        assert_eq!((&h2, &b2[..3]), (b"th", &b"ree"[..]));
+        let n = recvmmsg(
+            b.as_fd(),
+            &mut [&mut [IoSliceMut::new(&mut b3)][..]],
+            &mut fds,
+            &mut out,
+            RecvFlags::DONTWAIT,
+            true,
+        );
+        assert_eq!(n, Err(Errno::AGAIN));
+    }
+
+    /// More descriptors than a batch message has room for: the kernel closes the rest,
+    /// says so, and what was installed is owned (the pipe's write end sees every read
+    /// end closed once they are dropped).
+    #[test]
+    fn a_batch_message_with_too_many_descriptors_leaks_none() {
+        let (a, b) = pair(SocketType::SEQPACKET);
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let many: Vec<BorrowedFd<'_>> = (0..40).map(|_| r.as_fd()).collect();
+        sendmsg(a.as_fd(), &[IoSlice::new(b"x")], &many, SendFlags::empty()).unwrap();
+        drop(many);
+        let mut buf = [0u8; 4];
+        let mut fds: [Vec<OwnedFd>; 1] = Default::default();
+        let mut out = [RecvMsg { bytes: 0, creds: None, truncated: false, control_truncated: false }];
+        let n = recvmmsg(
+            b.as_fd(),
+            &mut [&mut [IoSliceMut::new(&mut buf)][..]],
+            &mut fds,
+            &mut out,
+            RecvFlags::DONTWAIT,
+            false,
+        )
+        .unwrap();
+        assert_eq!(n, 1);
+        assert!(out[0].control_truncated);
+        assert!(fds[0].len() >= BATCH_FDS && fds[0].len() < 40, "{} installed", fds[0].len());
+        drop(r);
+        drop(fds);
+        assert_eq!(rustix::io::write(&w, b"x"), Err(Errno::PIPE), "no read end left open anywhere");
     }
 }
