@@ -52,19 +52,22 @@ pub trait Serve {
         Ok(())
     }
 
-    /// A malformed message was dropped (the nucleus refused it); `count` so far. The
-    /// default says so at powers of two, so that a hostile sender cannot flood the log.
+    /// A malformed or oversized message was dropped (the nucleus refused it); `count`
+    /// so far. The default says so at powers of two, so that a hostile sender cannot
+    /// flood the log.
     fn malformed(&mut self, count: u64, e: &ReceiveError) {
         if count.is_power_of_two() {
-            let sender = match e {
-                ReceiveError::Malformed { sender, .. } => sender.map_or(0, |s| s.pid),
-                _ => 0,
+            let (sender, what) = match e {
+                ReceiveError::Malformed { sender, .. } => (sender.map_or(0, |s| s.pid), "a malformed"),
+                // Refused by its header alone (the port's message limit), unread.
+                ReceiveError::TooLarge { sender, .. } => (sender.map_or(0, |s| s.pid), "an oversized"),
+                _ => (0, "a bad"),
             };
             tracing::warn!(
                 server = Self::NAME,
                 count,
                 client_pid = sender,
-                "dropped a malformed message ({count} so far): {e}"
+                "dropped {what} message ({count} refused so far): {e}"
             );
         }
     }
