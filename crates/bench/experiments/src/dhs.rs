@@ -300,7 +300,9 @@ fn run_trial(
             Err(_) => err = Some("client panicked".to_string()),
         }
     }
-    // Stop the server.
+    // Stop the server. The stopping client stays connected until the server has read
+    // the word: a real-time port drops what waits from a connection that hung up.
+    let mut stopper = None;
     match plain {
         Some(p) => {
             let _ = space.send(p, &mut Message::new(2, Vec::new()), IpcSend::NONBLOCKING);
@@ -308,10 +310,12 @@ fn run_trial(
         None => {
             if let Ok(mut c) = rt.connect(port) {
                 let _ = c.send(&STOP.to_le_bytes(), SendOptions { nonblocking: true, ..SendOptions::default() });
+                stopper = Some(c);
             }
         }
     }
     let _ = server.join();
+    drop(stopper);
     let _ = rt.destroy(port);
     if let Some(e) = err {
         return Err(e);
