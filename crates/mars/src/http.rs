@@ -254,10 +254,18 @@ fn none_match(list: &str, etag: &str) -> bool {
 /// it random, so it is unlikely to occur in the data).
 pub fn respond(req: &RequestHead, catalog: &impl Catalog, boundary: &str) -> Plan {
     let close = !req.keep_alive;
+    // A HEAD's answer has the head a GET's would, and no content (RFC 9110 §9.3.2).
+    let not_found = || {
+        let mut plan = error(404, close);
+        if req.method == Method::Head {
+            plan.body.clear();
+        }
+        plan
+    };
     if !valid_name(&req.path) {
-        return error(404, close);
+        return not_found();
     }
-    let Some(resource) = catalog.lookup(&req.path) else { return error(404, close) };
+    let Some(resource) = catalog.lookup(&req.path) else { return not_found() };
     let (len, etag, document) = match resource {
         Resource::Stream { len, etag } => (len, etag, None),
         Resource::Document { body, etag } => (body.len() as u64, etag, Some(body)),
