@@ -93,9 +93,16 @@ fn serve_child(args: &[String]) -> Result<(), String> {
     let mut opts = crate::Options::headless(0, 0, Some(PathBuf::from(socket)));
     opts.screen = crate::Screen::X { display: Some(display.clone()), shm: true };
     opts.refresh_hz = refresh.parse().map_err(|_| "bad refresh rate")?;
+    opts.realtime = true;
     opts.shm_wait.spin = Duration::from_micros(spin_us.parse().map_err(|_| "bad spin")?);
     let running = crate::spawn(&space, opts).map_err(|e| e.to_string())?;
-    let mut m = PortMessage::new(1, Vec::new());
+    // What the server's threads got from the scheduler, for the report's notes.
+    let sched: Vec<String> = running
+        .scheduling()
+        .iter()
+        .map(|t| format!("{} {}", t.thread.trim_start_matches("ictus-display-"), t.policy))
+        .collect();
+    let mut m = PortMessage::new(1, sched.join(", ").into_bytes());
     m.ports.push(PortArg::new(running.service_port(), Disposition::MakeSend));
     space.send(parent, &mut m, SendOptions { timeout: Some(Duration::from_secs(10)) }).map_err(|e| e.to_string())?;
     // Serve until the experiment goes (its port dies with it).
@@ -112,6 +119,8 @@ struct ServerProc {
     space: Space,
     service: ictus_ipc::Name,
     spin: Duration,
+    /// The server's threads and their scheduling classes, as the server reported them.
+    scheduling: String,
     _dir: TempDir,
 }
 
@@ -148,7 +157,8 @@ impl ServerProc {
             [r] if r.kind == RightKind::Send => r.name,
             _ => return Err(io("the display server", "sent no service right")),
         };
-        Ok(ServerProc { child, space, service, spin, _dir: dir })
+        let scheduling = String::from_utf8_lossy(got.data()).into_owned();
+        Ok(ServerProc { child, space, service, spin, scheduling, _dir: dir })
     }
 
     fn connect(&self, t: Transport) -> Result<Display, BenchError> {
@@ -1038,6 +1048,12 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     ));
     peer.close()?;
     let looks = ours[2].d.spin_looks().unwrap_or((0, 0));
+    report.notes.push(format!(
+        "our server's threads ask for SCHED_FIFO themselves and run with: {} (this process, our clients and the peer: \
+         {}; Xvfb as started)",
+        server.scheduling,
+        ictus_rt::thread::current_policy()
+    ));
     drop(ours);
     drop(server);
     drop(xvfb);

@@ -76,6 +76,8 @@ pub fn serve(o: ServeOptions) -> Result<(), CliError> {
         };
         let mut opts = Options::headless(0, 0, Some(socket.clone()));
         opts.screen = screen;
+        // The server process: its presenter and transports ask for a real-time class.
+        opts.realtime = true;
         if let Some(hz) = o.refresh_hz {
             opts.refresh_hz = hz;
         }

@@ -24,6 +24,7 @@ pub mod cli;
 mod core;
 mod present;
 pub mod raster;
+pub mod sched;
 #[allow(unsafe_code)]
 mod sys;
 mod transport;
@@ -82,6 +83,13 @@ pub struct Options {
     /// Presents of drawing per second at most (timed frames and syncs that wait for
     /// the screen are presented at once).
     pub refresh_hz: u32,
+    /// The presenter and the transports' threads ask for `SCHED_FIFO`
+    /// ([`sched::PRESENT_PRIORITY`], [`sched::TRANSPORT_PRIORITY`]); refused, they
+    /// run as they are and the server says so once ([`Running::scheduling`]). On in
+    /// the server process (`ictus display serve`, the experiment's server); off by
+    /// default for a server embedded in another program's threads (tests), whose
+    /// other threads it would otherwise outrank.
+    pub realtime: bool,
 }
 
 impl Options {
@@ -94,6 +102,7 @@ impl Options {
             shm_wait: WaitConfig::default(),
             limits: Limits::default(),
             refresh_hz: 60,
+            realtime: false,
         }
     }
 }
@@ -172,6 +181,7 @@ pub struct Running {
     socket_wake: Option<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
     ports: Option<ictus_server::Running>,
+    scheduling: Vec<sched::ThreadScheduling>,
 }
 
 /// Start a display server with its ports in `space`. Clients reach it through the
@@ -198,9 +208,24 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
         socket_wake: None,
         threads: Vec::new(),
         ports: None,
+        scheduling: Vec::new(),
     };
-    let thread = |name: &str, f: Box<dyn FnOnce() + Send>| {
-        std::thread::Builder::new().name(name.into()).spawn(f).map_err(StartError::Thread)
+    // Each thread asks the scheduler first and reports what it got; spawn returns
+    // once all have.
+    let (sched_tx, sched_rx) = std::sync::mpsc::channel();
+    let realtime = opts.realtime;
+    let mut expected = 0;
+    let mut thread = |name: &'static str, priority: u8, f: Box<dyn FnOnce() + Send>| {
+        let tx = sched_tx.clone();
+        expected += 1;
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                sched::enter(name, realtime, priority, &tx);
+                drop(tx);
+                f();
+            })
+            .map_err(StartError::Thread)
     };
     let shm_service = if opts.shm {
         let config = ServerConfig { wait: opts.shm_wait, sleep: SleepMode::Futex, ..ServerConfig::default() };
@@ -209,7 +234,11 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
         let svc_fd = space.send_right_fd(svc)?;
         let c = core.clone();
         let wait = opts.shm_wait;
-        running.threads.push(thread("ictus-display-shm", Box::new(move || transport::shm::run(c, server, wait)))?);
+        running.threads.push(thread(
+            "ictus-display-shm",
+            sched::TRANSPORT_PRIORITY,
+            Box::new(move || transport::shm::run(c, server, wait)),
+        )?);
         // The server's own channel to itself, whose records wake the thread.
         let own = Space::new();
         let name = own.insert_send_fd(svc_fd)?;
@@ -230,19 +259,36 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
         let (c, w) = (core.clone(), wake.clone());
         running.socket = Some(path.clone());
         running.socket_wake = Some(wake);
-        running.threads.push(thread("ictus-display-sock", Box::new(move || transport::socket::run(c, listener, w)))?);
+        running.threads.push(thread(
+            "ictus-display-sock",
+            sched::TRANSPORT_PRIORITY,
+            Box::new(move || transport::socket::run(c, listener, w)),
+        )?);
     }
     let c = core.clone();
-    running.threads.push(thread("ictus-display-present", Box::new(move || present::run(c)))?);
+    running.threads.push(thread("ictus-display-present", sched::PRESENT_PRIORITY, Box::new(move || present::run(c)))?);
     let offer = transport::port::Offer { shm_service, socket_path: opts.socket.clone() };
     let wake = transport::socket::waker()?;
     let server = transport::port::PortTransport::new(core, space, &ports, offer, wake);
     let mut ports_loop = Loop::new(space, ports, server);
+    expected += 1;
+    let tx = sched_tx.clone();
     running.ports = Some(ictus_server::Running::spawn("ictus-display-port", move |stop| {
+        sched::enter("ictus-display-port", realtime, sched::TRANSPORT_PRIORITY, &tx);
+        drop(tx);
         let r = ports_loop.run(None, stop);
         drop(ports_loop);
         r
     })?);
+    drop(sched_tx);
+    for _ in 0..expected {
+        // Every thread reports before it does anything else; one that could not has
+        // ended, and its sender with it.
+        match sched_rx.recv() {
+            Ok(s) => running.scheduling.push(s),
+            Err(_) => break,
+        }
+    }
     Ok(running)
 }
 
@@ -338,6 +384,11 @@ impl Running {
     /// The X connection, when shown on an X server.
     pub fn x(&self) -> Option<&x11::XConn> {
         self.core.x.as_deref()
+    }
+
+    /// What each time-critical thread asked of the scheduler and got.
+    pub fn scheduling(&self) -> &[sched::ThreadScheduling] {
+        &self.scheduling
     }
 
     /// Stop: every thread ends, every client's windows and buffers go.

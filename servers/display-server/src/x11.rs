@@ -52,10 +52,19 @@ pub struct XWin {
     pub seg: Option<u32>,
 }
 
-/// The connection to the X server.
+/// The connections to the X server: one for requests and their replies (the
+/// transports' threads and the presenter draw and wait for round trips on it), one
+/// that only the presenter reads, for events. With one connection, the answer to a
+/// transport's round trip also woke the presenter (the descriptor it polls turned
+/// readable) and the two then contended for x11rb's reader lock; worse, an event read
+/// by a thread waiting for its reply sat in x11rb's queue while the descriptor the
+/// presenter sleeps on showed nothing, so the presenter learnt of it only at its next
+/// timeout (an expose or a key up to 100 ms late: a lost wake-up).
 #[derive(Debug)]
 pub struct XConn {
     conn: RustConnection,
+    /// Selects the windows' events and receives them; read by the presenter only.
+    events: RustConnection,
     root: u32,
     gc: u32,
     depth: u8,
@@ -96,7 +105,11 @@ impl XConn {
         conn.prefetch_maximum_request_bytes();
         let max_request = conn.maximum_request_bytes();
         conn.flush()?;
-        Ok(XConn { conn, root, gc, depth, shm, max_request })
+        let (events, _) = RustConnection::connect(display).map_err(|source| XError::Connect {
+            display: display.map(str::to_owned).or_else(|| std::env::var("DISPLAY").ok()).unwrap_or_default(),
+            source,
+        })?;
+        Ok(XConn { conn, events, root, gc, depth, shm, max_request })
     }
 
     /// Whether MIT-SHM is in use.
@@ -110,9 +123,9 @@ impl XConn {
         (s.width_in_pixels, s.height_in_pixels)
     }
 
-    /// The connection's descriptor, for `poll`.
+    /// The events connection's descriptor, for the presenter's `poll`.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.conn.stream().as_fd()
+        self.events.stream().as_fd()
     }
 
     /// The raw connection (tests read windows back with it).
@@ -138,7 +151,7 @@ impl XConn {
             | EventMask::BUTTON_RELEASE
             | EventMask::POINTER_MOTION;
         // No background: the X server leaves exposed areas alone and we paint them.
-        let aux = CreateWindowAux::new().background_pixmap(x11rb::NONE).event_mask(mask);
+        let aux = CreateWindowAux::new().background_pixmap(x11rb::NONE);
         self.conn.create_window(
             self.depth,
             id,
@@ -153,6 +166,13 @@ impl XConn {
             &aux,
         )?;
         let seg = if self.shm { Some(self.attach(px.fd())?) } else { None };
+        // The X server orders requests within a connection, not across them: the
+        // window exists before the events connection names it, and its events are
+        // selected before it is mapped (so that its first expose is seen).
+        self.conn.get_input_focus()?.reply()?;
+        let select = xproto::ChangeWindowAttributesAux::new().event_mask(mask);
+        self.events.change_window_attributes(id, &select)?;
+        self.events.get_input_focus()?.reply()?;
         self.conn.map_window(id)?;
         self.conn.flush()?;
         Ok(XWin { id, seg })
@@ -298,9 +318,12 @@ impl XConn {
         Ok(())
     }
 
-    /// Events the X server sent, without waiting.
+    /// Events the X server sent, without waiting. Also drops what the requests
+    /// connection queued (errors of requests whose answer nobody waits for: a window
+    /// destroyed meanwhile), so that its queue does not grow.
     pub(crate) fn poll_events(&self, out: &mut Vec<XEvent>) -> Result<(), XError> {
-        while let Some(e) = self.conn.poll_for_event()? {
+        while self.conn.poll_for_event()?.is_some() {}
+        while let Some(e) = self.events.poll_for_event()? {
             let ev = match e {
                 Event::Expose(e) => XEvent::Expose {
                     xid: e.window,
