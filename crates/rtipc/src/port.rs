@@ -82,6 +82,26 @@ struct ConnSlot {
     watch: Option<HangUpWatch>,
 }
 
+/// A connection's place in the port's table.
+#[derive(Debug)]
+enum Slot {
+    /// An open connection.
+    Open(ConnSlot),
+    /// Its client hung up (died, or let go of it). Requests it sent before may still
+    /// wait in the main connection's kernel queue: they are delivered as Mach delivers a
+    /// message queued before its sender died, and their replies have nowhere to go
+    /// ([`ReplyError::ClientGone`]). Kept, with the process that made the connection,
+    /// only until nothing from before the hang-up can still be in the kernel's queue
+    /// ([`PortInner::forget_hung_up`]).
+    HungUp { pid: u32 },
+}
+
+/// Who sent a request, by the token it names.
+enum From {
+    Open(Arc<Conn>),
+    HungUp,
+}
+
 /// A client's note of a hand-off, read with its request: it set thread `tid` to
 /// `priority` (or found it waiting there) while the receivers' wait numbered `epoch`
 /// was on.
@@ -94,7 +114,9 @@ pub(crate) struct Note {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    conns: Vec<Option<ConnSlot>>,
+    conns: Vec<Option<Slot>>,
+    /// Slots that are [`Slot::HungUp`].
+    hung_up: usize,
     generations: Vec<u16>,
     pub(crate) queue: MessageQueue,
     /// The real-time port set this port is a member of: its receivers are the set's,
@@ -119,6 +141,9 @@ pub struct PortStats {
     pub waiting: usize,
     /// Open client connections.
     pub connections: usize,
+    /// Connections whose client hung up, kept until what it sent before is read from
+    /// the kernel's queue (then forgotten: nothing of a dead client stays).
+    pub hung_up: usize,
     /// Receivers associated.
     pub receivers: usize,
     /// Malformed datagrams refused.
@@ -180,6 +205,7 @@ impl PortInner {
         sys::seal_read_only_for_others(status_fd.as_fd())?;
         let state = State {
             conns: Vec::new(),
+            hung_up: 0,
             generations: Vec::new(),
             queue: MessageQueue::new(attrs.queueing, attrs.buffers, attrs.buffer_size),
             in_set: false,
@@ -226,7 +252,8 @@ impl PortInner {
             free_buffers: st.queue.free() + st.reading,
             buffers: self.attrs.buffers as usize,
             waiting: st.queue.len(),
-            connections: st.conns.iter().flatten().count(),
+            connections: st.conns.iter().flatten().filter(|s| matches!(s, Slot::Open(_))).count(),
+            hung_up: st.hung_up,
             receivers,
             malformed: self.malformed.load(Ordering::Relaxed),
         }
@@ -239,7 +266,17 @@ impl PortInner {
             return;
         }
         let _ = rustix::net::shutdown(&self.main_recv, rustix::net::Shutdown::Both);
-        let slots: Vec<ConnSlot> = self.lock().conns.iter_mut().filter_map(Option::take).collect();
+        let slots: Vec<ConnSlot> = {
+            let mut st = self.lock();
+            st.hung_up = 0;
+            st.conns
+                .iter_mut()
+                .filter_map(|s| match s.take() {
+                    Some(Slot::Open(s)) => Some(s),
+                    _ => None,
+                })
+                .collect()
+        };
         for s in slots {
             if let Some(w) = s.watch {
                 self.space.cancel_hang_up(w);
@@ -317,6 +354,7 @@ impl PortInner {
                 st.queue.release(slots[i]);
             }
         }
+        self.forget_hung_up(&mut st);
         drop(st);
         if outcome == Read::Dead {
             self.destroy();
@@ -364,9 +402,9 @@ impl PortInner {
         };
         match parsed {
             Ok(h) if h.kind == Kind::Request => {
-                let conn = pid.and_then(|pid| self.conn_of(st, h.conn, Some(pid)));
-                match conn {
-                    Some(c) if !truncated => {
+                let from = pid.and_then(|pid| self.sender(st, h.conn, pid));
+                match from {
+                    Some(From::Open(c)) if !truncated => {
                         // The client's note of a hand-off it made (a hint: a false one
                         // only costs its own request its priority).
                         let note = Note {
@@ -384,12 +422,22 @@ impl PortInner {
                         let priority = h.priority.min(self.attrs.ceiling);
                         let _ = st.queue.commit(slot, u64::from(h.conn), priority, h.seq, h.is_sync(), h.len);
                     }
-                    Some(_) => {
+                    Some(From::HungUp) if !truncated => {
+                        // Sent before its client hung up: delivered all the same (its
+                        // reply will find the client gone).
+                        let priority = h.priority.min(self.attrs.ceiling);
+                        let _ = st.queue.commit(slot, u64::from(h.conn), priority, h.seq, h.is_sync(), h.len);
+                    }
+                    Some(From::Open(_)) => {
                         // Larger than the port's buffers: refused, and its sender's
                         // connection closed.
                         st.queue.release(slot);
                         self.refused();
                         self.close_conn(st, h.conn);
+                    }
+                    Some(From::HungUp) => {
+                        st.queue.release(slot);
+                        self.refused();
                     }
                     None => {
                         // A connection the sender did not make, or one closed since.
@@ -426,8 +474,44 @@ impl PortInner {
         if st.generations.get(index) != Some(&generation) {
             return None;
         }
-        let c = &st.conns.get(index)?.as_ref()?.conn;
-        (pid.is_none() || pid == Some(c.pid)).then(|| Arc::clone(c))
+        let Slot::Open(s) = st.conns.get(index)?.as_ref()? else { return None };
+        (pid.is_none() || pid == Some(s.conn.pid)).then(|| Arc::clone(&s.conn))
+    }
+
+    /// Who sent a request naming `tok`, as the kernel stamped its pid: a connection that
+    /// process made, open or hung up since. `None`: not one of its connections.
+    fn sender(&self, st: &State, tok: u32, pid: u32) -> Option<From> {
+        let index = (tok & 0xffff) as usize;
+        let generation = (tok >> 16) as u16;
+        if st.generations.get(index) != Some(&generation) {
+            return None;
+        }
+        match st.conns.get(index)?.as_ref()? {
+            Slot::Open(s) if s.conn.pid == pid => Some(From::Open(Arc::clone(&s.conn))),
+            Slot::HungUp { pid: p } if *p == pid => Some(From::HungUp),
+            _ => None,
+        }
+    }
+
+    /// Forgets the hung-up connections once nothing they sent can still be unread: no
+    /// read is under way (its datagrams would not have been taken yet) and the main
+    /// connection's kernel queue is empty (`FIONREAD`, which for `SOCK_SEQPACKET`
+    /// counts every queued datagram). A client's requests are queued before its
+    /// connection can hang up (an `AF_UNIX` send is complete when it returns), so none
+    /// can come later. One `ioctl`, and only while some connection is hung up.
+    fn forget_hung_up(&self, st: &mut State) {
+        if st.hung_up == 0 || st.reading != 0 {
+            return;
+        }
+        if rustix::io::ioctl_fionread(&self.main_recv).ok() != Some(0) {
+            return;
+        }
+        for s in &mut st.conns {
+            if matches!(s, Some(Slot::HungUp { .. })) {
+                *s = None;
+            }
+        }
+        st.hung_up = 0;
     }
 
     /// The connection a queued message came on, if it is still open.
@@ -470,6 +554,7 @@ impl PortInner {
     /// Keeps a checked connection, watched for its client's death, and answers it with
     /// the port's attributes, its token and the status page.
     fn register(self: &Arc<Self>, st: &mut State, conn: Conn) -> Result<(), &'static str> {
+        self.forget_hung_up(st);
         if st.conns.iter().flatten().count() >= MAX_CONNECTIONS {
             return Err("too many connections");
         }
@@ -502,19 +587,24 @@ impl PortInner {
             self.space.cancel_hang_up(watch);
             return Err("could not answer the connection");
         }
-        st.conns[index] = Some(ConnSlot { conn: Arc::new(conn), watch: Some(watch) });
+        st.conns[index] = Some(Slot::Open(ConnSlot { conn: Arc::new(conn), watch: Some(watch) }));
         Ok(())
     }
 
-    /// The notifier saw a client's connection hang up: forget it and the messages that
-    /// wait from it.
+    /// The notifier saw a client's connection hang up: close it, and keep its place as
+    /// hung up while requests it sent before may still be unread. The requests that
+    /// already wait in the port's queue stay there: Mach delivers a message queued
+    /// before its sender died.
     fn hung_up(&self, tok: u32) {
         let mut st = self.lock();
         if self.conn_of(&st, tok, None).is_some() {
-            if let Some(s) = st.conns[(tok & 0xffff) as usize].take() {
+            let index = (tok & 0xffff) as usize;
+            if let Some(Slot::Open(s)) = st.conns[index].take() {
                 s.conn.close();
+                st.conns[index] = Some(Slot::HungUp { pid: s.conn.pid });
+                st.hung_up += 1;
             }
-            st.queue.remove_conn(u64::from(tok));
+            self.forget_hung_up(&mut st);
         }
     }
 
@@ -523,7 +613,7 @@ impl PortInner {
         if self.conn_of(st, tok, None).is_none() {
             return;
         }
-        if let Some(s) = st.conns[(tok & 0xffff) as usize].take() {
+        if let Some(Slot::Open(s)) = st.conns[(tok & 0xffff) as usize].take() {
             if let Some(w) = s.watch {
                 self.space.cancel_hang_up(w);
             }

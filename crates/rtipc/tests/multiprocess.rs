@@ -46,6 +46,7 @@ fn main() {
             "server" => server_role(),
             "client" => client_role(),
             "unprivileged" => unprivileged_role(),
+            "sender" => sender_role(),
             other => {
                 eprintln!("unknown role {other}");
                 2
@@ -54,7 +55,9 @@ fn main() {
         std::process::exit(code);
     }
     let args: Vec<String> = std::env::args().collect();
-    let tests: [(&str, TestFn); 6] = [
+    let tests: [(&str, TestFn); 8] = [
+        ("requests_of_a_client_killed_after_sending_are_delivered", || killed_sender_test("FIFO/OFF")),
+        ("requests_of_a_killed_client_are_delivered_in_priority_order", || killed_sender_test("BPI/ON")),
         ("inversion_is_bounded_by_handoff_and_inheritance", inversion_test),
         ("killed_client_leaves_no_boost_and_no_buffer", || killed_client_test(false)),
         ("killed_client_of_a_set_member_leaves_no_boost_and_no_buffer", || killed_client_test(true)),
@@ -233,6 +236,100 @@ fn client_role() -> i32 {
             1
         }
     }
+}
+
+/// How many asynchronous requests the `sender` role sends before it says so.
+const SENT_BEFORE_KILL: usize = 6;
+
+/// The `sender` role: connects, makes one call (so the port has accepted it), sends
+/// [`SENT_BEFORE_KILL`] asynchronous requests `m0`, `m1`, … with rising priorities, says
+/// so by writing `RTIPC_READY`, and waits to be killed.
+fn sender_role() -> i32 {
+    let space = Space::task();
+    let port = space.take_bootstrap().expect("bootstrap").expect("a bootstrap right");
+    let rt = RtSpace::new(space);
+    let mut c = rt.connect(port).expect("connect");
+    let mut reply = [0u8; 16];
+    if let Err(e) = c.call(b"hello", &mut reply, opts()) {
+        eprintln!("sender: {e}");
+        return 1;
+    }
+    for i in 0..SENT_BEFORE_KILL {
+        let body = format!("m{i}");
+        let o = SendOptions { priority: Some(10 + i as u8), ..opts() };
+        if let Err(e) = c.send(body.as_bytes(), o) {
+            eprintln!("sender: {e}");
+            return 1;
+        }
+    }
+    let _ = std::fs::write(std::env::var("RTIPC_READY").expect("ready file"), b"sent");
+    std::thread::sleep(WATCHDOG);
+    0
+}
+
+/// A client sends asynchronous requests and is killed with `kill -9` at once, while
+/// they wait in the port's queue (a priority port reads ahead) or in the kernel's (a
+/// FIFO port reads two per wait): every one is
+/// delivered (Mach delivers what was queued before its sender died), in the port's
+/// order, and afterwards nothing of the client is left (connection, buffers, its
+/// hung-up place).
+fn killed_sender_test(label: &str) -> Result<(), String> {
+    let space = Space::new();
+    let rt = RtSpace::new(space.clone());
+    let port = rt.allocate(attrs_named(label)).map_err(|e| e.to_string())?;
+    let ready = std::env::temp_dir().join(format!("rtipc-sent-{}-{}", std::process::id(), label.replace('/', "-")));
+    let _ = std::fs::remove_file(&ready);
+    let mut child = spawn(&space, "sender", port, &[("RTIPC_READY", ready.display().to_string())]);
+    let mut r = rt.associate(port, None).map_err(|e| e.to_string())?;
+    let mut req = r.request_buffer();
+    r.receive(&mut req, Some(WATCHDOG)).map_err(|e| format!("hello: {e}"))?;
+    if req.data() != b"hello" || !req.sync {
+        return Err(format!("expected the hello call, got {:?}", String::from_utf8_lossy(req.data())));
+    }
+    r.reply(&mut req, b"ok").map_err(|e| e.to_string())?;
+    wait_until("the client sent its requests", || ready.exists())?;
+    let _ = std::fs::remove_file(&ready);
+    // One taken now: a wait reads two, so the next waits in the port's own queue.
+    let mut got = Vec::new();
+    r.receive(&mut req, Some(WATCHDOG)).map_err(|e| format!("first request: {e}"))?;
+    got.push(String::from_utf8_lossy(req.data()).into_owned());
+    child.0.kill().map_err(|e| e.to_string())?;
+    child.0.wait().map_err(|e| e.to_string())?;
+    wait_until("the client's hang-up seen", || rt.stats(port).is_some_and(|s| s.connections == 0))?;
+    let s = rt.stats(port).ok_or("no stats")?;
+    // Those not yet read from the kernel's queue need the client's place kept; once
+    // all are in the port's own queue (a priority port reads ahead), nothing is kept.
+    let unread = s.waiting < SENT_BEFORE_KILL - 1;
+    if s.hung_up != usize::from(unread) {
+        return Err(format!("hung-up place kept wrongly (unread requests: {unread}): {s:?}"));
+    }
+    for _ in 1..SENT_BEFORE_KILL {
+        r.receive(&mut req, Some(WATCHDOG)).map_err(|e| format!("after the kill ({got:?} so far): {e}"))?;
+        if req.sync {
+            return Err("an asynchronous request arrived as a call".into());
+        }
+        got.push(String::from_utf8_lossy(req.data()).into_owned());
+    }
+    // Nothing else comes, and the wait that finds the queue empty forgets the client.
+    match r.receive(&mut req, Some(Duration::from_millis(100))) {
+        Err(ictus_rtipc::ReceiveError::TimedOut) => {}
+        other => return Err(format!("expected nothing more, got {other:?}")),
+    }
+    // A FIFO port delivers them in order; a priority port in its own order, but all.
+    let want: Vec<String> = (0..SENT_BEFORE_KILL).map(|i| format!("m{i}")).collect();
+    if !label.starts_with("FIFO") {
+        got.sort();
+    }
+    if got != want {
+        return Err(format!("delivered {got:?}, expected {want:?}"));
+    }
+    let s = rt.stats(port).ok_or("no stats")?;
+    if s.hung_up != 0 || s.connections != 0 || s.waiting != 0 || s.free_buffers != s.buffers || s.malformed != 0 {
+        return Err(format!("the dead client left something behind: {s:?}"));
+    }
+    drop(r);
+    rt.destroy(port).map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// Burns CPU for a fixed amount of work (not time), checking a flag as it goes.

@@ -38,6 +38,8 @@ pub mod control;
 pub mod local;
 pub mod protocol;
 pub mod timer;
+pub mod wait;
 
 pub use client::{Client, ClientError, ConnectError, Control};
 pub use protocol::{AlarmMessage, ClockError, ClockStats};
+pub use wait::{AlarmReceiver, AlarmWait};

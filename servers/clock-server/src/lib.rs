@@ -18,6 +18,8 @@
 pub mod cli;
 pub mod server;
 
-pub use ictus_clock_api::{client, control, local, protocol, timer};
-pub use ictus_clock_api::{AlarmMessage, Client, ClientError, ClockError, ClockStats, ConnectError, Control};
+pub use ictus_clock_api::{client, control, local, protocol, timer, wait};
+pub use ictus_clock_api::{
+    AlarmMessage, AlarmReceiver, AlarmWait, Client, ClientError, ClockError, ClockStats, ConnectError, Control,
+};
 pub use server::{Running, ServeError, Server};
