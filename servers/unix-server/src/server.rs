@@ -33,6 +33,8 @@ struct Conn {
     fd: OwnedFd,
     /// The pid that sent the hello (the owner, for clean-up of per-process state).
     pid: i32,
+    /// The working directory its relative paths start from.
+    cwd: ops::CwdCache,
 }
 
 struct Shared {
@@ -195,7 +197,7 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
                 }
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
                 let pid = m.cred.map_or(0, |c| c.0);
-                let conn = Arc::new(Conn { fd, pid });
+                let conn = Arc::new(Conn { fd, pid, cwd: ops::CwdCache::default() });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
                 s.session.stats.connections.fetch_add(1, Ordering::Relaxed);
                 s.session.stats.open.fetch_add(1, Ordering::Relaxed);
@@ -241,7 +243,7 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     };
     let reply = match (m.truncated, m.cred) {
         (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len], m.fds.len()) {
-            Ok(req) => ops::serve(&s.session, pid, &req, &m.fds),
+            Ok(req) => ops::serve(&s.session, pid, &conn.cwd, &req, &m.fds),
             Err(_) => malformed(s),
         },
         _ => malformed(s),
