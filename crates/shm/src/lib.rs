@@ -24,10 +24,14 @@
 #[cfg(all(feature = "tokio", not(loom)))]
 #[allow(unsafe_code)]
 pub mod aio;
-pub mod record;
-pub mod ring;
-mod sync;
-pub mod wake;
+/// The protocol core, shared with the Unix emulation library (no_std): the record
+/// format, the ring and the wake-up protocol live in `ictus-shm-core`.
+pub use ictus_shm_core::{record, ring, wake};
+// The same atomics as the core's (loom's under `--cfg loom`), so that the segment's
+// words are the rings' `RingMem` words (only the channel itself uses them: not
+// built for the model check).
+#[cfg(not(loom))]
+use ictus_shm_core::sync;
 
 #[cfg(not(loom))]
 #[allow(unsafe_code)]

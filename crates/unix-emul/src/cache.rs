@@ -69,6 +69,12 @@ pub fn refused(n: u32) -> bool {
     byte & (1 << (n % 8)) != 0
 }
 
+/// The working directory's generation (sent with every request, see
+/// [`crate::wire::RequestHeader::cwd`]).
+pub fn cwd_generation() -> u64 {
+    CWD.load(Ordering::Acquire)
+}
+
 /// The working directory changed: relative entries no longer apply.
 pub fn cwd_changed() {
     CWD.fetch_add(1, Ordering::AcqRel);

@@ -548,8 +548,9 @@ impl Req {
         let p1 = if self.has1 { Some(&self.store[self.p1.0..self.p1.0 + self.p1.1]) } else { None };
         let p2 = if self.has2 { Some(&self.store[self.p2.0..self.p2.0 + self.p2.1]) } else { None };
         let extra = &self.store[self.extra.0..self.extra.0 + self.extra.1];
-        let len = wire::encode_request(buf, self.op, self.fd_args, self.args, p1, p2, extra)
-            .ok_or(-(errno::ENAMETOOLONG as i64))?;
+        let len =
+            wire::encode_request(buf, self.op, crate::cache::cwd_generation(), self.fd_args, self.args, p1, p2, extra)
+                .ok_or(-(errno::ENAMETOOLONG as i64))?;
         let mut fds = [0i32; 6];
         let mut nfds = 0;
         for i in 0..6 {

@@ -91,13 +91,18 @@ pub struct RequestHeader {
     pub len2: u32,
     /// Length of the extra bytes.
     pub len3: u32,
+    /// The caller's working-directory generation: changes whenever the process changes
+    /// directory (the library counts `chdir` and `fchdir`). The server keeps the
+    /// directory it opened for a connection's relative paths while this stays the
+    /// same. A lie costs only the liar: it walks from a directory it was in before.
+    pub cwd: u64,
     /// The call's six arguments as the program passed them (pointers are meaningless
     /// to the server and never used).
     pub args: [u64; 6],
 }
 
 /// Size of [`RequestHeader`] on the wire.
-pub const REQUEST_HEADER: usize = 72;
+pub const REQUEST_HEADER: usize = 80;
 const _: () = assert!(core::mem::size_of::<RequestHeader>() == REQUEST_HEADER);
 
 /// Reply header.
@@ -180,7 +185,7 @@ impl<'a> Request<'a> {
         }
         let mut args = [0u64; 6];
         for (i, a) in args.iter_mut().enumerate() {
-            *a = le64(bytes, 24 + 8 * i);
+            *a = le64(bytes, 32 + 8 * i);
         }
         let header = RequestHeader {
             magic: le32(bytes, 0),
@@ -189,6 +194,7 @@ impl<'a> Request<'a> {
             len1: le32(bytes, 12),
             len2: le32(bytes, 16),
             len3: le32(bytes, 20),
+            cwd: le64(bytes, 24),
             args,
         };
         if header.magic != MAGIC {
@@ -226,9 +232,11 @@ impl<'a> Request<'a> {
 }
 
 /// Write a request into `out`; returns its length, or `None` if it does not fit.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_request(
     out: &mut [u8],
     op: u32,
+    cwd: u64,
     fd_args: u32,
     args: [u64; 6],
     path1: Option<&[u8]>,
@@ -246,8 +254,9 @@ pub fn encode_request(
     out[12..16].copy_from_slice(&len(path1).to_le_bytes());
     out[16..20].copy_from_slice(&len(path2).to_le_bytes());
     out[20..24].copy_from_slice(&(extra.len() as u32).to_le_bytes());
+    out[24..32].copy_from_slice(&cwd.to_le_bytes());
     for (i, a) in args.iter().enumerate() {
-        out[24 + 8 * i..32 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        out[32 + 8 * i..40 + 8 * i].copy_from_slice(&a.to_le_bytes());
     }
     let mut at = REQUEST_HEADER;
     for part in [path1.unwrap_or(&[]), path2.unwrap_or(&[]), extra] {
@@ -286,19 +295,20 @@ mod tests {
     #[test]
     fn a_request_round_trips() {
         let mut buf = [0u8; 512];
-        let n = encode_request(&mut buf, 257, 1, [3, 0, 2, 0o644, 0, 0], Some(b"a/b"), None, b"xy").unwrap();
+        let n = encode_request(&mut buf, 257, 7, 1, [3, 0, 2, 0o644, 0, 0], Some(b"a/b"), None, b"xy").unwrap();
         let r = Request::parse(&buf[..n], 1).unwrap();
         assert_eq!(r.header.op, 257);
         assert_eq!(r.path1, Some(&b"a/b"[..]));
         assert_eq!(r.path2, None);
         assert_eq!(r.extra, b"xy");
         assert_eq!(r.header.args[3], 0o644);
+        assert_eq!(r.header.cwd, 7);
     }
 
     #[test]
     fn bad_requests_are_refused() {
         let mut buf = [0u8; 512];
-        let n = encode_request(&mut buf, 2, 0, [0; 6], Some(b"abc"), None, b"").unwrap();
+        let n = encode_request(&mut buf, 2, 0, 0, [0; 6], Some(b"abc"), None, b"").unwrap();
         assert_eq!(Request::parse(&buf[..n - 1], 0), Err(WireError::Length));
         assert_eq!(Request::parse(&buf[..n], 1), Err(WireError::Fds));
         assert_eq!(Request::parse(&buf[..10], 0), Err(WireError::Short));

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ictus_unix_emul::elf;
 use ictus_unix_emul::sysno::{self as nr, errno, Class};
@@ -167,6 +167,38 @@ fn base(s: &Session, pid: i32, dirfd: Option<&OwnedFd>) -> Res<PathBuf> {
 struct Arg<'a> {
     path: &'a [u8],
     dirfd: Option<&'a OwnedFd>,
+    /// The connection's working directory and the request's generation of it.
+    cwd: Option<(&'a CwdCache, u64)>,
+}
+
+/// A connection's working directory, opened from `/proc/PID/cwd` for the identity
+/// view's relative paths and kept while the caller's generation of it
+/// ([`RequestHeader::cwd`](ictus_unix_emul::wire::RequestHeader::cwd)) and pid stay
+/// the same: the open of `/proc/PID/cwd` (a ptrace access check and a descriptor)
+/// costs as much as the call served. The descriptor follows the directory as the
+/// kernel's working directory does (a rename, a removal). A library that lies about
+/// the generation walks from a directory it was in before; in the identity view it
+/// could name any directory by its absolute path anyway.
+#[derive(Debug, Default)]
+pub struct CwdCache(Mutex<Option<(i32, u64, Arc<OwnedFd>)>>);
+
+impl CwdCache {
+    fn get(&self, pid: i32, generation: u64) -> Res<Arc<OwnedFd>> {
+        let mut c = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((p, g, fd)) = c.as_ref() {
+            if (*p, *g) == (pid, generation) {
+                return Ok(Arc::clone(fd));
+            }
+        }
+        let fd = Arc::new(open_cwd(pid)?);
+        *c = Some((pid, generation, Arc::clone(&fd)));
+        Ok(fd)
+    }
+}
+
+fn open_cwd(pid: i32) -> Res<OwnedFd> {
+    let cwd = CString::new(format!("/proc/{pid}/cwd")).map_err(|_| libc::EINVAL)?;
+    sys::openat2(None, &cwd, (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64, 0, 0)
 }
 
 fn resolve(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<Resolved> {
@@ -186,7 +218,7 @@ fn parent(r: &Resolved) -> Res<(OwnedFd, CString)> {
 /// descriptor of the request, or the server's working directory for absolute paths)
 /// and a name relative to it, with the `AT_SYMLINK_NOFOLLOW` to pass.
 struct Place {
-    dir: Option<OwnedFd>,
+    dir: Option<Arc<OwnedFd>>,
     raw_dir: libc::c_long,
     name: CString,
     nofollow: libc::c_long,
@@ -277,8 +309,11 @@ fn locate(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<Place> {
         } else if let Some(fd) = a.dirfd {
             (None, fd.as_raw_fd() as libc::c_long)
         } else {
-            let cwd = CString::new(format!("/proc/{pid}/cwd")).map_err(|_| libc::EINVAL)?;
-            (Some(sys::openat2(None, &cwd, (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64, 0, 0)?), -1)
+            let fd = match a.cwd {
+                Some((cache, generation)) => cache.get(pid, generation)?,
+                None => Arc::new(open_cwd(pid)?),
+            };
+            (Some(fd), -1)
         };
         return Ok(Place {
             dir,
@@ -291,7 +326,7 @@ fn locate(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<Place> {
     }
     let r = resolve(s, pid, a, follow)?;
     let (dir, name) = parent(&r)?;
-    Ok(Place { dir: Some(dir), raw_dir: -1, name, nofollow, readonly: r.readonly, walked: Some(r) })
+    Ok(Place { dir: Some(Arc::new(dir)), raw_dir: -1, name, nofollow, readonly: r.readonly, walked: Some(r) })
 }
 
 fn writable(r: &Resolved) -> Res<()> {
@@ -315,9 +350,9 @@ fn cs(c: &CStr) -> libc::c_long {
     c.as_ptr() as libc::c_long
 }
 
-/// Serve one request from `pid`, with the descriptors `fds` attached in argument
-/// order.
-pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply {
+/// Serve one request from `pid` on a connection whose working directory `cwd` keeps,
+/// with the descriptors `fds` attached in argument order.
+pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[OwnedFd]) -> Reply {
     s.stats.served.fetch_add(1, Ordering::Relaxed);
     let h = &req.header;
     let a = h.args;
@@ -333,7 +368,7 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
     if let Some(e) = s.policy.refusal(h.op) {
         return refuse(s, h.op, e);
     }
-    let reply = serve_op(s, pid, req, &fd_of);
+    let reply = serve_op(s, pid, cwd, req, &fd_of);
     // A name may have appeared (or gone): the libraries' cached failed lookups and
     // "not a link" answers are stale. (Bumped
     // after the change, so a lookup that raced with it is cached under the old
@@ -352,13 +387,14 @@ pub fn serve(s: &Session, pid: i32, req: &Request<'_>, fds: &[OwnedFd]) -> Reply
     reply
 }
 
-fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
+fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
     let h = &req.header;
     let a = h.args;
     const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
     const AT_EMPTY_PATH: u64 = 0x1000;
-    let arg1 = |dir: usize| Arg { path: req.path1.unwrap_or(b""), dirfd: fd_of[dir] };
-    let arg2 = |dir: usize| Arg { path: req.path2.unwrap_or(b""), dirfd: fd_of[dir] };
+    let here = Some((cwd, h.cwd));
+    let arg1 = |dir: usize| Arg { path: req.path1.unwrap_or(b""), dirfd: fd_of[dir], cwd: here };
+    let arg2 = |dir: usize| Arg { path: req.path2.unwrap_or(b""), dirfd: fd_of[dir], cwd: here };
     let empty_with_fd = |dir: usize, flags: u64| {
         flags & AT_EMPTY_PATH != 0 && req.path1.map_or(true, |p| p.is_empty()) && fd_of[dir].is_some()
     };
@@ -549,6 +585,10 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
             }
             let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
             p.writable()?;
+            if p.walked.is_none() {
+                let fd = pin_to_change(pid, &p)?;
+                return raw(452, [fdl(&fd), cs(c""), (a[2] & 0o7777) as _, p.nofollow | AT_EMPTY_PATH as i64, 0, 0]);
+            }
             let (dir, name) = (p.fd(), &p.name);
             raw(452, [dir, cs(name), (a[2] & 0o7777) as _, p.nofollow, 0, 0])
         })()),
@@ -562,6 +602,11 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
             }
             let p = locate(s, pid, &arg1(0), a[4] & AT_SYMLINK_NOFOLLOW == 0)?;
             p.writable()?;
+            if p.walked.is_none() {
+                let fd = pin_to_change(pid, &p)?;
+                let fl = p.nofollow | AT_EMPTY_PATH as i64;
+                return raw(libc::SYS_fchownat, [fdl(&fd), cs(c""), a[2] as u32 as _, a[3] as u32 as _, fl, 0]);
+            }
             let (dir, name) = (p.fd(), &p.name);
             raw(libc::SYS_fchownat, [dir, cs(name), a[2] as u32 as _, a[3] as u32 as _, p.nofollow, 0])
         })()),
@@ -580,6 +625,10 @@ fn serve_op(s: &Session, pid: i32, req: &Request<'_>, fd_of: &[Option<&OwnedFd>;
             }
             let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
             p.writable()?;
+            if p.walked.is_none() {
+                let fd = pin_to_change(pid, &p)?;
+                return raw(libc::SYS_utimensat, [fdl(&fd), cs(c""), times, p.nofollow | AT_EMPTY_PATH as i64, 0, 0]);
+            }
             let (dir, name) = (p.fd(), &p.name);
             raw(libc::SYS_utimensat, [dir, cs(name), times, p.nofollow, 0, 0])
         })()),
@@ -832,14 +881,32 @@ fn pin(pid: i32, p: &Place, extra: u64) -> Res<OwnedFd> {
     open_pinned(pid, p, fl)
 }
 
+/// [`pin`] for the calls that change what a path names (`chmod`, `chown`,
+/// `utimensat`): the same `O_PATH` walk, checked as a write — no other process's
+/// `/proc` entry, not even those `ps` reads — and the change is then made on the
+/// descriptor (`AT_EMPTY_PATH`). The kernel's plain walk from the server would follow
+/// a link the program made into another process's `/proc/PID/fd` and change a file
+/// only that process can reach.
+fn pin_to_change(pid: i32, p: &Place) -> Res<OwnedFd> {
+    let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64 | if p.nofollow != 0 { O_NOFOLLOW } else { 0 };
+    let fd = walk_pinned(pid, p, fl)?;
+    proc_check(pid, &fd, libc::O_WRONLY as u64)?;
+    Ok(fd)
+}
+
 /// [`pin`]'s open with the flags `fl` (`truncate` opens for writing).
 fn open_pinned(pid: i32, p: &Place, fl: u64) -> Res<OwnedFd> {
-    let fd = match sys::openat2(p.borrowed(), &p.name, fl, 0, sys::NO_MAGICLINKS) {
-        Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0)?,
-        r => r?,
-    };
+    let fd = walk_pinned(pid, p, fl)?;
     proc_check(pid, &fd, fl)?;
     Ok(fd)
+}
+
+/// The open under the open's rules: no magic link but the caller's own `/proc/PID`'s.
+fn walk_pinned(pid: i32, p: &Place, fl: u64) -> Res<OwnedFd> {
+    match sys::openat2(p.borrowed(), &p.name, fl, 0, sys::NO_MAGICLINKS) {
+        Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0),
+        r => r,
+    }
 }
 
 /// The flags openat2 accepts, from what openat would take (it ignores the rest).
@@ -867,13 +934,41 @@ fn sanitize_open_flags(fl: u64) -> u64 {
     fl & valid as u64
 }
 
+/// Whether `fd` is on a procfs (`PROC_SUPER_MAGIC`).
+fn on_procfs(fd: &OwnedFd) -> Res<bool> {
+    // SAFETY: st is plain data the kernel fills (fstat(2)); fd is open (O_PATH is fine).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    raw(libc::SYS_fstat, [fdl(fd), &mut st as *mut libc::stat as _, 0, 0, 0, 0])?;
+    if libc::major(st.st_dev) != 0 {
+        return Ok(false);
+    }
+    // SAFETY: as above (fstatfs(2)).
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    raw(libc::SYS_fstatfs, [fdl(fd), &mut sf as *mut libc::statfs as _, 0, 0, 0, 0])?;
+    Ok(sf.f_type == libc::PROC_SUPER_MAGIC)
+}
+
 /// Another process's `/proc/PID` files: the server (same user, no Landlock) could
 /// open what ptrace access guards — its own or another program's `mem`, `environ`,
 /// `fd/*` — which the program itself could not. Only read-only opens of the files
 /// `ps` reads are let through.
+///
+/// Most descriptors are on no procfs: an `fstat` tells (procfs, like every file
+/// system without a block device, has a device number of major 0; only those are
+/// looked at further, by `fstatfs`), which saves the `readlink` of
+/// `/proc/self/fd/N` — the dearest of the checks — on nearly every served open and
+/// stat. An entry of a procfs mounted elsewhere than `/proc` is refused: its path
+/// says nothing about whose it is.
 fn proc_check(pid: i32, fd: &OwnedFd, flags: u64) -> Res<()> {
-    let Ok(path) = sys::readlink(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd()))) else { return Ok(()) };
-    let Some(rest) = path.strip_prefix(b"/proc/") else { return Ok(()) };
+    if !on_procfs(fd)? {
+        return Ok(());
+    }
+    let Ok(path) = sys::readlink(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd()))) else {
+        return Err(errno::EACCES);
+    };
+    let Some(rest) = path.strip_prefix(b"/proc/") else {
+        return if path == b"/proc" { Ok(()) } else { Err(errno::EACCES) };
+    };
     let mut parts = rest.split(|&b| b == b'/');
     let Some(n) = parts.next().and_then(|n| std::str::from_utf8(n).ok()).and_then(|n| n.parse::<i32>().ok()) else {
         return Ok(());
@@ -988,7 +1083,7 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
             // Nested interpreters go in front.
             p.extend(std::mem::take(&mut prefix));
             prefix = p;
-            let (f, rr) = open_exec(s, pid, &Arg { path: &interp, dirfd: None }, true)?;
+            let (f, rr) = open_exec(s, pid, &Arg { path: &interp, dirfd: None, cwd: None }, true)?;
             fd = f;
             r = rr;
             continue;
@@ -1018,7 +1113,7 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
             while path.last() == Some(&0) {
                 path.pop();
             }
-            let (f, _) = open_exec(s, pid, &Arg { path: &path, dirfd: None }, true).map_err(|e| {
+            let (f, _) = open_exec(s, pid, &Arg { path: &path, dirfd: None, cwd: None }, true).map_err(|e| {
                 if e == errno::EACCES {
                     e
                 } else {
@@ -1068,7 +1163,7 @@ fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[
         return raw(call, [fdl(fd), addr.as_ptr() as _, addr.len() as _, 0, 0, 0]);
     }
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
-    let r = resolve(s, pid, &Arg { path, dirfd: None }, op == nr::CONNECT)?;
+    let r = resolve(s, pid, &Arg { path, dirfd: None, cwd: None }, op == nr::CONNECT)?;
     if op == nr::BIND {
         writable(&r)?;
     }
@@ -1090,7 +1185,7 @@ fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[
 /// Resolve and open a program for exec from the working directory of `pid`, as
 /// `execve(path)` would (for the first process of a session).
 pub fn exec_path(s: &Session, pid: i32, path: &[u8]) -> Res<Reply> {
-    exec(s, pid, &Arg { path, dirfd: None }, 0)
+    exec(s, pid, &Arg { path, dirfd: None, cwd: None }, 0)
 }
 
 #[cfg(test)]

@@ -6,15 +6,20 @@
 //!   thread. The server checks that what came is one `AF_UNIX SOCK_SEQPACKET` socket
 //!   and turns on `SO_PASSCRED`, so every request carries its sender's pid, uid and gid
 //!   as the kernel saw them.
-//! - Every connection is in the epoll, one-shot: a worker takes one request, serves
-//!   it, answers and re-arms. When every worker is busy (a blocking open of a FIFO,
+//! - Every connection is in the epoll, edge-triggered: a request's arrival wakes one
+//!   worker, which takes it, serves it and answers; the connection needs no re-arming
+//!   (an `epoll_ctl` per request saved), since the library sends a connection's next
+//!   request only after the reply to the last (a client that sends two at once finds
+//!   its second served with its next, or never: it harms only itself). A peer that
+//!   dies wakes a worker with its hang-up, or fails the reply's send: either drops
+//!   the connection. When every worker is busy (a blocking open of a FIFO,
 //!   a connect) the pool grows, up to [`MAX_WORKERS`].
 //! - A process that exits or is killed (even by `kill -9`) closes its connections:
 //!   the kernel hangs them up, the server drops them. Nothing else is kept per process
 //!   but the path of its last exec (for `/proc/PID/exe`), dropped with it.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -33,6 +38,8 @@ struct Conn {
     fd: OwnedFd,
     /// The pid that sent the hello (the owner, for clean-up of per-process state).
     pid: i32,
+    /// The working directory its relative paths start from.
+    cwd: ops::CwdCache,
 }
 
 struct Shared {
@@ -195,11 +202,11 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
                 }
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
                 let pid = m.cred.map_or(0, |c| c.0);
-                let conn = Arc::new(Conn { fd, pid });
+                let conn = Arc::new(Conn { fd, pid, cwd: ops::CwdCache::default() });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
                 s.session.stats.connections.fetch_add(1, Ordering::Relaxed);
                 s.session.stats.open.fetch_add(1, Ordering::Relaxed);
-                if sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), ct, true).is_err() {
+                if sys::epoll_add_edge(s.ep.as_fd(), conn.fd.as_fd(), ct).is_err() {
                     drop_conn(s, ct);
                 }
             }
@@ -230,18 +237,20 @@ fn drop_conn(s: &Arc<Shared>, token: u64) {
 
 fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     let Some(conn) = s.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&token).cloned() else { return };
-    let m = match sys::recv(conn.fd.as_fd(), buf, true) {
-        Ok(Some(m)) => m,
-        Ok(None) => return drop_conn(s, token),
-        Err(libc::EAGAIN) | Err(libc::EINTR) => {
-            let _ = sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), token, false);
-            return;
+    let m = loop {
+        match sys::recv(conn.fd.as_fd(), buf, true) {
+            Ok(Some(m)) => break m,
+            Ok(None) => return drop_conn(s, token),
+            // Interrupted: the edge is spent, so take the message now.
+            Err(libc::EINTR) => continue,
+            // A wake-up for what another worker took: the next arrival wakes one again.
+            Err(libc::EAGAIN) => return,
+            Err(_) => return drop_conn(s, token),
         }
-        Err(_) => return drop_conn(s, token),
     };
     let reply = match (m.truncated, m.cred) {
         (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len], m.fds.len()) {
-            Ok(req) => ops::serve(&s.session, pid, &req, &m.fds),
+            Ok(req) => ops::serve(&s.session, pid, &conn.cwd, &req, &m.fds),
             Err(_) => malformed(s),
         },
         _ => malformed(s),
@@ -253,12 +262,8 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     out.extend_from_slice(&reply.data);
     let fds: Vec<_> = reply.fds.iter().map(|f| f.as_fd()).collect();
     if sys::send(conn.fd.as_fd(), &out, &fds).is_err() {
-        return drop_conn(s, token);
-    }
-    if sys::epoll_arm(s.ep.as_fd(), conn.fd.as_fd(), token, false).is_err() {
         drop_conn(s, token);
     }
-    let _ = conn.fd.as_raw_fd();
 }
 
 fn malformed(s: &Arc<Shared>) -> ops::Reply {

@@ -239,6 +239,15 @@ pub fn epoll_arm(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64, add: bool) 
     check(r as libc::c_long).map(|_| ())
 }
 
+/// Add `fd` to `ep`, edge-triggered, for input and hang-up, with `token`: one event
+/// per arrival, never re-armed (see the server's connections).
+pub fn epoll_add_edge(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res<()> {
+    let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32, u64: token };
+    // SAFETY: ev is a valid event (epoll_ctl(2)).
+    let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+    check(r as libc::c_long).map(|_| ())
+}
+
 /// Wait for one event: `(token, events)`, or `None` on timeout.
 pub fn epoll_wait_one(ep: BorrowedFd<'_>, timeout_ms: i32) -> Res<Option<(u64, u32)>> {
     let mut ev = libc::epoll_event { events: 0, u64: 0 };

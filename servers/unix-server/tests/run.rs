@@ -346,6 +346,63 @@ fn links_into_another_process_proc_fd_reveal_nothing() {
     drop(outside);
 }
 
+/// `chmod`, `chown` and `utimensat` through a link the program made into another
+/// process's `/proc/PID/fd`: natively the same user changes a deleted file only that
+/// process holds; under ictus the server (unconfined) must not make the change for
+/// the program, while the program's own `/dev/fd` works as natively.
+#[test]
+fn links_into_another_process_proc_fd_change_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let d = scratch();
+    let hold = |name: &str| {
+        let f = d.join(name);
+        std::fs::write(&f, "s").unwrap();
+        let child = Killed(Command::new("sleep").arg("300").stdin(std::fs::File::open(&f).unwrap()).spawn().unwrap());
+        std::fs::remove_file(&f).unwrap();
+        let held = PathBuf::from(format!("/proc/{}/fd/0", child.0.id()));
+        std::fs::set_permissions(&held, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        (child, held)
+    };
+    let script = |held: &Path, out: &str| {
+        format!(
+            "cd {d} && ln -sf {h} l && echo own > own.txt && {{ \
+             chmod 600 l && echo chmod; touch -d @1000000 l && echo touch; chown 4321 l && echo chown; \
+             chmod 600 /dev/fd/5 5< own.txt && echo own-chmod; }} > {out} 2> /dev/null; true",
+            d = d.display(),
+            h = held.display()
+        )
+    };
+    let (n, native_held) = hold("native-secret");
+    assert_eq!(native(&script(&native_held, "native.txt")), 0);
+    let m = std::fs::metadata(&native_held).unwrap();
+    let native_changed = m.mode() & 0o777 == 0o600 && m.mtime() == 1_000_000;
+    drop(n);
+    let (o, held) = hold("secret");
+    let before = std::fs::metadata(&held).unwrap();
+    let (ended, _) = sh_under(None, &d, &script(&held, "ictus.txt"));
+    assert_eq!(ended, Ended::Code(0));
+    let after = std::fs::metadata(&held).unwrap();
+    assert_eq!(
+        (after.mode(), after.uid(), after.mtime(), after.mtime_nsec()),
+        (before.mode(), before.uid(), before.mtime(), before.mtime_nsec()),
+        "changed through another process's /proc/PID/fd"
+    );
+    assert_eq!(read(&d.join("ictus.txt")), "own-chmod\n");
+    assert_eq!(std::fs::metadata(d.join("own.txt")).unwrap().mode() & 0o777, 0o600);
+    // The same script natively does change it (as root, or as the file's owner).
+    if native_changed {
+        assert!(read(&d.join("native.txt")).starts_with("chmod\ntouch\n"), "{}", read(&d.join("native.txt")));
+    }
+    drop(o);
+}
+
 /// `readlink`'s "not a link" and "missing" answers come from the library's cache when
 /// repeated, and every change of the name — by the process or by its child — is seen
 /// at once: the same answers as natively.

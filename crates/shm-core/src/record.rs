@@ -136,10 +136,9 @@ pub struct PoolGeometry {
 }
 
 /// What was wrong with a ring. Each names the values it saw.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Corrupt {
     /// The producer's counter is behind the consumer's or more than a ring ahead.
-    #[error("head {head} is out of range for tail {tail} in a ring of {cap} bytes")]
     Head {
         /// Head as read.
         head: u64,
@@ -150,7 +149,6 @@ pub enum Corrupt {
     },
     /// The consumer's counter (read by the producer) is ahead of the head, more than a
     /// ring behind it, moved backwards, or is not aligned.
-    #[error("tail {tail} is out of range for head {head} in a ring of {cap} bytes")]
     Tail {
         /// Tail as read.
         tail: u64,
@@ -160,13 +158,10 @@ pub enum Corrupt {
         cap: u64,
     },
     /// A counter is not a multiple of the record alignment.
-    #[error("counter {0} is not aligned to {ALIGN} bytes")]
     Misaligned(u64),
     /// The header's kind is not a known kind, or its reserved bits are not zero.
-    #[error("bad record header word {0:#018x}")]
     BadHeader(u64),
     /// The header's sequence number is not the next one.
-    #[error("record sequence number {found}, expected {expected}")]
     Sequence {
         /// What the header said.
         found: u32,
@@ -175,7 +170,6 @@ pub enum Corrupt {
     },
     /// The record runs past the committed bytes, past the end of the ring, or beyond
     /// the largest record.
-    #[error("record of {len} bytes at {pos} overruns (committed {committed}, to end {to_end}, max {max})")]
     Overrun {
         /// Payload length claimed.
         len: u32,
@@ -189,7 +183,6 @@ pub enum Corrupt {
         max: u64,
     },
     /// A pad record that does not end exactly at the end of the ring.
-    #[error("pad of {len} bytes at {pos} does not end at the end of the ring")]
     Pad {
         /// Length claimed.
         len: u32,
@@ -197,10 +190,8 @@ pub enum Corrupt {
         pos: u64,
     },
     /// A pool record whose length is not [`POOL_REF_LEN`].
-    #[error("pool record with a payload of {0} bytes")]
     PoolRecord(u32),
     /// A pool reference to a slot that does not exist or with a length beyond it.
-    #[error("pool reference to slot {slot} with {len} bytes (pool of {slots} slots of {slot_size} bytes)")]
     PoolRef {
         /// Slot claimed.
         slot: u32,
@@ -212,18 +203,47 @@ pub enum Corrupt {
         slot_size: u32,
     },
     /// A pool slot referenced while the consumer still holds it from an earlier record.
-    #[error("pool slot {0} sent again while still held")]
     SlotHeld(u32),
     /// A pool slot returned that was not lent.
-    #[error("pool slot {0} returned but not lent")]
     SlotNotLent(u32),
     /// A record header changed after it was committed and read.
-    #[error("record header at {pos} was rewritten after commit")]
     Rewritten {
         /// Ring position.
         pos: u64,
     },
 }
+
+impl core::fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Corrupt::Head { head, tail, cap } => {
+                write!(f, "head {head} is out of range for tail {tail} in a ring of {cap} bytes")
+            }
+            Corrupt::Tail { tail, head, cap } => {
+                write!(f, "tail {tail} is out of range for head {head} in a ring of {cap} bytes")
+            }
+            Corrupt::Misaligned(c) => write!(f, "counter {c} is not aligned to {ALIGN} bytes"),
+            Corrupt::BadHeader(w) => write!(f, "bad record header word {w:#018x}"),
+            Corrupt::Sequence { found, expected } => {
+                write!(f, "record sequence number {found}, expected {expected}")
+            }
+            Corrupt::Overrun { len, pos, committed, to_end, max } => {
+                write!(f, "record of {len} bytes at {pos} overruns (committed {committed}, to end {to_end}, max {max})")
+            }
+            Corrupt::Pad { len, pos } => write!(f, "pad of {len} bytes at {pos} does not end at the end of the ring"),
+            Corrupt::PoolRecord(len) => write!(f, "pool record with a payload of {len} bytes"),
+            Corrupt::PoolRef { slot, len, slots, slot_size } => {
+                write!(f, "pool reference to slot {slot} with {len} bytes (pool of {slots} slots of {slot_size} bytes)")
+            }
+            Corrupt::SlotHeld(s) => write!(f, "pool slot {s} sent again while still held"),
+            Corrupt::SlotNotLent(s) => write!(f, "pool slot {s} returned but not lent"),
+            Corrupt::Rewritten { pos } => write!(f, "record header at {pos} was rewritten after commit"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Corrupt {}
 
 /// Checks a head read from shared memory against our tail; returns the committed bytes.
 pub fn check_head(tail: u64, head: u64, ring: RingGeometry) -> Result<u64, Corrupt> {
@@ -313,16 +333,17 @@ pub struct Scanned {
 /// does (pads skipped, pool slots tracked as held), stopping at the first error.
 /// `words` is the ring, eight bytes a word (`cap / 8` words). This is what the fuzz
 /// target and the tests drive; the live consumer makes the same calls on shared memory.
+#[cfg(any(test, feature = "alloc"))]
 pub fn scan(
     words: &[u64],
     tail: u64,
     head: u64,
     ring: RingGeometry,
     pool: PoolGeometry,
-) -> Result<Vec<Scanned>, Corrupt> {
+) -> Result<alloc::vec::Vec<Scanned>, Corrupt> {
     assert_eq!(words.len() as u64 * 8, ring.cap, "the image is one ring");
-    let mut out = Vec::new();
-    let mut held = vec![false; pool.slots as usize];
+    let mut out = alloc::vec::Vec::new();
+    let mut held = alloc::vec![false; pool.slots as usize];
     let mut tail = tail - tail % ALIGN;
     let mut seq = 0u32;
     let committed = check_head(tail, head, ring)?;
@@ -359,6 +380,7 @@ pub fn scan(
 /// bytes of how far the head is ahead, then the ring's bytes (zero-padded). Returns
 /// how many records were accepted, `None` for a short input or a corrupt ring.
 #[doc(hidden)]
+#[cfg(any(test, feature = "alloc"))]
 pub fn fuzz_scan(data: &[u8]) -> Option<usize> {
     let (&shift, rest) = data.split_first()?;
     let cap = MIN_RING << (shift % 5);
@@ -367,7 +389,7 @@ pub fn fuzz_scan(data: &[u8]) -> Option<usize> {
     let (ahead, rest) = rest.split_first_chunk::<2>()?;
     let tail = u64::from_le_bytes(*tail) & !(ALIGN - 1);
     let head = tail.wrapping_add(u64::from(u16::from_le_bytes(*ahead)) & !(ALIGN - 1) & 0x1fff);
-    let mut words = vec![0u64; (cap / 8) as usize];
+    let mut words = alloc::vec![0u64; (cap / 8) as usize];
     for (w, chunk) in words.iter_mut().zip(rest.chunks(8)) {
         let mut b = [0u8; 8];
         b[..chunk.len()].copy_from_slice(chunk);
@@ -376,7 +398,7 @@ pub fn fuzz_scan(data: &[u8]) -> Option<usize> {
     let pool = PoolGeometry { slots: 8, slot_size: 4096 };
     let found = scan(&words, tail, head, ring, pool).ok()?;
     {
-        let mut seen = vec![false; pool.slots as usize];
+        let mut seen = alloc::vec![false; pool.slots as usize];
         for f in &found {
             assert!(f.payload_at >= HEADER_LEN && f.payload_at + u64::from(f.frame.len) <= cap, "{f:?}");
             assert!(f.frame.advance <= ring.max_record() && f.frame.kind != Kind::Pad);
@@ -395,6 +417,8 @@ pub fn fuzz_scan(data: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::vec;
+    use std::vec::Vec;
 
     const RING: RingGeometry = RingGeometry { cap: 256 };
     const POOL: PoolGeometry = PoolGeometry { slots: 4, slot_size: 4096 };

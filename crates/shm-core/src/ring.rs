@@ -28,10 +28,9 @@ pub trait RingMem {
 }
 
 /// Why room could not be reserved.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReserveError {
     /// The record is larger than the ring carries in one piece.
-    #[error("a record of {len} bytes exceeds the ring's largest payload of {max} bytes")]
     TooLarge {
         /// Payload bytes asked for.
         len: u64,
@@ -39,11 +38,38 @@ pub enum ReserveError {
         max: u64,
     },
     /// Not enough free room now; the consumer has not caught up.
-    #[error("the ring is full")]
     Full,
     /// The consumer's counter is nonsense.
-    #[error(transparent)]
-    Corrupt(#[from] Corrupt),
+    Corrupt(Corrupt),
+}
+
+impl From<Corrupt> for ReserveError {
+    fn from(c: Corrupt) -> ReserveError {
+        ReserveError::Corrupt(c)
+    }
+}
+
+impl core::fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ReserveError::TooLarge { len, max } => {
+                write!(f, "a record of {len} bytes exceeds the ring's largest payload of {max} bytes")
+            }
+            ReserveError::Full => f.write_str("the ring is full"),
+            ReserveError::Corrupt(c) => core::fmt::Display::fmt(c, f),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ReserveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // `#[error(transparent)]` before: the corruption is the error itself.
+            ReserveError::Corrupt(c) => c.source(),
+            _ => None,
+        }
+    }
 }
 
 /// Room reserved for one record.
@@ -269,6 +295,7 @@ impl<M: RingMem> Consumer<M> {
 mod tests {
     use super::*;
     use crate::record::Corrupt;
+    use std::vec::Vec;
 
     #[derive(Debug)]
     struct Local {
