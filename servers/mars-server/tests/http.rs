@@ -84,6 +84,37 @@ fn ranges_byte_for_byte() {
     r.stop();
 }
 
+/// Downloads spliced from the page cache (the default) and through the registered
+/// buffers (`splice: false`, as where the kernel has no `IORING_OP_SPLICE`): the same
+/// bytes, every buffer and pipe back.
+#[test]
+fn ranges_byte_for_byte_spliced_and_not() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("splice");
+    let (comps, clip, _) = volume(dir.path());
+    for splice in [true, false] {
+        let r = start(&comps, EngineConfig { splice, splice_pipes: 2, ..EngineConfig::default() }, false);
+        check_ranges(&r, &clip);
+        let stats = r.handle.as_ref().unwrap().stats().unwrap();
+        assert_eq!(stats.buffers_free, stats.buffers, "every buffer back after the responses");
+        if splice && stats.zero_copy {
+            // A kernel with IORING_OP_SEND_ZC (6.0) has IORING_OP_SPLICE (5.7).
+            assert!(stats.splice, "splicing refused on a kernel that has it: {stats:?}");
+        }
+        if splice && stats.splice {
+            assert!(stats.bytes_spliced >= clip.len() as u64, "downloads spliced: {stats:?}");
+            assert_eq!(stats.bytes_zero_copy, 0, "no download took the buffers: {stats:?}");
+        } else {
+            assert!(!stats.splice);
+            assert_eq!(stats.bytes_spliced, 0);
+            assert!(stats.bytes_zero_copy + stats.bytes_copied >= clip.len() as u64);
+        }
+        r.stop();
+    }
+}
+
 #[test]
 fn ranges_byte_for_byte_through_the_fallback() {
     if !have_curl() {
