@@ -123,44 +123,17 @@ impl Default for EngineConfig {
 
 /// One stream's state, as `stream_state` reports it (the wire form of the API crate).
 pub use ictus_mars_api::StreamState;
+use ictus_mars_api::Stats;
 
-/// Counters of the engine.
+/// Counters of the engine: the counters the streams API carries ([`Stats`], which
+/// `EngineStats` dereferences to) and what only the engine's own users see.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EngineStats {
-    /// Connections open now.
-    pub connections: u64,
-    /// Connections accepted in all.
-    pub accepted: u64,
-    /// Connections closed at once for being over the limit.
-    pub refused: u64,
-    /// Connections closed by a timeout.
-    pub timed_out: u64,
-    /// Requests answered.
-    pub requests: u64,
-    /// Buffers free, of the pool.
-    pub buffers_free: u64,
-    /// Buffers in the pool.
-    pub buffers: u64,
-    /// Bytes sent with zero-copy sends.
-    pub bytes_zero_copy: u64,
-    /// Bytes sent with copying sends.
-    pub bytes_copied: u64,
-    /// Device reads done.
-    pub reads: u64,
-    /// Whether reads are O_DIRECT.
-    pub direct: bool,
-    /// Whether buffers are registered with the ring.
-    pub registered: bool,
-    /// Whether zero-copy send is in use.
-    pub zero_copy: bool,
+    /// The counters as [`Streams::stats`](ictus_mars_api::protocol::Streams::stats)
+    /// sends them.
+    pub counters: Stats,
     /// DRR classes: name, quantum, sectors served.
     pub classes: Vec<(String, u32, u64)>,
-    /// Real-time streams admitted and bytes/s reserved of the reservable.
-    pub rt_streams: u64,
-    /// Bytes/s reserved.
-    pub reserved: f64,
-    /// Bytes/s that may be reserved.
-    pub reservable: f64,
     /// The devices' worst read latency now (ns), what read-ahead is sized from.
     pub latency_high_ns: u64,
     /// The largest read-ahead window a paced stream has had (chunks).
@@ -174,6 +147,19 @@ pub struct EngineStats {
     pub splice: bool,
     /// Bytes of downloads spliced from the page cache to sockets.
     pub bytes_spliced: u64,
+}
+
+impl std::ops::Deref for EngineStats {
+    type Target = Stats;
+    fn deref(&self) -> &Stats {
+        &self.counters
+    }
+}
+
+impl std::ops::DerefMut for EngineStats {
+    fn deref_mut(&mut self) -> &mut Stats {
+        &mut self.counters
+    }
 }
 
 /// A request to the engine from another thread.
@@ -605,7 +591,11 @@ impl Engine {
             dirty: Vec::new(),
             starved: Vec::new(),
             rt,
-            stats: EngineStats { direct, registered, zero_copy, splice: !cached.is_empty(), ..EngineStats::default() },
+            stats: EngineStats {
+                counters: Stats { direct, registered, zero_copy, ..Stats::default() },
+                splice: !cached.is_empty(),
+                ..EngineStats::default()
+            },
             scratch: vec![0; 16 << 10],
             boundary_seq: 0,
             boundary_salt: crate::volume::random_id(),
@@ -1872,8 +1862,8 @@ impl Engine {
             })
             .collect();
         s.rt_streams = self.admission.len() as u64;
-        s.reserved = self.admission.reserved();
-        s.reservable = self.admission.reservable();
+        s.reserved = self.admission.reserved() as u64;
+        s.reservable = self.admission.reservable() as u64;
         s
     }
 }
