@@ -121,9 +121,9 @@ impl Default for EngineConfig {
     }
 }
 
+use ictus_mars_api::Stats;
 /// One stream's state, as `stream_state` reports it (the wire form of the API crate).
 pub use ictus_mars_api::StreamState;
-use ictus_mars_api::Stats;
 
 /// Counters of the engine: the counters the streams API carries ([`Stats`], which
 /// `EngineStats` dereferences to) and what only the engine's own users see.
@@ -282,12 +282,31 @@ struct ReadReq {
 
 #[derive(Debug)]
 enum Item {
-    Bytes { data: Vec<u8>, sent: usize },
-    Chunk { buf: u16, skip: u32, len: u32, pending: u32, sent: u32, failed: bool },
+    Bytes {
+        data: Vec<u8>,
+        sent: usize,
+    },
+    Chunk {
+        buf: u16,
+        skip: u32,
+        len: u32,
+        pending: u32,
+        sent: u32,
+        failed: bool,
+    },
     /// `len` bytes at `offset` of cached device `dev`, spliced through the connection's
     /// pipe: `filled` of them into it so far, `drained` of those out to the socket;
     /// `ops` splices in the kernel; `queued` while its read waits in DRR.
-    Splice { dev: u16, offset: u64, len: u32, filled: u32, drained: u32, ops: u8, queued: bool, failed: bool },
+    Splice {
+        dev: u16,
+        offset: u64,
+        len: u32,
+        filled: u32,
+        drained: u32,
+        ops: u8,
+        queued: bool,
+        failed: bool,
+    },
 }
 
 /// A pipe for splicing: read end, write end, capacity.
@@ -524,7 +543,10 @@ impl Engine {
             cached
         } else {
             if cfg.splice && !cached.is_empty() && !splice_supported {
-                warn_once(&WARN_SPLICE, "this kernel has no IORING_OP_SPLICE: downloads read into the registered buffers");
+                warn_once(
+                    &WARN_SPLICE,
+                    "this kernel has no IORING_OP_SPLICE: downloads read into the registered buffers",
+                );
             }
             Vec::new()
         };
@@ -1293,9 +1315,11 @@ impl Engine {
             .build()
             .flags(squeue::Flags::IO_LINK)
             .user_data(ud(OP_SPLICE_IN, idx, 0));
-        let drain = opcode::Splice::new(types::Fd(pr), -1, types::Fd(sock), -1, r.len)
-            .build()
-            .user_data(ud(OP_SPLICE_OUT, slot, gen));
+        let drain = opcode::Splice::new(types::Fd(pr), -1, types::Fd(sock), -1, r.len).build().user_data(ud(
+            OP_SPLICE_OUT,
+            slot,
+            gen,
+        ));
         // Linked entries must be in one submission: make room for both first.
         let room = {
             let sq = self.ring.submission();

@@ -361,8 +361,10 @@ fn stalled_and_slow_spliced_downloads() {
     // every byte arrives.
     let slow = std::thread::spawn(move || {
         let want = 16usize << 20;
-        let mut s =
-            small_window_client(addr, &format!("GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-{}\r\n\r\n", want - 1));
+        let mut s = small_window_client(
+            addr,
+            &format!("GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-{}\r\n\r\n", want - 1),
+        );
         let mut got = Vec::new();
         let mut b = vec![0u8; 32 << 10];
         let until = std::time::Instant::now() + Duration::from_secs(12);

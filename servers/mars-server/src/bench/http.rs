@@ -153,7 +153,8 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
     let direct_port = direct_server.addr.map_or(0, |a| a.port());
     let spliced = server.handle.as_ref().and_then(|h| h.stats()).is_some_and(|s| s.splice);
     if !spliced {
-        out.notes.push("HTTP: this kernel or storage gave no splice path: ours sent from the registered buffers".into());
+        out.notes
+            .push("HTTP: this kernel or storage gave no splice path: ours sent from the registered buffers".into());
     }
     let nginx = if rig::have("nginx", "-v") {
         let port = rig::free_port()?;

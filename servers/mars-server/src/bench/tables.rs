@@ -325,74 +325,78 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
                 let fio_out = rig.dir.join(format!("fio-{k}-{round}-{who:?}-{}.json", (frac * 100.0) as u32));
                 let mark = rig.mark();
                 let deadline = Duration::from_secs_f64(secs * 3.0 + 10.0);
-                let measured = (|| -> Result<_, BenchError> { Ok(match who {
-                    Who::Ours | Who::OursBfqRt => {
-                        let ioprio = (who == Who::OursBfqRt).then_some((1, 0));
-                        let server = serve(&l.single, capability, EngineConfig { ioprio, ..engine() })?;
-                        let port = port_of(&server);
-                        let fio = rig::start_fio(rig, &dev, &Readers { k, ..ours_bg }, Priority::default(), &fio_out)?;
-                        let got = play(
-                            port,
-                            format!("clip.bin?rate={}", stream_rate as u64),
-                            stream_rate,
-                            chunk,
-                            window,
-                            deadline,
-                        );
-                        let got = got.join().map_err(|_| err("player", "panicked"))??;
-                        if let Some(f) = fio {
-                            rig.wait_child(f, Duration::from_secs_f64(secs + 30.0))?;
+                let measured = (|| -> Result<_, BenchError> {
+                    Ok(match who {
+                        Who::Ours | Who::OursBfqRt => {
+                            let ioprio = (who == Who::OursBfqRt).then_some((1, 0));
+                            let server = serve(&l.single, capability, EngineConfig { ioprio, ..engine() })?;
+                            let port = port_of(&server);
+                            let fio =
+                                rig::start_fio(rig, &dev, &Readers { k, ..ours_bg }, Priority::default(), &fio_out)?;
+                            let got = play(
+                                port,
+                                format!("clip.bin?rate={}", stream_rate as u64),
+                                stream_rate,
+                                chunk,
+                                window,
+                                deadline,
+                            );
+                            let got = got.join().map_err(|_| err("player", "panicked"))??;
+                            if let Some(f) = fio {
+                                rig.wait_child(f, Duration::from_secs_f64(secs + 30.0))?;
+                            }
+                            let seen = engine_seen(&server);
+                            server.stop();
+                            (got, rig::fio_bw(&fio_out), Some(seen))
                         }
-                        let seen = engine_seen(&server);
-                        server.stop();
-                        (got, rig::fio_bw(&fio_out), Some(seen))
-                    }
-                    Who::OursDrr => {
-                        // The background readers are clients of the server: full-speed
-                        // downloads of another stream, each from its own part, queued by
-                        // DRR in the non-real-time class, as 001 §5.2's background
-                        // read()s went to the NRTQ.
-                        let server = serve(&l.single, capability, engine())?;
-                        let port = port_of(&server);
-                        let dur = Duration::from_secs_f64(secs);
-                        let part = l.clip_len / k.max(1) as u64;
-                        let downloads: Vec<_> = (0..k as u64)
-                            .map(|i| {
-                                std::thread::spawn(move || {
-                                    client::get_range(port, "bg.bin", i * part, dur).map(|g| g.bytes)
+                        Who::OursDrr => {
+                            // The background readers are clients of the server: full-speed
+                            // downloads of another stream, each from its own part, queued by
+                            // DRR in the non-real-time class, as 001 §5.2's background
+                            // read()s went to the NRTQ.
+                            let server = serve(&l.single, capability, engine())?;
+                            let port = port_of(&server);
+                            let dur = Duration::from_secs_f64(secs);
+                            let part = l.clip_len / k.max(1) as u64;
+                            let downloads: Vec<_> = (0..k as u64)
+                                .map(|i| {
+                                    std::thread::spawn(move || {
+                                        client::get_range(port, "bg.bin", i * part, dur).map(|g| g.bytes)
+                                    })
                                 })
-                            })
-                            .collect();
-                        let got = play(
-                            port,
-                            format!("clip.bin?rate={}", stream_rate as u64),
-                            stream_rate,
-                            chunk,
-                            window,
-                            deadline,
-                        );
-                        let got = got.join().map_err(|_| err("player", "panicked"))??;
-                        let mut bg_bytes = 0u64;
-                        for d in downloads {
-                            bg_bytes += d.join().map_err(|_| err("download", "panicked"))??;
+                                .collect();
+                            let got = play(
+                                port,
+                                format!("clip.bin?rate={}", stream_rate as u64),
+                                stream_rate,
+                                chunk,
+                                window,
+                                deadline,
+                            );
+                            let got = got.join().map_err(|_| err("player", "panicked"))??;
+                            let mut bg_bytes = 0u64;
+                            for d in downloads {
+                                bg_bytes += d.join().map_err(|_| err("download", "panicked"))??;
+                            }
+                            let seen = engine_seen(&server);
+                            server.stop();
+                            (got, bg_bytes as f64 / secs, Some(seen))
                         }
-                        let seen = engine_seen(&server);
-                        server.stop();
-                        (got, bg_bytes as f64 / secs, Some(seen))
-                    }
-                    Who::NginxDeadline | Who::NginxBfqRt => {
-                        let io = (who == Who::NginxBfqRt).then_some((1, 0));
-                        let port = rig::free_port()?;
-                        rig::start_nginx(rig, &l.www, port, Priority { fifo: Some(ENGINE_FIFO), io })?;
-                        let fio = rig::start_fio(rig, &dev, &Readers { k, ..www_bg }, Priority::default(), &fio_out)?;
-                        let got = play(port, "clip.bin".into(), stream_rate, chunk, window, deadline);
-                        let got = got.join().map_err(|_| err("player", "panicked"))??;
-                        if let Some(f) = fio {
-                            rig.wait_child(f, Duration::from_secs_f64(secs + 30.0))?;
+                        Who::NginxDeadline | Who::NginxBfqRt => {
+                            let io = (who == Who::NginxBfqRt).then_some((1, 0));
+                            let port = rig::free_port()?;
+                            rig::start_nginx(rig, &l.www, port, Priority { fifo: Some(ENGINE_FIFO), io })?;
+                            let fio =
+                                rig::start_fio(rig, &dev, &Readers { k, ..www_bg }, Priority::default(), &fio_out)?;
+                            let got = play(port, "clip.bin".into(), stream_rate, chunk, window, deadline);
+                            let got = got.join().map_err(|_| err("player", "panicked"))??;
+                            if let Some(f) = fio {
+                                rig.wait_child(f, Duration::from_secs_f64(secs + 30.0))?;
+                            }
+                            (got, rig::fio_bw(&fio_out), None)
                         }
-                        (got, rig::fio_bw(&fio_out), None)
-                    }
-                }) })();
+                    })
+                })();
                 rig.stop_since(mark);
                 let (received, bg, engine_seen) = match measured {
                     Ok(m) => m,
