@@ -71,24 +71,7 @@ fn connect(dest: &str) -> Result<OwnedFd, String> {
 
 /// The counters as the wire carries them.
 pub fn stats_of(s: &EngineStats) -> Stats {
-    Stats {
-        connections: s.connections,
-        accepted: s.accepted,
-        refused: s.refused,
-        timed_out: s.timed_out,
-        requests: s.requests,
-        buffers_free: s.buffers_free,
-        buffers: s.buffers,
-        bytes_zero_copy: s.bytes_zero_copy,
-        bytes_copied: s.bytes_copied,
-        reads: s.reads,
-        direct: s.direct,
-        registered: s.registered,
-        zero_copy: s.zero_copy,
-        rt_streams: s.rt_streams,
-        reserved: s.reserved as u64,
-        reservable: s.reservable as u64,
-    }
+    s.counters
 }
 
 impl Streams for StreamsImpl {

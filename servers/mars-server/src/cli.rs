@@ -133,6 +133,10 @@ struct ServeArgs {
     /// Run the engine thread timesharing (no SCHED_FIFO).
     #[arg(long, conflicts_with = "fifo")]
     timesharing: bool,
+    /// Downloads (requests without ?rate=) read with O_DIRECT into the registered
+    /// buffers, as paced streams do, instead of being spliced from the page cache.
+    #[arg(long)]
+    no_splice: bool,
     /// Least time of stream a paced stream keeps read ahead, seconds (0 to 60); it reads
     /// further ahead when the devices' measured latency asks for it.
     #[arg(long, value_name = "SECONDS", default_value = "0.5", value_parser = ictus_args::seconds(0.0, 60.0))]
@@ -222,6 +226,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         max_connections: a.max_connections.as_usize(),
         rt_reserve: a.rt_reserve.get() / 100.0,
         fifo: (!a.timesharing).then(|| a.fifo.get()),
+        splice: !a.no_splice,
         readahead: ictus_mars::readahead::ReadAhead {
             floor_ns: u64::try_from(a.min_readahead.get().as_nanos()).unwrap_or(u64::MAX),
             ..ictus_mars::readahead::ReadAhead::default()

@@ -11,6 +11,14 @@
 //! - **Sends** of those same buffers go out with `IORING_OP_SEND_ZC` from the fixed
 //!   buffer (zero-copy where the kernel can; a buffer is reused only after the kernel's
 //!   notification), or `IORING_OP_SEND` where zero-copy send is refused.
+//! - **Downloads** (HTTP requests without `?rate=`) go through the page cache with
+//!   zero copies where the storage offers cached descriptors ([`Storage::cached`]): each
+//!   piece is one `IORING_OP_SPLICE` file → pipe linked to one pipe → socket, queued in
+//!   the device's DRR scheduler in the non-real-time class like any read, so the kernel
+//!   passes page references from the page cache to the socket as `sendfile` does. A
+//!   bounded pool of pipes ([`EngineConfig::splice_pipes`]) bounds the downloads spliced
+//!   at once (and the io_uring workers they can block); a download that finds none, and
+//!   every paced stream, takes the registered-buffer path above.
 //! - **HTTP** connections are read with a poll and non-blocking `recv` into one scratch
 //!   buffer, so an idle or slow connection holds no buffer at all; request heads are
 //!   bounded ([`ictus_mars::http::MAX_HEAD`]); heads that take too long, idle keep-alive
@@ -82,6 +90,11 @@ pub struct EngineConfig {
     /// dispatcher's), so that the sends the upcalls release are not delayed by
     /// timesharing load; if refused, run anyway and say so once.
     pub fifo: Option<u8>,
+    /// Splice full-speed downloads from the page cache to the socket where the storage
+    /// and the kernel allow; otherwise downloads use the registered buffers.
+    pub splice: bool,
+    /// Most downloads spliced at once (each holds one pipe while it sends).
+    pub splice_pipes: usize,
 }
 
 impl Default for EngineConfig {
@@ -102,50 +115,25 @@ impl Default for EngineConfig {
             rt_reserve: 0.8,
             ioprio: None,
             fifo: None,
+            splice: true,
+            splice_pipes: 64,
         }
     }
 }
 
+use ictus_mars_api::Stats;
 /// One stream's state, as `stream_state` reports it (the wire form of the API crate).
 pub use ictus_mars_api::StreamState;
 
-/// Counters of the engine.
+/// Counters of the engine: the counters the streams API carries ([`Stats`], which
+/// `EngineStats` dereferences to) and what only the engine's own users see.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EngineStats {
-    /// Connections open now.
-    pub connections: u64,
-    /// Connections accepted in all.
-    pub accepted: u64,
-    /// Connections closed at once for being over the limit.
-    pub refused: u64,
-    /// Connections closed by a timeout.
-    pub timed_out: u64,
-    /// Requests answered.
-    pub requests: u64,
-    /// Buffers free, of the pool.
-    pub buffers_free: u64,
-    /// Buffers in the pool.
-    pub buffers: u64,
-    /// Bytes sent with zero-copy sends.
-    pub bytes_zero_copy: u64,
-    /// Bytes sent with copying sends.
-    pub bytes_copied: u64,
-    /// Device reads done.
-    pub reads: u64,
-    /// Whether reads are O_DIRECT.
-    pub direct: bool,
-    /// Whether buffers are registered with the ring.
-    pub registered: bool,
-    /// Whether zero-copy send is in use.
-    pub zero_copy: bool,
+    /// The counters as [`Streams::stats`](ictus_mars_api::protocol::Streams::stats)
+    /// sends them.
+    pub counters: Stats,
     /// DRR classes: name, quantum, sectors served.
     pub classes: Vec<(String, u32, u64)>,
-    /// Real-time streams admitted and bytes/s reserved of the reservable.
-    pub rt_streams: u64,
-    /// Bytes/s reserved.
-    pub reserved: f64,
-    /// Bytes/s that may be reserved.
-    pub reservable: f64,
     /// The devices' worst read latency now (ns), what read-ahead is sized from.
     pub latency_high_ns: u64,
     /// The largest read-ahead window a paced stream has had (chunks).
@@ -155,6 +143,23 @@ pub struct EngineStats {
     pub max_rt_need: u64,
     /// The worst device read latency seen (ns).
     pub max_latency_ns: u64,
+    /// Whether downloads are spliced from the page cache.
+    pub splice: bool,
+    /// Bytes of downloads spliced from the page cache to sockets.
+    pub bytes_spliced: u64,
+}
+
+impl std::ops::Deref for EngineStats {
+    type Target = Stats;
+    fn deref(&self) -> &Stats {
+        &self.counters
+    }
+}
+
+impl std::ops::DerefMut for EngineStats {
+    fn deref_mut(&mut self) -> &mut Stats {
+        &mut self.counters
+    }
 }
 
 /// A request to the engine from another thread.
@@ -250,6 +255,8 @@ const OP_SEND_BUF: u64 = 4;
 const OP_READ: u64 = 5;
 const OP_WAKE: u64 = 6;
 const OP_TICK: u64 = 7;
+const OP_SPLICE_IN: u64 = 8;
+const OP_SPLICE_OUT: u64 = 9;
 
 fn ud(op: u64, a: u32, b: u32) -> u64 {
     (op << 56) | (u64::from(a) << 24) | u64::from(b & 0xff_ffff)
@@ -258,9 +265,11 @@ fn ud_parts(u: u64) -> (u64, u32, u32) {
     (u >> 56, ((u >> 24) & 0xffff_ffff) as u32, (u & 0xff_ffff) as u32)
 }
 
-/// A device read waiting in DRR or in the kernel.
+/// A device read waiting in DRR or in the kernel: into a registered buffer, or (for a
+/// spliced download, `splice`) from the page cache into the owner's pipe.
 #[derive(Clone, Copy, Debug)]
 struct ReadReq {
+    splice: bool,
     buf: u16,
     owner: Owner,
     dev: u16,
@@ -273,8 +282,39 @@ struct ReadReq {
 
 #[derive(Debug)]
 enum Item {
-    Bytes { data: Vec<u8>, sent: usize },
-    Chunk { buf: u16, skip: u32, len: u32, pending: u32, sent: u32, failed: bool },
+    Bytes {
+        data: Vec<u8>,
+        sent: usize,
+    },
+    Chunk {
+        buf: u16,
+        skip: u32,
+        len: u32,
+        pending: u32,
+        sent: u32,
+        failed: bool,
+    },
+    /// `len` bytes at `offset` of cached device `dev`, spliced through the connection's
+    /// pipe: `filled` of them into it so far, `drained` of those out to the socket;
+    /// `ops` splices in the kernel; `queued` while its read waits in DRR.
+    Splice {
+        dev: u16,
+        offset: u64,
+        len: u32,
+        filled: u32,
+        drained: u32,
+        ops: u8,
+        queued: bool,
+        failed: bool,
+    },
+}
+
+/// A pipe for splicing: read end, write end, capacity.
+#[derive(Debug)]
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+    size: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,6 +357,11 @@ struct Conn {
     read: u64,
     sent: u64,
     failed: bool,
+    /// While a download is spliced: its pipe.
+    pipe: Option<Pipe>,
+    /// Bytes the peer had acknowledged at the last tick, while a splice to it is in
+    /// flight (a blocking splice reports progress only when it is done).
+    acked: Option<u64>,
 }
 
 const UNLIMITED: u64 = u64::MAX;
@@ -350,6 +395,8 @@ impl Conn {
             read: 0,
             sent: 0,
             failed: false,
+            pipe: None,
+            acked: None,
         }
     }
 }
@@ -404,6 +451,13 @@ pub struct Engine {
     rt_class: ClassId,
     nrt_class: ClassId,
     class_names: Vec<String>,
+    /// The storage's devices through the page cache, if downloads are spliced.
+    cached: Vec<RawFd>,
+    /// The largest read DRR takes (bytes).
+    max_read: u64,
+    /// Free pipes, and how many exist (free or held).
+    pipes: Vec<Pipe>,
+    pipes_made: usize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -433,6 +487,7 @@ fn warn_once(flag: &AtomicBool, msg: &str) {
 }
 static WARN_REGISTER: AtomicBool = AtomicBool::new(false);
 static WARN_ZC: AtomicBool = AtomicBool::new(false);
+static WARN_SPLICE: AtomicBool = AtomicBool::new(false);
 
 impl Engine {
     /// An engine over `storage`, accepting HTTP on `listener` if given. `capability`
@@ -482,6 +537,19 @@ impl Engine {
         let zc_supported =
             ring.submitter().register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendZc::CODE);
         let zero_copy = cfg.zero_copy && zc_supported;
+        let cached: Vec<RawFd> = storage.cached().iter().map(|d| d.as_raw_fd()).collect();
+        let splice_supported = probe.is_supported(opcode::Splice::CODE);
+        let cached = if cfg.splice && splice_supported && cached.len() == storage.devices().len() {
+            cached
+        } else {
+            if cfg.splice && !cached.is_empty() && !splice_supported {
+                warn_once(
+                    &WARN_SPLICE,
+                    "this kernel has no IORING_OP_SPLICE: downloads read into the registered buffers",
+                );
+            }
+            Vec::new()
+        };
         if cfg.zero_copy && !zc_supported {
             warn_once(&WARN_ZC, "this kernel has no IORING_OP_SEND_ZC: sends copy from the registered buffers");
         }
@@ -545,7 +613,11 @@ impl Engine {
             dirty: Vec::new(),
             starved: Vec::new(),
             rt,
-            stats: EngineStats { direct, registered, zero_copy, ..EngineStats::default() },
+            stats: EngineStats {
+                counters: Stats { direct, registered, zero_copy, ..Stats::default() },
+                splice: !cached.is_empty(),
+                ..EngineStats::default()
+            },
             scratch: vec![0; 16 << 10],
             boundary_seq: 0,
             boundary_salt: crate::volume::random_id(),
@@ -553,6 +625,10 @@ impl Engine {
             rt_class: ClassId(0),
             nrt_class: ClassId(1),
             class_names: vec!["rt".into(), "nrt".into()],
+            cached,
+            max_read: u64::from(max_request) * SECTOR,
+            pipes: Vec::new(),
+            pipes_made: 0,
         };
         Ok((engine, handle))
     }
@@ -730,6 +806,8 @@ impl Engine {
                 self.sent(a, res, op == OP_SEND_BUF);
             }
             OP_READ => self.read_done(a, res),
+            OP_SPLICE_IN => self.splice_in_done(a, res),
+            OP_SPLICE_OUT => self.splice_out_done(a, b, res),
             OP_WAKE => {
                 self.commands();
                 if !self.stopped.load(Ordering::Acquire) {
@@ -879,7 +957,15 @@ impl Engine {
             }
         }
         let plan = if rate_refused { refused_plan() } else { plan };
+        // A full-speed download with data to send goes through the page cache by
+        // splice, if a pipe is to be had.
+        let spliced = rate.is_none()
+            && info.is_some()
+            && !self.cached.is_empty()
+            && plan.body.iter().any(|s| matches!(s, Segment::Data { .. }));
+        let pipe = if spliced { self.take_pipe() } else { None };
         let Some(c) = self.conn(slot) else { return };
+        c.pipe = pipe;
         c.phase = Phase::Sending;
         c.keep_alive = plan.keep_alive && !rate_refused;
         c.progress = Instant::now();
@@ -973,6 +1059,11 @@ impl Engine {
         // Finished?
         let Some(c) = self.conn(slot) else { return };
         if c.items.is_empty() && c.segs.is_empty() && c.cursor.is_none() && !c.send_busy {
+            // Every splice done and drained: the pipe is empty, back to the pool.
+            if let Some(p) = c.pipe.take() {
+                self.pipes.push(p);
+            }
+            let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
             if c.http {
                 if c.keep_alive && !c.peer_closed {
                     c.phase = Phase::Head;
@@ -1014,6 +1105,7 @@ impl Engine {
     /// Queues reads for the next chunks, up to the window and the read credit.
     fn fill(&mut self, slot: u32) {
         let (chunk, ra, latency) = (self.cfg.buf_size as u64, self.cfg.readahead, self.latency_high);
+        let max_read = self.max_read;
         if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
             if let Some(rate) = c.rate {
                 // A paced stream reads as far ahead as the devices' latency asks now.
@@ -1042,6 +1134,52 @@ impl Engine {
             };
             if c.read_credit == 0 {
                 return;
+            }
+            if let Some(pipe_size) = c.pipe.as_ref().map(|p| u64::from(p.size)) {
+                // A spliced download: the next pipeful, in pieces of one device each
+                // (a stripe unit, or several contiguous ones on one device).
+                let want = (end - pos).min(pipe_size);
+                let mut pieces: Vec<(u16, u64, u64)> = Vec::new();
+                for p in self.storage.plan(pos, want) {
+                    let (mut offset, mut len) = (p.offset, p.len);
+                    while len > 0 {
+                        match pieces.last_mut() {
+                            Some((d, o, l)) if *d == p.component && *o + *l == offset && *l < max_read => {
+                                let n = len.min(max_read - *l);
+                                *l += n;
+                                offset += n;
+                                len -= n;
+                            }
+                            _ => {
+                                let n = len.min(max_read);
+                                pieces.push((p.component, offset, n));
+                                offset += n;
+                                len -= n;
+                            }
+                        }
+                    }
+                }
+                let got: u64 = pieces.iter().map(|p| p.2).sum();
+                if got != want {
+                    // The range leaves the volume (a label that decoded cannot say so).
+                    c.failed = true;
+                    c.cursor = None;
+                    return;
+                }
+                c.cursor = if pos + want >= end { None } else { Some((pos + want, end)) };
+                for (dev, offset, len) in pieces {
+                    c.items.push_back(Item::Splice {
+                        dev,
+                        offset,
+                        len: len as u32,
+                        filled: 0,
+                        drained: 0,
+                        ops: 0,
+                        queued: false,
+                        failed: false,
+                    });
+                }
+                continue;
             }
             // Downloads leave the last buffers to real-time streams.
             if c.class != rt_class && free <= rt_floor {
@@ -1076,6 +1214,7 @@ impl Engine {
             let class = c.class;
             for p in pieces {
                 let req = ReadReq {
+                    splice: false,
                     buf,
                     owner,
                     dev: p.component,
@@ -1112,6 +1251,10 @@ impl Engine {
 
     fn submit_read(&mut self, mut r: ReadReq) {
         r.submitted = self.now_ns();
+        if r.splice {
+            self.submit_splice(r);
+            return;
+        }
         let idx = match self.free_reads.pop() {
             Some(i) => {
                 self.reads[i as usize] = Some(r);
@@ -1132,6 +1275,142 @@ impl Engine {
             opcode::Read::new(fd, ptr, r.len).offset(r.offset).build()
         };
         self.push(e.user_data(ud(OP_READ, idx, 0)));
+    }
+
+    /// A spliced download's fill, linked to its drain: page-cache pages of the device
+    /// into the connection's pipe, then from the pipe to the socket (references, not
+    /// copies). A short fill fails the link, cancelling the drain; the connection sends
+    /// what the pipe holds and fills again.
+    fn submit_splice(&mut self, r: ReadReq) {
+        let (slot, gen) = r.owner;
+        let Some(&dev_fd) = self.cached.get(usize::from(r.dev)) else { return };
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.gen != gen || c.phase != Phase::Sending {
+            return;
+        }
+        let Some(pipe) = c.pipe.as_ref() else { return };
+        let (pr, pw, sock) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd(), c.sock.as_raw_fd());
+        match c.items.front_mut() {
+            Some(Item::Splice { ops, queued, .. }) => {
+                *ops = 2;
+                *queued = false;
+            }
+            _ => return,
+        }
+        c.ops += 2;
+        c.send_busy = true;
+        c.acked = None;
+        let idx = match self.free_reads.pop() {
+            Some(i) => {
+                self.reads[i as usize] = Some(r);
+                i
+            }
+            None => {
+                self.reads.push(Some(r));
+                (self.reads.len() - 1) as u32
+            }
+        };
+        self.inflight[usize::from(r.dev)] += 1;
+        let fill = opcode::Splice::new(types::Fd(dev_fd), r.offset as i64, types::Fd(pw), -1, r.len)
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(ud(OP_SPLICE_IN, idx, 0));
+        let drain = opcode::Splice::new(types::Fd(pr), -1, types::Fd(sock), -1, r.len).build().user_data(ud(
+            OP_SPLICE_OUT,
+            slot,
+            gen,
+        ));
+        // Linked entries must be in one submission: make room for both first.
+        let room = {
+            let sq = self.ring.submission();
+            sq.capacity() - sq.len()
+        };
+        if room < 2 {
+            let _ = self.ring.submit();
+        }
+        self.push(fill);
+        self.push(drain);
+    }
+
+    fn splice_in_done(&mut self, idx: u32, res: i32) {
+        let Some(r) = self.reads.get_mut(idx as usize).and_then(Option::take) else { return };
+        self.free_reads.push(idx);
+        self.inflight[usize::from(r.dev)] -= 1;
+        self.stats.reads += 1;
+        let (slot, gen) = r.owner;
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.gen != gen {
+            return;
+        }
+        c.ops -= 1;
+        if c.phase == Phase::Closing {
+            self.maybe_free(slot);
+            return;
+        }
+        if let Some(Item::Splice { ops, filled, failed, .. }) = c.items.front_mut() {
+            *ops = ops.saturating_sub(1);
+            if res > 0 {
+                *filled += res as u32;
+                c.read += res as u64;
+            } else {
+                // An error, or the end of the device before the stream's end.
+                *failed = true;
+            }
+        }
+        self.dirty.push(slot);
+    }
+
+    fn splice_out_done(&mut self, slot: u32, gen: u32, res: i32) {
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.gen != gen {
+            return;
+        }
+        c.ops -= 1;
+        if c.phase == Phase::Closing {
+            c.send_busy = false;
+            self.maybe_free(slot);
+            return;
+        }
+        let mut done = false;
+        if let Some(Item::Splice { ops, len, drained, failed, .. }) = c.items.front_mut() {
+            *ops = ops.saturating_sub(1);
+            if res > 0 {
+                *drained += res as u32;
+                c.sent += res as u64;
+                c.progress = Instant::now();
+                self.stats.bytes_spliced += res as u64;
+            } else if res != -libc::ECANCELED {
+                // EPIPE, ECONNRESET…: the client is gone (a cancelled drain followed a
+                // short fill, whose bytes are sent next).
+                *failed = true;
+            }
+            done = *ops == 0 && *drained == *len;
+            if *ops == 0 {
+                c.send_busy = false;
+            }
+        }
+        if done {
+            c.items.pop_front();
+        }
+        self.dirty.push(slot);
+    }
+
+    /// A pipe for a spliced download: a free one, or a new one while fewer than
+    /// `splice_pipes` exist.
+    fn take_pipe(&mut self) -> Option<Pipe> {
+        if let Some(p) = self.pipes.pop() {
+            return Some(p);
+        }
+        if self.pipes_made >= self.cfg.splice_pipes {
+            return None;
+        }
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+        // 1 MiB where allowed (fs.pipe-max-size; an unprivileged user's pipes past
+        // fs.pipe-user-pages-soft stay small): what it really is is what is used.
+        let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
+        let size = rustix::pipe::fcntl_getpipe_size(&w).ok()?;
+        self.pipes_made += 1;
+        Some(Pipe { r, w, size: u32::try_from(size).unwrap_or(u32::MAX).max(4096) })
     }
 
     fn read_done(&mut self, idx: u32, res: i32) {
@@ -1197,9 +1476,55 @@ impl Engine {
                     gen,
                 ))
             }
-            Some(Item::Chunk { failed: true, .. }) => {
+            Some(Item::Chunk { failed: true, .. }) | Some(Item::Splice { failed: true, .. }) => {
                 c.failed = true;
                 self.dirty.push(slot);
+                return;
+            }
+            Some(&Item::Splice { dev, offset, len, filled, drained, ops, queued, .. }) => {
+                if ops > 0 || queued {
+                    return;
+                }
+                if drained < filled {
+                    // A short fill (its linked drain was cancelled) or a short drain: send
+                    // what the pipe holds.
+                    let Some(pipe) = c.pipe.as_ref() else { return };
+                    let e = opcode::Splice::new(types::Fd(pipe.r.as_raw_fd()), -1, fd, -1, filled - drained)
+                        .build()
+                        .user_data(ud(OP_SPLICE_OUT, slot, gen));
+                    if let Some(Item::Splice { ops, .. }) = c.items.front_mut() {
+                        *ops = 1;
+                    }
+                    c.send_busy = true;
+                    c.acked = None;
+                    c.ops += 1;
+                    self.push(e);
+                    return;
+                }
+                if filled < len {
+                    // The next fill waits its turn in the device's DRR queue.
+                    if let Some(Item::Splice { queued, .. }) = c.items.front_mut() {
+                        *queued = true;
+                    }
+                    let (class, owner) = (c.class, (slot, gen));
+                    let req = ReadReq {
+                        splice: true,
+                        buf: 0,
+                        owner,
+                        dev,
+                        offset: offset + u64::from(filled),
+                        len: len - filled,
+                        at: 0,
+                        submitted: 0,
+                    };
+                    let sectors = req.len.div_ceil(SECTOR as u32);
+                    let position = req.offset;
+                    if let Err((_, r)) =
+                        self.drr[usize::from(dev)].enqueue(class, Request { position, sectors, payload: req })
+                    {
+                        self.submit_read(r.payload);
+                    }
+                }
                 return;
             }
             Some(Item::Chunk { pending, .. }) if *pending > 0 => return,
@@ -1332,6 +1657,10 @@ impl Engine {
     fn maybe_free(&mut self, slot: u32) {
         let Some(c) = self.conns.get(slot as usize).and_then(Option::as_ref) else { return };
         if c.phase == Phase::Closing && c.ops == 0 {
+            if c.pipe.is_some() {
+                // Dropped with the connection: it may hold bytes never sent.
+                self.pipes_made -= 1;
+            }
             self.conns[slot as usize] = None;
             self.free_slots.push(slot);
             self.live -= 1;
@@ -1343,8 +1672,19 @@ impl Engine {
         let now = Instant::now();
         let (head_t, idle_t, send_t) = (self.cfg.head_timeout, self.cfg.idle_timeout, self.cfg.send_timeout);
         let mut expired = Vec::new();
-        for (slot, c) in self.conns.iter().enumerate() {
+        for (slot, c) in self.conns.iter_mut().enumerate() {
             let Some(c) = c else { continue };
+            if c.send_busy && c.pipe.is_some() {
+                // A splice to the socket reports only when all is sent: a slow client
+                // that acknowledges bytes is making progress.
+                let acked = bytes_acked(&c.sock);
+                if acked.is_some() && acked != c.acked {
+                    if c.acked.is_some() {
+                        c.progress = now;
+                    }
+                    c.acked = acked;
+                }
+            }
             let late = match c.phase {
                 Phase::Head if !c.head.is_empty() => now.duration_since(c.since) > head_t,
                 Phase::Head => now.duration_since(c.since) > idle_t,
@@ -1546,8 +1886,8 @@ impl Engine {
             })
             .collect();
         s.rt_streams = self.admission.len() as u64;
-        s.reserved = self.admission.reserved();
-        s.reservable = self.admission.reservable();
+        s.reserved = self.admission.reserved() as u64;
+        s.reservable = self.admission.reservable() as u64;
         s
     }
 }
@@ -1556,6 +1896,27 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.stopped.store(true, Ordering::Release);
     }
+}
+
+/// The bytes the peer of a TCP socket has acknowledged (`TCP_INFO`, tcp(7)).
+fn bytes_acked(sock: &OwnedFd) -> Option<u64> {
+    // SAFETY: tcp_info is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) writes at most `len` bytes to `info`, which is valid and
+    // that large for the call, and stores the length it wrote in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    // Kernels older than the field give a shorter struct: no answer then.
+    let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + std::mem::size_of::<u64>();
+    (r == 0 && len as usize >= need).then_some(info.tcpi_bytes_acked)
 }
 
 /// A stream's id: slot and generation.

@@ -84,6 +84,37 @@ fn ranges_byte_for_byte() {
     r.stop();
 }
 
+/// Downloads spliced from the page cache (the default) and through the registered
+/// buffers (`splice: false`, as where the kernel has no `IORING_OP_SPLICE`): the same
+/// bytes, every buffer and pipe back.
+#[test]
+fn ranges_byte_for_byte_spliced_and_not() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("splice");
+    let (comps, clip, _) = volume(dir.path());
+    for splice in [true, false] {
+        let r = start(&comps, EngineConfig { splice, splice_pipes: 2, ..EngineConfig::default() }, false);
+        check_ranges(&r, &clip);
+        let stats = r.handle.as_ref().unwrap().stats().unwrap();
+        assert_eq!(stats.buffers_free, stats.buffers, "every buffer back after the responses");
+        if splice && stats.zero_copy {
+            // A kernel with IORING_OP_SEND_ZC (6.0) has IORING_OP_SPLICE (5.7).
+            assert!(stats.splice, "splicing refused on a kernel that has it: {stats:?}");
+        }
+        if splice && stats.splice {
+            assert!(stats.bytes_spliced >= clip.len() as u64, "downloads spliced: {stats:?}");
+            assert_eq!(stats.bytes_zero_copy, 0, "no download took the buffers: {stats:?}");
+        } else {
+            assert!(!stats.splice);
+            assert_eq!(stats.bytes_spliced, 0);
+            assert!(stats.bytes_zero_copy + stats.bytes_copied >= clip.len() as u64);
+        }
+        r.stop();
+    }
+}
+
 #[test]
 fn ranges_byte_for_byte_through_the_fallback() {
     if !have_curl() {
@@ -271,5 +302,95 @@ fn hostile_clients_cost_bounded_memory_and_do_not_stop_others() {
         assert_eq!(s.read(&mut b).unwrap_or(0), 0, "closed by the server");
     }
     assert!(eventually(Duration::from_secs(30), || h.stats().unwrap().connections == 0));
+    r.stop();
+}
+
+/// A client of `addr` with a small receive buffer (so that the server's sends block),
+/// having sent `request`.
+fn small_window_client(addr: std::net::SocketAddr, request: &str) -> TcpStream {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    sockopt::set_socket_recv_buffer_size(&fd, 64 << 10).unwrap();
+    rustix::net::connect(&fd, &addr).unwrap();
+    let mut s = TcpStream::from(fd);
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    s
+}
+
+/// Spliced downloads to clients that stop reading are closed by the send timeout and
+/// free their pipe; while the only pipe is held, another download is served through the
+/// registered buffers; a client reading slower than one pipeful per send timeout is
+/// not cut off (its acknowledged bytes are progress).
+#[test]
+fn stalled_and_slow_spliced_downloads() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("stall");
+    let comps: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("s{i}.img"))).collect();
+    let mut v = ictus_mars_server::Volume::create(&comps, 64 << 10, Some(40 << 20)).unwrap();
+    let big = pattern(48 << 20, 11);
+    std::fs::write(dir.path().join("big.src"), &big).unwrap();
+    v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
+    drop(v);
+    let cfg = EngineConfig { send_timeout: Duration::from_secs(5), splice_pipes: 1, ..EngineConfig::default() };
+    let r = start(&comps, cfg, false);
+    let h = r.handle.clone().unwrap();
+    if !h.stats().unwrap().splice {
+        r.stop();
+        return; // no IORING_OP_SPLICE here: the buffered path is tested elsewhere
+    }
+    let addr = r.addr.unwrap();
+    // A: asks for the whole stream and reads nothing.
+    let mut stalled = small_window_client(addr, "GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().bytes_spliced > 0));
+    // B, while A holds the only pipe: served whole through the buffers.
+    let (status, _, body) = curl(&["-r", "1000-2000999", &url(&r, "big.bin")]);
+    assert_eq!(status, 206);
+    assert_eq!(body, &big[1000..2_001_000]);
+    // A is closed by the send timeout: it gets less than the stream.
+    assert!(eventually(Duration::from_secs(120), || h.stats().unwrap().timed_out >= 1));
+    let mut a = Vec::new();
+    let _ = stalled.read_to_end(&mut a);
+    assert!(a.len() < big.len(), "the stalled client was cut off");
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().connections == 0), "A's slot and pipe freed");
+    let spliced_before = h.stats().unwrap().bytes_spliced;
+    // C, spliced once A's pipe is gone: reads 32 KiB every 250 ms for 12 s (a 1 MiB
+    // splice takes 8 s at that pace, past the 5 s send timeout), then the rest at once:
+    // every byte arrives.
+    let slow = std::thread::spawn(move || {
+        let want = 16usize << 20;
+        let mut s = small_window_client(
+            addr,
+            &format!("GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-{}\r\n\r\n", want - 1),
+        );
+        let mut got = Vec::new();
+        let mut b = vec![0u8; 32 << 10];
+        let until = std::time::Instant::now() + Duration::from_secs(12);
+        while std::time::Instant::now() < until {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4).unwrap_or(got.len());
+        while got.len() < head_end + want {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+            }
+        }
+        (got.split_off(head_end), got)
+    });
+    let (body, head) = slow.join().unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 206"), "{:?}", String::from_utf8_lossy(&head));
+    assert_eq!(body.len(), 16 << 20, "the slow reader got every byte");
+    assert!(body == big[..16 << 20]);
+    assert!(h.stats().unwrap().bytes_spliced >= spliced_before + (16 << 20), "C was spliced");
+    assert!(eventually(Duration::from_secs(30), || h.stats().unwrap().connections == 0));
+    let s = h.stats().unwrap();
+    assert_eq!(s.buffers_free, s.buffers);
     r.stop();
 }

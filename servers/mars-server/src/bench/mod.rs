@@ -23,11 +23,14 @@
 //! - **Table 2** ([`tables::table2`]): one real-time stream at 40 % of a disk under 0–4
 //!   background readers — ours (fio readers; the same with BFQ and the engine at
 //!   `ionice -c1`; the readers as downloads through our DRR, the paper's setting) and
-//!   nginx with mq-deadline and with BFQ + `ionice -c1`. Headlines `mars_rt_held_4bg`,
-//!   `mars_rt_held_4bg_drr`, `mars_bg_vs_bfq`.
+//!   nginx with mq-deadline and with BFQ + `ionice -c1` — and at 75 % under the most
+//!   readers, where what the background is left can differ. Headlines
+//!   `mars_rt_held_4bg`, `mars_rt_held_4bg_drr`, `mars_bg_vs_bfq` (75 %),
+//!   `mars_bg_vs_bfq_40`.
 //! - **Table 3** ([`tables::table3`]): three streams paced by 60, 75 and 120 ms upcalls.
-//! - **HTTP** ([`http::http`]): throughput and sender CPU per GB of ours, nginx and a
-//!   splice loop, cold. Headlines `mars_http_vs_nginx`, `mars_cpu_per_gb_vs_splice`.
+//! - **HTTP** ([`http::http`]): throughput and sender CPU per GB of ours (spliced from
+//!   the page cache, and through the `O_DIRECT` buffers), nginx and a splice loop, cold
+//!   and warm. Headlines `mars_http_vs_nginx`, `mars_cpu_per_gb_vs_splice`.
 
 pub mod client;
 pub mod http;
