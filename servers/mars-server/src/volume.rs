@@ -378,6 +378,10 @@ pub trait Storage: Send + Sync {
     fn align(&self) -> u64;
     /// The largest single device read the plan makes.
     fn max_read(&self) -> u64;
+    /// The engine is done with the read that [`Storage::plan`] gave at `offset` of
+    /// `device` (completed, failed, or dropped unsubmitted): a backend that pins what it
+    /// planned (a cache: `crate::ceph`) may reuse those bytes. A volume pins nothing.
+    fn done(&self, _device: u16, _offset: u64) {}
 }
 
 /// A local striped volume as [`Storage`]: the label read at open, the components opened
