@@ -501,3 +501,89 @@ pub fn node_agent(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clips of fixed lengths (the director's view of a store; the Ceph catalog is
+    /// exercised by `servers/mars-server/tests/cluster.rs`).
+    struct Lengths;
+    impl Catalog for Lengths {
+        fn len(&self, name: &str) -> Option<u64> {
+            (name == "a.ts").then_some(1 << 30)
+        }
+    }
+
+    fn director() -> RunningDirector {
+        RunningDirector::start(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            Box::new(Lengths),
+            DirectorOptions {
+                config: Config { heartbeat_timeout_ns: 60_000_000_000, store_capacity: 1 << 40 },
+                default_rate: 1000,
+                tick: Duration::from_millis(20),
+            },
+        )
+        .unwrap()
+    }
+
+    fn ask(d: &RunningDirector, req: &str) -> String {
+        let mut s = TcpStream::connect(d.http).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    fn wait(what: &str, mut f: impl FnMut() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(60), "{what}: not within 60 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn nodes_register_are_lost_on_hang_up_and_bad_lines_and_clients_are_redirected() {
+        let d = director();
+        let get = "GET /a.ts HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(ask(&d, get).starts_with("HTTP/1.1 503"), "no nodes yet");
+        assert!(ask(&d, "GET /b.ts HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(ask(&d, "GET /a.ts?rate=x HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
+        assert!(ask(&d, "BREW /a.ts HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 405"));
+        // Node 1 registers, beats; a client is sent to it at the byte its range asks.
+        let mut n1 = TcpStream::connect(d.nodes).unwrap();
+        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0 a.ts\n").unwrap();
+        wait("node 1 registered", || d.snapshot().nodes.len() == 1);
+        let r = ask(&d, "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\nRange: bytes=100-\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 302"), "{r}");
+        assert!(r.contains("Location: http://127.0.0.1:9/a.ts?rate=5000\r\n"), "{r}");
+        assert!(r.contains("X-Ictus-Node: 1\r\n"), "{r}");
+        assert_eq!(d.snapshot().streams, 1);
+        // Node 2 sends a line that is not the protocol: it is lost, nothing placed on it.
+        let mut n2 = TcpStream::connect(d.nodes).unwrap();
+        n2.write_all(b"HELLO 2 127.0.0.1:10 1000000\nBEAT lots\n").unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(n2.read(&mut b).unwrap_or(0), 0, "the director hangs up on a bad line");
+        wait("node 2 gone", || d.snapshot().nodes.len() == 1);
+        // An over-long line and a non-number capacity are refused the same way.
+        for bad in [format!("HELLO 3 127.0.0.1:11 {}\n", "9".repeat(30)), "HELLO 3 nowhere 5\n".into()] {
+            let mut n = TcpStream::connect(d.nodes).unwrap();
+            n.write_all(bad.as_bytes()).unwrap();
+            assert_eq!(n.read(&mut b).unwrap_or(0), 0, "{bad:?} accepted");
+        }
+        let mut n4 = TcpStream::connect(d.nodes).unwrap();
+        let _ = n4.write_all(&vec![b'x'; MAX_LINE + 10]);
+        assert_eq!(n4.read(&mut b).unwrap_or(0), 0, "an over-long line is refused");
+        // Node 1 hangs up (as its kernel does when it is killed): its stream has nowhere
+        // to go and is dropped; the next client is refused.
+        drop(n1);
+        wait("node 1 lost", || d.snapshot().nodes.is_empty());
+        let s = d.snapshot();
+        assert_eq!((s.streams, s.dropped), (0, 1), "{s:?}");
+        assert!(ask(&d, get).starts_with("HTTP/1.1 503"));
+        d.stop();
+    }
+}
