@@ -18,5 +18,6 @@
 #![deny(unsafe_code)]
 
 pub mod director;
+pub mod service;
 
 pub use director::{Config, Director, Moved, NodeId, NodeState, Placement, Refused, StreamId};

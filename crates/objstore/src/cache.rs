@@ -184,6 +184,26 @@ impl StripeCache {
         }
     }
 
+    /// Releases one pin of the slot holding byte `offset` of the cache's descriptor:
+    /// for a reader that keeps the reads of a lease and gives each back as it completes
+    /// (MARS's engine, one device read at a time). Returns whether a pin was held.
+    pub fn release_at(&mut self, offset: u64) -> bool {
+        let Some(s) = usize::try_from(offset / self.chunk).ok().and_then(|i| self.slots.get_mut(i)) else {
+            return false;
+        };
+        if s.pins == 0 {
+            return false;
+        }
+        s.pins -= 1;
+        true
+    }
+
+    /// Forgets a lease without releasing its pins (they are released one read at a time
+    /// with [`StripeCache::release_at`]); returns its reads.
+    pub fn into_reads(lease: Lease) -> Vec<CacheRead> {
+        lease.reads
+    }
+
     /// Executes a plan with `pread` (for tests and tools; the engine uses io_uring).
     pub fn read(&self, lease: &Lease, buf: &mut [u8]) -> Result<(), CacheError> {
         for r in &lease.reads {
@@ -232,6 +252,16 @@ mod tests {
         assert!(matches!(c.insert("b", 50, &[1; 10]), Err(CacheError::BadChunk { .. })));
         assert!(matches!(c.insert("b", 100, &[1; 101]), Err(CacheError::BadChunk { .. })));
         assert!(matches!(c.insert("b", 100, &[]), Err(CacheError::BadChunk { .. })));
+        // Pins given back read by read.
+        let lease = c.plan("a", 100, 150).unwrap();
+        let mut reads = StripeCache::into_reads(lease);
+        assert_eq!(reads.len(), 2);
+        reads.extend(StripeCache::into_reads(c.plan("b", 0, 100).unwrap()));
+        assert_eq!(c.insert("d", 0, &[2; 100]), Err(CacheError::Full(3)));
+        assert!(reads.iter().all(|r| c.release_at(r.offset)));
+        assert!(!c.release_at(reads[0].offset), "a pin is given back once");
+        assert!(!c.release_at(1 << 40));
+        c.insert("d", 0, &[2; 100]).unwrap();
         // The memfd's size is sealed.
         assert!(rustix::fs::ftruncate(c.fd(), 1 << 20).is_err());
     }

@@ -1,6 +1,8 @@
 //! `ictus mars …`: volumes, the server, its control port.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use ictus_args::{Bytes, Count, Percent, Priority, Rate, Seconds};
@@ -29,6 +31,13 @@ enum MarsCommand {
     /// Serve a volume: HTTP for players, the streams API on ports (registered as "mars"
     /// with the name server), the control port on the control socket.
     Serve(ServeArgs),
+    /// Upload a file to a Ceph cluster as a clip (striped; a `.ts` file also gets its
+    /// HLS playlist, NAME.m3u8), for nodes started with `serve --cluster`.
+    Put(PutArgs),
+    /// The director of stream nodes over one Ceph cluster: clients ask it for a clip over
+    /// HTTP and are redirected to the node chosen by cache and load; nodes register on
+    /// its nodes' port (`serve --director`); a node that dies has its streams moved.
+    Director(DirectorArgs),
     /// Set a Deficit Round Robin class's quantum (sectors) through the control port;
     /// a new name adds a weighted class.
     Quantum {
@@ -98,11 +107,73 @@ enum VolumeCommand {
     },
 }
 
+/// Where the clips of a Ceph cluster are.
+#[derive(Args, Debug, Clone)]
+struct ClusterArgs {
+    /// The Ceph cluster's configuration file (`scripts/ceph.sh up` prints it).
+    #[arg(long, value_name = "CONF")]
+    cluster: Option<PathBuf>,
+    /// The pool holding the clips.
+    #[arg(long, default_value = "ictus", requires = "cluster")]
+    pool: String,
+}
+
+#[derive(Args, Debug)]
+struct PutArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The clip's name.
+    name: String,
+    /// The file to upload.
+    file: PathBuf,
+    /// Target segment duration of the playlist, seconds (0.1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value = "4", value_parser = ictus_args::seconds(0.1, 3600.0))]
+    hls_target: Seconds,
+}
+
+#[derive(Args, Debug)]
+struct DirectorArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// HTTP address clients ask.
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    listen: String,
+    /// Address nodes register on.
+    #[arg(long, default_value = "127.0.0.1:8091")]
+    nodes_listen: String,
+    /// Bytes/s a stream that names no `rate` counts for admission (1 to 1000000000000).
+    #[arg(long, value_name = "BYTES_PER_S", default_value = "500000", value_parser = ictus_args::rate(1.0, 1e12))]
+    default_rate: Rate,
+    /// Bytes/s the cluster serves to nodes without a clip cached (1 to 1000000000000).
+    #[arg(long, value_name = "BYTES_PER_S", default_value = "100000000", value_parser = ictus_args::rate(1.0, 1e12))]
+    store_capacity: Rate,
+    /// A node silent this long is dead, seconds (0.1 to 600).
+    #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = ictus_args::seconds(0.1, 600.0))]
+    heartbeat_timeout: Seconds,
+}
+
 #[derive(Args, Debug)]
 struct ServeArgs {
     /// The volume's components, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "cluster", conflicts_with = "cluster")]
     volume: Vec<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Bytes of the node's stripe cache with `--cluster` (16777216 to 1099511627776).
+    #[arg(long, value_name = "BYTES", default_value = "268435456", requires = "cluster", value_parser = ictus_args::bytes(16 << 20, 1 << 40))]
+    cache: Bytes,
+    /// Bytes read ahead of each stream from the cluster (1048576 to 1073741824).
+    #[arg(long, value_name = "BYTES", default_value = "8388608", requires = "cluster", value_parser = ictus_args::bytes(1 << 20, 1 << 30))]
+    ahead: Bytes,
+    /// Register with the director at this nodes' address (host:port) and report load.
+    #[arg(long, value_name = "ADDR", requires = "node_id")]
+    director: Option<std::net::SocketAddr>,
+    /// This node's id at the director (1 to 4294967295).
+    #[arg(long, value_name = "N", requires = "director", value_parser = ictus_args::count(1, u64::from(u32::MAX)))]
+    node_id: Option<Count>,
+    /// The address clients are sent to [default: the HTTP address listened on].
+    #[arg(long, value_name = "ADDR", requires = "director")]
+    advertise: Option<std::net::SocketAddr>,
     /// HTTP address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
@@ -162,6 +233,8 @@ pub fn main(args: MarsArgs) -> Result<(), Box<dyn std::error::Error>> {
     match args.command {
         MarsCommand::Volume { command } => volume(command),
         MarsCommand::Serve(a) => serve(a),
+        MarsCommand::Put(a) => put(a),
+        MarsCommand::Director(a) => director(a),
         MarsCommand::Quantum { class, sectors, control_socket } => {
             let sectors = u32::try_from(sectors.get()).unwrap_or(u32::MAX);
             control(control_socket)?.set_quantum(&class, sectors)?;
@@ -234,13 +307,47 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         ..EngineConfig::default()
     };
     raise_nofile();
-    let running = crate::start(&StartOptions {
+    let opts = StartOptions {
         volume: a.volume,
         listen: Some(a.listen),
         capability: a.capability.map(Rate::get),
         engine,
         force_fallback: false,
-    })?;
+    };
+    let (running, ceph) = match &a.cluster.cluster {
+        Some(conf) => {
+            let mut c = crate::ceph::CephOptions::new(conf.clone(), a.cluster.pool.clone());
+            c.cache_bytes = a.cache.get();
+            c.ahead = a.ahead.get();
+            let (r, s) = crate::start_cluster(&c, &opts)?;
+            (r, Some(s))
+        }
+        None => (crate::start(&opts)?, None),
+    };
+    let agent_stop = Arc::new(AtomicBool::new(false));
+    let agent = match (a.director, a.node_id, running.addr) {
+        (Some(dir), Some(id), Some(addr)) => {
+            let (stop, handle) = (Arc::clone(&agent_stop), running.handle.clone());
+            let http = a.advertise.unwrap_or(addr);
+            let (id, cap) = (u32::try_from(id.get()).unwrap_or(u32::MAX), running.capability as u64);
+            eprintln!("ictus mars: node {id} reporting to the director at {dir}, clients sent to {http}");
+            Some(std::thread::Builder::new().name("ictus-mars-agent".into()).spawn(move || {
+                ictus_mars_cluster::service::node_agent(
+                    dir,
+                    id,
+                    http,
+                    cap,
+                    std::time::Duration::from_millis(250),
+                    || {
+                        let conns = handle.as_ref().and_then(|h| h.stats()).map_or(0, |s| s.connections);
+                        (conns, ceph.as_ref().map(|c| c.cached_clips()).unwrap_or_default())
+                    },
+                    &stop,
+                )
+            })?)
+        }
+        _ => None,
+    };
     eprintln!(
         "ictus mars: HTTP on {}; capability {:.1} MB/s ({}), pid {}",
         running.addr.map_or("?".to_string(), |x| x.to_string()),
@@ -268,9 +375,80 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         names.stop();
         r.map_err(Into::into)
     });
+    agent_stop.store(true, Ordering::Release);
+    if let Some(t) = agent {
+        let _ = t.join();
+    }
     running.stop();
     eprintln!("ictus mars: stopped");
     result
+}
+
+fn connect_cluster(c: &ClusterArgs) -> Result<ictus_objstore::Striper, Box<dyn std::error::Error>> {
+    let conf = c.cluster.as_ref().ok_or("--cluster CONF is required")?;
+    let rados = ictus_objstore::Rados::connect(conf, 10)?;
+    Ok(rados.striper(&c.pool, ictus_objstore::Layout::default())?)
+}
+
+fn put(a: PutArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if !ictus_mars::label::valid_name(&a.name) {
+        return Err(
+            format!("bad clip name {:?} (1 to 64 of A-Z a-z 0-9 . _ - /, no empty or dot components)", a.name).into()
+        );
+    }
+    let striper = connect_cluster(&a.cluster)?;
+    let len = striper.put_file(&a.name, &a.file)?;
+    println!("put {} ({len} bytes)", a.name);
+    if let Some(stem) = a.name.strip_suffix(".ts") {
+        let data = std::fs::read(&a.file)?;
+        let mut ix = ictus_mars::hls::TsIndexer::new();
+        ix.feed(&data);
+        if let Ok(segments) = ix.segments(len, a.hls_target.get().as_secs_f64()) {
+            let uri = a.name.rsplit('/').next().unwrap_or(&a.name);
+            let text = ictus_mars::hls::playlist(uri, &segments);
+            let pl = format!("{stem}.m3u8");
+            if ictus_mars::label::valid_name(&pl) {
+                striper.put(&pl, &mut text.as_bytes(), text.len() as u64)?;
+                println!("put {pl} (HLS playlist with byte ranges)");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The director's catalog: clip lengths from the cluster (`stat`).
+struct ClusterCatalog(ictus_objstore::Striper);
+
+impl ictus_mars_cluster::service::Catalog for ClusterCatalog {
+    fn len(&self, name: &str) -> Option<u64> {
+        self.0.stat(name).ok()
+    }
+}
+
+fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use ictus_mars_cluster::service::{DirectorOptions, RunningDirector};
+    let striper = connect_cluster(&a.cluster)?;
+    let http = std::net::TcpListener::bind(&a.listen).map_err(|e| format!("listening on {}: {e}", a.listen))?;
+    let nodes =
+        std::net::TcpListener::bind(&a.nodes_listen).map_err(|e| format!("listening on {}: {e}", a.nodes_listen))?;
+    let opts = DirectorOptions {
+        config: ictus_mars_cluster::Config {
+            heartbeat_timeout_ns: u64::try_from(a.heartbeat_timeout.get().as_nanos()).unwrap_or(u64::MAX),
+            store_capacity: a.store_capacity.get() as u64,
+        },
+        default_rate: a.default_rate.get() as u64,
+        tick: std::time::Duration::from_millis(100),
+    };
+    let d = RunningDirector::start(http, nodes, Box::new(ClusterCatalog(striper)), opts)?;
+    eprintln!("ictus mars director: clients on {}, nodes on {}, pid {}", d.http, d.nodes, std::process::id());
+    let r: Result<(), Box<dyn std::error::Error>> = serve_until_signalled(|stop| {
+        let mut b = [0u8; 1];
+        let _ = rustix::io::read(stop, &mut b);
+        Ok(())
+    });
+    d.stop();
+    eprintln!("ictus mars director: stopped");
+    r
 }
 
 /// Raises the soft open-files limit to the hard one: every connection is a descriptor.

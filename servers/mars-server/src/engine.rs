@@ -1429,6 +1429,7 @@ impl Engine {
             self.submit_read(rest);
             return;
         }
+        self.storage.done(r.dev, r.offset);
         let failed = res <= 0;
         let (slot, gen) = r.owner;
         if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
@@ -1639,7 +1640,9 @@ impl Engine {
         let upcall = c.upcall.take();
         let gen = c.gen;
         for d in &mut self.drr {
-            let _ = d.remove_if(|r| r.owner == owner);
+            for r in d.remove_if(|r| r.owner == owner) {
+                self.storage.done(r.dev, r.offset);
+            }
         }
         for item in items {
             if let Item::Chunk { buf, .. } = item {

@@ -9,6 +9,8 @@
 //! - [`api`]: the streams API and the control interface on ports, on the server
 //!   skeleton; their protocol and clients are `ictus-mars-api` (re-exported as
 //!   [`protocol`] and [`client`]);
+//! - [`ceph`]: the same [`volume::Storage`] over a Ceph cluster (issue 20), through a
+//!   stripe cache read ahead of each stream;
 //! - [`measure`]: the volume's capability, for admission control;
 //! - [`fallback`]: HTTP without io_uring;
 //! - [`bench`]: `ictus bench mars` (001 Tables 1–3, HTTP beside nginx and a splice loop);
@@ -19,6 +21,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod ceph;
 pub mod cli;
 #[allow(unsafe_code)]
 pub mod engine;
@@ -53,6 +56,9 @@ pub enum StartError {
     /// The engine.
     #[error(transparent)]
     Engine(#[from] engine::EngineError),
+    /// The Ceph backend.
+    #[error(transparent)]
+    Ceph(#[from] ceph::CephError),
     /// Measuring the volume.
     #[error("measuring the volume: {0}")]
     Measure(#[source] std::io::Error),
@@ -100,13 +106,36 @@ static WARN_DIRECT: AtomicBool = AtomicBool::new(false);
 
 /// Starts a server on its own threads.
 pub fn start(opts: &StartOptions) -> Result<Running, StartError> {
-    let storage = Arc::new(LocalStorage::open(&opts.volume)?);
-    let direct = storage.direct();
-    if !direct && !WARN_DIRECT.swap(true, Ordering::Relaxed) {
+    let storage = LocalStorage::open(&opts.volume)?;
+    if !storage.direct() && !WARN_DIRECT.swap(true, Ordering::Relaxed) {
         eprintln!(
             "ictus mars: warning: O_DIRECT refused on the volume's file system: reads go through the page cache (a copy, and cache pollution)"
         );
     }
+    start_on(Arc::new(storage), opts)
+}
+
+/// Starts a server whose clips are in a Ceph cluster (`opts.volume` is not used);
+/// returns the backend too, for its cache's report to the director. Without a
+/// `capability`, the cluster's read rate is measured for admission.
+pub fn start_cluster(
+    ceph: &ceph::CephOptions,
+    opts: &StartOptions,
+) -> Result<(Running, Arc<ceph::CephStorage>), StartError> {
+    let storage = Arc::new(ceph::CephStorage::open(ceph)?);
+    let mut opts = opts.clone();
+    if opts.capability.is_none() {
+        let rate = ceph::measure(storage.striper(), Duration::from_millis(1000), ceph.fetchers)
+            .map_err(|e| StartError::Ceph(ceph::CephError::Store(e)))?;
+        opts.capability = Some(rate);
+    }
+    let running = start_on(storage.clone(), &opts)?;
+    Ok((running, storage))
+}
+
+/// Starts a server over `storage` on its own threads (`opts.volume` is not used).
+pub fn start_on(storage: Arc<dyn Storage>, opts: &StartOptions) -> Result<Running, StartError> {
+    let direct = storage.direct();
     let listener = match &opts.listen {
         Some(a) => Some(TcpListener::bind(a).map_err(|e| StartError::Listen(a.clone(), e))?),
         None => None,
@@ -121,7 +150,7 @@ pub fn start(opts: &StartOptions) -> Result<Running, StartError> {
     } else {
         let rt = ictus_rt::runtime::Runtime::start(ictus_rt::runtime::RuntimeConfig::default())
             .map_err(|e| StartError::Runtime(e.to_string()))?;
-        let storage_dyn: Arc<dyn Storage> = storage.clone();
+        let storage_dyn = Arc::clone(&storage);
         let listener_clone = match &listener {
             Some(l) => Some(l.try_clone().map_err(StartError::Thread)?),
             None => None,
@@ -151,7 +180,7 @@ pub fn start(opts: &StartOptions) -> Result<Running, StartError> {
             }
             let Some(listener) = listener else { return Err(e.into()) };
             let stop = Arc::new(AtomicBool::new(false));
-            let (s, st) = (storage.clone() as Arc<dyn Storage>, Arc::clone(&stop));
+            let (s, st) = (Arc::clone(&storage), Arc::clone(&stop));
             let buf = opts.engine.buf_size;
             let thread = std::thread::Builder::new()
                 .name("ictus-mars-fallback".into())

@@ -384,6 +384,10 @@ pub trait Storage: Send + Sync {
     fn cached(&self) -> Vec<BorrowedFd<'_>> {
         Vec::new()
     }
+    /// The engine is done with the read that [`Storage::plan`] gave at `offset` of
+    /// `device` (completed, failed, or dropped unsubmitted): a backend that pins what it
+    /// planned (a cache: `crate::ceph`) may reuse those bytes. A volume pins nothing.
+    fn done(&self, _device: u16, _offset: u64) {}
 }
 
 /// A local striped volume as [`Storage`]: the label read at open, the components opened

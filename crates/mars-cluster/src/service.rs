@@ -1,0 +1,589 @@
+//! The director as a service (`ictus mars director`) and the node's side of it: the
+//! pure core ([`crate::Director`]) behind two TCP ports.
+//!
+//! - **Nodes' port**: a node keeps one connection open and says, one line each,
+//!   `HELLO <id> <host:port> <capacity bytes/s>` then every beat interval
+//!   `BEAT <connections> <clip>…` (the clips its stripe cache holds). The connection is
+//!   the node's name: when the node dies, even by `kill -9`, its kernel closes the
+//!   socket and the director reads end-of-file at once (the dead-name notification of a
+//!   port, enforced by the kernel, not by the node); a node that hangs without dying is
+//!   caught by the heartbeat timeout. A malformed line ends the connection (the node is
+//!   lost); lines are at most [`MAX_LINE`] bytes.
+//! - **Clients' port (HTTP)**: `GET /CLIP[?rate=R][&stream=S]` with an optional `Range`
+//!   is answered `302 Found` to the node chosen by the core (cache, then load), at the
+//!   byte the range starts (a resume), with the stream's id in `X-Ictus-Stream`; a
+//!   client resuming after its node died asks again with `stream=S`: the director moved
+//!   that stream when the node died, and sends the client to its new node. Refusals:
+//!   `503` with the limit that refused (`Retry-After`), `404` for a clip the cluster does
+//!   not hold, `400`/`416` for bad requests. `GET /_cluster` shows the state (text).
+//!
+//! Streams end when their schedule passes the clip's end (the director cannot see a
+//! player stop; a node's connection count is reported for that, not yet used).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::{Config, Director, NodeId, Refused, StreamId};
+
+/// Longest line a node may send (its cached clips' names).
+pub const MAX_LINE: usize = 64 << 10;
+/// Longest HTTP request head.
+const MAX_HEAD: usize = 16 << 10;
+
+/// What the director needs of the store: a clip's length, or none if not there.
+pub trait Catalog: Send + Sync + 'static {
+    /// Bytes of clip `name`, or `None` if the store has no such clip.
+    fn len(&self, name: &str) -> Option<u64>;
+}
+
+/// How the director runs.
+#[derive(Clone, Debug)]
+pub struct DirectorOptions {
+    /// The core's tunables.
+    pub config: Config,
+    /// Bytes/s assumed for a stream that names no `rate` (admission's unit).
+    pub default_rate: u64,
+    /// How often the core is ticked (silent nodes, finished streams).
+    pub tick: Duration,
+}
+
+struct NodeInfo {
+    http: String,
+    connections: u64,
+}
+
+struct State {
+    core: Director,
+    nodes: HashMap<NodeId, NodeInfo>,
+    /// Each stream's clip length and name, to end it when its schedule passes the end.
+    streams: HashMap<StreamId, (String, u64)>,
+    /// Each node connection's generation: a stale connection's end does not kill a
+    /// node that registered again.
+    conn_gen: HashMap<NodeId, u64>,
+    next_gen: u64,
+    moved: u64,
+    dropped: u64,
+    placements: u64,
+    placement_ns: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    epoch: Instant,
+    catalog: Box<dyn Catalog>,
+    opts: DirectorOptions,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// A running director: its two ports and threads; stopped on drop.
+pub struct RunningDirector {
+    shared: Arc<Shared>,
+    /// Where clients ask.
+    pub http: SocketAddr,
+    /// Where nodes register.
+    pub nodes: SocketAddr,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// A snapshot for tests, benchmarks and `/_cluster`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Live nodes: id, HTTP address, load (bytes/s placed), capacity, streams.
+    pub nodes: Vec<(u32, String, u64, u64, usize)>,
+    /// Streams placed.
+    pub streams: usize,
+    /// Streams moved by failovers.
+    pub moved: u64,
+    /// Streams dropped by failovers (no room).
+    pub dropped: u64,
+    /// Placements made, and the time they took in the core (ns, summed).
+    pub placements: (u64, u64),
+}
+
+impl std::fmt::Debug for RunningDirector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningDirector").field("http", &self.http).field("nodes", &self.nodes).finish()
+    }
+}
+
+impl RunningDirector {
+    /// Starts a director: clients on `http`, nodes on `nodes`.
+    pub fn start(
+        http: TcpListener,
+        nodes: TcpListener,
+        catalog: Box<dyn Catalog>,
+        opts: DirectorOptions,
+    ) -> std::io::Result<RunningDirector> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                core: Director::new(opts.config),
+                nodes: HashMap::new(),
+                streams: HashMap::new(),
+                conn_gen: HashMap::new(),
+                next_gen: 0,
+                moved: 0,
+                dropped: 0,
+                placements: 0,
+                placement_ns: 0,
+            }),
+            epoch: Instant::now(),
+            catalog,
+            opts,
+            stop: AtomicBool::new(false),
+        });
+        let (http_addr, nodes_addr) = (http.local_addr()?, nodes.local_addr()?);
+        let mut threads = Vec::new();
+        let sh = Arc::clone(&shared);
+        threads.push(std::thread::Builder::new().name("director-http".into()).spawn(move || {
+            accept_loop(&sh, &http, |sh, s| {
+                let _ = serve_client(sh, s);
+            })
+        })?);
+        let sh = Arc::clone(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("director-nodes".into())
+                .spawn(move || accept_loop(&sh, &nodes, serve_node))?,
+        );
+        let sh = Arc::clone(&shared);
+        threads.push(std::thread::Builder::new().name("director-tick".into()).spawn(move || {
+            while !sh.stop.load(Ordering::Acquire) {
+                std::thread::sleep(sh.opts.tick);
+                tick(&sh);
+            }
+        })?);
+        Ok(RunningDirector { shared, http: http_addr, nodes: nodes_addr, threads })
+    }
+
+    /// The state now.
+    pub fn snapshot(&self) -> Snapshot {
+        snapshot(&self.shared.lock())
+    }
+
+    /// Stops the threads (connections in progress finish on their own threads).
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // Wake the accept loops.
+        let _ = TcpStream::connect_timeout(&self.http, Duration::from_secs(1));
+        let _ = TcpStream::connect_timeout(&self.nodes, Duration::from_secs(1));
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningDirector {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+fn snapshot(st: &State) -> Snapshot {
+    Snapshot {
+        nodes: st
+            .core
+            .nodes()
+            .iter()
+            .map(|(id, n)| {
+                let http = st.nodes.get(id).map_or(String::new(), |i| i.http.clone());
+                (id.0, http, n.load, n.capacity, n.streams.len())
+            })
+            .collect(),
+        streams: st.core.stream_count(),
+        moved: st.moved,
+        dropped: st.dropped,
+        placements: (st.placements, st.placement_ns),
+    }
+}
+
+fn accept_loop(sh: &Arc<Shared>, l: &TcpListener, f: fn(&Arc<Shared>, TcpStream)) {
+    for s in l.incoming() {
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(s) = s else {
+            // EMFILE and the like: do not spin.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let sh = Arc::clone(sh);
+        let _ = std::thread::Builder::new().name("director-conn".into()).spawn(move || f(&sh, s));
+    }
+}
+
+fn tick(sh: &Shared) {
+    let now = sh.now();
+    let mut st = sh.lock();
+    let moved = st.core.tick(now);
+    account_moves(&mut st, &moved);
+    // Streams whose schedule passed the clip's end are over.
+    let done: Vec<StreamId> = st
+        .streams
+        .iter()
+        .filter(|(id, (_, len))| st.core.stream(**id, now).map_or(true, |(_, pos)| pos >= *len))
+        .map(|(id, _)| *id)
+        .collect();
+    for id in done {
+        st.core.close(id);
+        st.streams.remove(&id);
+    }
+}
+
+fn account_moves(st: &mut State, moved: &[crate::Moved]) {
+    for m in moved {
+        match &m.to {
+            Ok(_) => st.moved += 1,
+            Err(_) => {
+                st.dropped += 1;
+                st.streams.remove(&m.stream);
+            }
+        }
+    }
+    let live: Vec<NodeId> = st.core.nodes().keys().copied().collect();
+    st.nodes.retain(|id, _| live.contains(id));
+}
+
+/// One node's connection: HELLO, then BEATs until it ends.
+fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
+    let timeout = Duration::from_nanos(sh.opts.config.heartbeat_timeout_ns).max(Duration::from_millis(100));
+    let _ = s.set_read_timeout(Some(timeout));
+    let mut r = BufReader::new(match s.try_clone() {
+        Ok(c) => c,
+        Err(_) => return,
+    });
+    let mut node: Option<(NodeId, u64)> = None;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // A read error (the heartbeat timeout, a reset) ends the node as end-of-file does.
+        let n: usize = (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line).unwrap_or_default();
+        if n == 0 || line.len() > MAX_LINE || !line.ends_with(b"\n") || sh.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let Ok(text) = std::str::from_utf8(&line[..line.len() - 1]) else { break };
+        let mut words = text.split(' ');
+        match (words.next(), node) {
+            (Some("HELLO"), None) => {
+                let (Some(id), Some(http), Some(cap), None) = (words.next(), words.next(), words.next(), words.next())
+                else {
+                    break;
+                };
+                let (Ok(id), Ok(cap)) = (id.parse::<u32>(), cap.parse::<u64>()) else { break };
+                if http.parse::<SocketAddr>().is_err() || cap == 0 {
+                    break;
+                }
+                let now = sh.now();
+                let mut st = sh.lock();
+                st.next_gen += 1;
+                let gen = st.next_gen;
+                st.conn_gen.insert(NodeId(id), gen);
+                // A node registering again (after a restart) starts empty.
+                if st.core.nodes().contains_key(&NodeId(id)) {
+                    let moved = st.core.node_lost(NodeId(id), now);
+                    account_moves(&mut st, &moved);
+                }
+                st.core.register(NodeId(id), cap, Vec::<String>::new(), now);
+                st.nodes.insert(NodeId(id), NodeInfo { http: http.to_string(), connections: 0 });
+                node = Some((NodeId(id), gen));
+            }
+            (Some("BEAT"), Some((id, gen))) => {
+                let Some(Ok(conns)) = words.next().map(str::parse::<u64>) else { break };
+                let clips: Vec<String> = words.filter(|w| !w.is_empty()).map(str::to_string).collect();
+                let now = sh.now();
+                let mut st = sh.lock();
+                if st.conn_gen.get(&id) != Some(&gen) || !st.core.heartbeat(id, clips, now) {
+                    // Declared dead meanwhile (silent too long): it must register again.
+                    break;
+                }
+                if let Some(i) = st.nodes.get_mut(&id) {
+                    i.connections = conns;
+                }
+            }
+            _ => break,
+        }
+    }
+    let _ = s.shutdown(Shutdown::Both);
+    if let Some((id, gen)) = node {
+        let now = sh.now();
+        let mut st = sh.lock();
+        if st.conn_gen.get(&id) == Some(&gen) {
+            st.conn_gen.remove(&id);
+            let moved = st.core.node_lost(id, now);
+            account_moves(&mut st, &moved);
+        }
+    }
+}
+
+fn query_param<'a>(q: Option<&'a str>, key: &str) -> Option<&'a str> {
+    q?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn respond(s: &mut TcpStream, status: &str, headers: &str, body: &str) -> std::io::Result<()> {
+    write!(
+        s,
+        "HTTP/1.1 {status}\r\n{headers}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// One client request (then the connection closes).
+fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let req = loop {
+        match ictus_mars::http::parse(&buf) {
+            ictus_mars::http::Parsed::Request(r, _) => break r,
+            ictus_mars::http::Parsed::Refuse(code) => return respond(&mut s, &format!("{code} Refused"), "", ""),
+            ictus_mars::http::Parsed::Partial => {}
+        }
+        if buf.len() > MAX_HEAD {
+            return respond(&mut s, "431 Request Header Fields Too Large", "", "");
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let q = req.query.as_deref();
+    if req.path == "_cluster" {
+        let snap = snapshot(&sh.lock());
+        let mut body = format!(
+            "streams {} moved {} dropped {} placements {} placement_ns {}\n",
+            snap.streams, snap.moved, snap.dropped, snap.placements.0, snap.placements.1
+        );
+        for (id, http, load, cap, n) in &snap.nodes {
+            body.push_str(&format!("node {id} {http} load {load} capacity {cap} streams {n}\n"));
+        }
+        return respond(&mut s, "200 OK", "", &body);
+    }
+    let name = req.path.as_str();
+    if !ictus_mars::label::valid_name(name) {
+        return respond(&mut s, "404 Not Found", "", "no such clip\n");
+    }
+    let rate = match query_param(q, "rate") {
+        None => sh.opts.default_rate,
+        Some(v) => match v.parse::<u64>() {
+            Ok(r) if r > 0 && r <= 1 << 40 => r,
+            _ => return respond(&mut s, "400 Bad Request", "", "rate: bytes/s, 1 to 2^40\n"),
+        },
+    };
+    let stream = match query_param(q, "stream") {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(id) => Some(StreamId(id)),
+            Err(_) => return respond(&mut s, "400 Bad Request", "", "stream: a stream id\n"),
+        },
+    };
+    let Some(len) = sh.catalog.len(name) else { return respond(&mut s, "404 Not Found", "", "no such clip\n") };
+    let offset = match ictus_mars::range::resolve(req.range.as_deref(), len) {
+        ictus_mars::range::Ranges::Whole => 0,
+        ictus_mars::range::Ranges::Partial(r) => r.first().map_or(0, |r| r.start),
+        ictus_mars::range::Ranges::Unsatisfiable => {
+            return respond(&mut s, "416 Range Not Satisfiable", &format!("Content-Range: bytes */{len}\r\n"), "")
+        }
+    };
+    let now = sh.now();
+    let mut st = sh.lock();
+    // A stream the director knows (a resume): its node now, moved there by a failover.
+    if let Some(id) = stream {
+        if let Some((node, _)) = st.core.stream(id, now) {
+            if st.streams.get(&id).is_some_and(|(clip, _)| clip == name) {
+                if let Some(info) = st.nodes.get(&node) {
+                    let loc = location(&info.http, name, q);
+                    drop(st);
+                    return respond(
+                        &mut s,
+                        "302 Found",
+                        &format!("Location: {loc}\r\nX-Ictus-Stream: {}\r\nX-Ictus-Node: {}\r\n", id.0, node.0),
+                        "",
+                    );
+                }
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let placed = st.core.place(name, len, rate, offset.min(len), now);
+    st.placement_ns += t0.elapsed().as_nanos() as u64;
+    st.placements += 1;
+    match placed {
+        Ok(p) => {
+            st.streams.insert(p.stream, (name.to_string(), len));
+            if let Some(old) = stream {
+                // The client's old stream (if still placed) is this one now.
+                if st.streams.remove(&old).is_some() {
+                    st.core.close(old);
+                }
+            }
+            let http = st.nodes.get(&p.node).map(|i| i.http.clone()).unwrap_or_default();
+            drop(st);
+            let loc = location(&http, name, q);
+            respond(
+                &mut s,
+                "302 Found",
+                &format!("Location: {loc}\r\nX-Ictus-Stream: {}\r\nX-Ictus-Node: {}\r\n", p.stream.0, p.node.0),
+                "",
+            )
+        }
+        Err(e) => {
+            drop(st);
+            let status = match e {
+                Refused::Bad(_) => "400 Bad Request",
+                _ => "503 Service Unavailable",
+            };
+            respond(&mut s, status, "Retry-After: 1\r\n", &format!("{e}\n"))
+        }
+    }
+}
+
+/// The node's URL for the clip: the client's `rate` kept (it paces the stream there).
+fn location(http: &str, name: &str, q: Option<&str>) -> String {
+    match query_param(q, "rate") {
+        Some(r) => format!("http://{http}/{name}?rate={r}"),
+        None => format!("http://{http}/{name}"),
+    }
+}
+
+/// The node's side: keeps a connection to the director, says HELLO, then a BEAT every
+/// `every` with what `report` says (connections, cached clips); reconnects (and
+/// registers again, starting empty) if the connection breaks. Runs until `stop`.
+pub fn node_agent(
+    director: SocketAddr,
+    id: u32,
+    http: SocketAddr,
+    capacity: u64,
+    every: Duration,
+    report: impl Fn() -> (u64, Vec<String>),
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::Acquire) {
+        let Ok(mut s) = TcpStream::connect_timeout(&director, Duration::from_secs(2)) else {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        let _ = s.set_nodelay(true);
+        if writeln!(s, "HELLO {id} {http} {}", capacity.max(1)).is_err() {
+            continue;
+        }
+        while !stop.load(Ordering::Acquire) {
+            let (conns, clips) = report();
+            let mut line = format!("BEAT {conns}");
+            for c in clips {
+                if line.len() + c.len() + 2 > MAX_LINE {
+                    break;
+                }
+                line.push(' ');
+                line.push_str(&c);
+            }
+            line.push('\n');
+            if s.write_all(line.as_bytes()).is_err() {
+                break;
+            }
+            std::thread::sleep(every);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clips of fixed lengths (the director's view of a store; the Ceph catalog is
+    /// exercised by `servers/mars-server/tests/cluster.rs`).
+    struct Lengths;
+    impl Catalog for Lengths {
+        fn len(&self, name: &str) -> Option<u64> {
+            (name == "a.ts").then_some(1 << 30)
+        }
+    }
+
+    fn director() -> RunningDirector {
+        RunningDirector::start(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            Box::new(Lengths),
+            DirectorOptions {
+                config: Config { heartbeat_timeout_ns: 60_000_000_000, store_capacity: 1 << 40 },
+                default_rate: 1000,
+                tick: Duration::from_millis(20),
+            },
+        )
+        .unwrap()
+    }
+
+    fn ask(d: &RunningDirector, req: &str) -> String {
+        let mut s = TcpStream::connect(d.http).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    fn wait(what: &str, mut f: impl FnMut() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(60), "{what}: not within 60 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn nodes_register_are_lost_on_hang_up_and_bad_lines_and_clients_are_redirected() {
+        let d = director();
+        let get = "GET /a.ts HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(ask(&d, get).starts_with("HTTP/1.1 503"), "no nodes yet");
+        assert!(ask(&d, "GET /b.ts HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(ask(&d, "GET /a.ts?rate=x HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
+        assert!(ask(&d, "BREW /a.ts HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 405"));
+        // Node 1 registers, beats; a client is sent to it at the byte its range asks.
+        let mut n1 = TcpStream::connect(d.nodes).unwrap();
+        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0 a.ts\n").unwrap();
+        wait("node 1 registered", || d.snapshot().nodes.len() == 1);
+        let r = ask(&d, "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\nRange: bytes=100-\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 302"), "{r}");
+        assert!(r.contains("Location: http://127.0.0.1:9/a.ts?rate=5000\r\n"), "{r}");
+        assert!(r.contains("X-Ictus-Node: 1\r\n"), "{r}");
+        assert_eq!(d.snapshot().streams, 1);
+        // Node 2 sends a line that is not the protocol: it is lost, nothing placed on it.
+        let mut n2 = TcpStream::connect(d.nodes).unwrap();
+        n2.write_all(b"HELLO 2 127.0.0.1:10 1000000\nBEAT lots\n").unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(n2.read(&mut b).unwrap_or(0), 0, "the director hangs up on a bad line");
+        wait("node 2 gone", || d.snapshot().nodes.len() == 1);
+        // An over-long line and a non-number capacity are refused the same way.
+        for bad in [format!("HELLO 3 127.0.0.1:11 {}\n", "9".repeat(30)), "HELLO 3 nowhere 5\n".into()] {
+            let mut n = TcpStream::connect(d.nodes).unwrap();
+            n.write_all(bad.as_bytes()).unwrap();
+            assert_eq!(n.read(&mut b).unwrap_or(0), 0, "{bad:?} accepted");
+        }
+        let mut n4 = TcpStream::connect(d.nodes).unwrap();
+        let _ = n4.write_all(&vec![b'x'; MAX_LINE + 10]);
+        assert_eq!(n4.read(&mut b).unwrap_or(0), 0, "an over-long line is refused");
+        // Node 1 hangs up (as its kernel does when it is killed): its stream has nowhere
+        // to go and is dropped; the next client is refused.
+        drop(n1);
+        wait("node 1 lost", || d.snapshot().nodes.is_empty());
+        let s = d.snapshot();
+        assert_eq!((s.streams, s.dropped), (0, 1), "{s:?}");
+        assert!(ask(&d, get).starts_with("HTTP/1.1 503"));
+        d.stop();
+    }
+}

@@ -1,0 +1,491 @@
+//! MARS's [`Storage`] over a Ceph cluster (issue 20): clips are striped RADOS objects
+//! (libradosstriper, `ictus-objstore`), read ahead of each stream into the node's stripe
+//! cache, a sealed memfd that the engine reads like any device — by descriptor, through
+//! io_uring, into its registered buffers. The engine's code path is the same for both
+//! backends; see `doc/mars-cluster.md`.
+//!
+//! - The backend's address space gives each clip a range, chunk-aligned, the first time
+//!   it is looked up (a `stat` on the cluster). Objects are written once
+//!   (`ictus mars put --cluster` refuses an existing name), so a name and its size make
+//!   the entity tag, the same on every node: a client resuming on another node with
+//!   `If-Range` gets the rest, not the whole clip again.
+//! - `plan` is also the prefetch hint: the engine plans a stream's next buffer on its
+//!   schedule (paced streams) or as its socket drains (downloads), so each plan of a
+//!   clip's chunk queues the next `ahead` chunks for the fetcher threads. A chunk not
+//!   yet in the cache is fetched first and waited for (a stall, counted).
+//! - A plan pins the cache slots it names; the engine gives each read back
+//!   ([`Storage::done`]) when it completes or is dropped, so a slot is never reused under
+//!   a read in flight.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ictus_objstore::cache::StripeCache;
+use ictus_objstore::{Layout, Rados, Striper};
+
+use crate::volume::{DeviceRead, Storage, StreamInfo};
+
+/// How to reach the cluster and size the node's cache.
+#[derive(Clone, Debug)]
+pub struct CephOptions {
+    /// The cluster's configuration file.
+    pub conf: PathBuf,
+    /// The pool holding the clips.
+    pub pool: String,
+    /// Bytes of the stripe cache (a memfd).
+    pub cache_bytes: u64,
+    /// Bytes per cache chunk (one ranged read of the store).
+    pub chunk: u64,
+    /// Bytes fetched ahead of the chunk a stream is reading.
+    pub ahead: u64,
+    /// Threads fetching chunks (reads in flight on the store).
+    pub fetchers: usize,
+    /// Seconds a connection to the cluster, or a chunk a reader waits for, may take.
+    pub timeout_s: u32,
+}
+
+impl CephOptions {
+    /// Defaults for the cluster at `conf`, pool `pool`: 256 MiB of 1 MiB chunks, 8 MiB
+    /// ahead (at 4 Mbit/s of video, 16 s; at a 100 MB/s download, 80 ms), 4 fetchers.
+    pub fn new(conf: PathBuf, pool: String) -> CephOptions {
+        CephOptions { conf, pool, cache_bytes: 256 << 20, chunk: 1 << 20, ahead: 8 << 20, fetchers: 4, timeout_s: 10 }
+    }
+}
+
+/// Why the Ceph backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CephError {
+    /// The cluster or its libraries.
+    #[error("Ceph cluster: {0}")]
+    Store(#[from] ictus_objstore::Error),
+    /// The cache.
+    #[error("stripe cache: {0}")]
+    Cache(#[from] ictus_objstore::cache::CacheError),
+    /// Settings that do not fit together.
+    #[error("{0}")]
+    Settings(String),
+    /// A thread.
+    #[error("starting a fetcher thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// What the backend counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CephStats {
+    /// Chunks read from the store.
+    pub fetches: u64,
+    /// Bytes read from the store.
+    pub fetched_bytes: u64,
+    /// Plans whose chunks were all in the cache.
+    pub hits: u64,
+    /// Plans that had to wait for a chunk (a stall).
+    pub stalls: u64,
+    /// Time plans waited, ns.
+    pub stall_ns: u64,
+    /// Chunk reads that failed.
+    pub failures: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Clip {
+    start: u64,
+    len: u64,
+}
+
+type Key = (String, u64);
+
+struct State {
+    cache: StripeCache,
+    clips: HashMap<String, Clip>,
+    by_start: BTreeMap<u64, String>,
+    next_start: u64,
+    missing: HashMap<String, Instant>,
+    queue: VecDeque<Key>,
+    pending: HashSet<Key>,
+    failed: HashMap<Key, String>,
+    stats: CephStats,
+    stop: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Fetchers wait here for jobs.
+    work: Condvar,
+    /// Planners wait here for chunks.
+    arrived: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A fetcher that panicked left consistent state (every update is one statement
+        // under the lock), so a poisoned lock is used as is.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A negative lookup is remembered this long (a player asking again and again for a
+/// name that is not there costs the cluster one `stat` per period).
+const MISSING_TTL: Duration = Duration::from_secs(1);
+
+/// Clips from a Ceph cluster, through a stripe cache, as MARS [`Storage`].
+pub struct CephStorage {
+    striper: Striper,
+    shared: Arc<Shared>,
+    fd: OwnedFd,
+    chunk: u64,
+    ahead_chunks: u64,
+    wait: Duration,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for CephStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CephStorage").field("chunk", &self.chunk).field("ahead_chunks", &self.ahead_chunks).finish()
+    }
+}
+
+/// FNV-1a over a clip's name and size: its entity tag, the same on every node.
+fn tag(name: &str, len: u64) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes().chain(len.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("\"ceph-{h:016x}-{len:x}\"")
+}
+
+impl CephStorage {
+    /// Connects to the cluster and starts the fetchers.
+    pub fn open(opts: &CephOptions) -> Result<CephStorage, CephError> {
+        if opts.chunk < 4096 || opts.chunk % 4096 != 0 || opts.chunk > 64 << 20 {
+            return Err(CephError::Settings(format!("chunk {}: a multiple of 4096 up to 64 MiB", opts.chunk)));
+        }
+        let slots = opts.cache_bytes / opts.chunk;
+        let ahead_chunks = opts.ahead.div_ceil(opts.chunk);
+        // Room for every fetcher's chunk, the chunks ahead of two streams, and the
+        // engine's pinned reads.
+        if slots < 2 * (ahead_chunks + 1) + opts.fetchers as u64 {
+            return Err(CephError::Settings(format!(
+                "a cache of {} bytes holds {slots} chunks of {}: too few for {} bytes ahead (at least {} chunks)",
+                opts.cache_bytes,
+                opts.chunk,
+                opts.ahead,
+                2 * (ahead_chunks + 1) + opts.fetchers as u64
+            )));
+        }
+        let rados = Rados::connect(&opts.conf, opts.timeout_s)?;
+        let striper = rados.striper(&opts.pool, Layout::default())?;
+        let cache = StripeCache::new(opts.chunk, slots as usize)?;
+        let fd = cache
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|e| CephError::Cache(ictus_objstore::cache::CacheError::Io(e.to_string())))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                cache,
+                clips: HashMap::new(),
+                by_start: BTreeMap::new(),
+                next_start: 0,
+                missing: HashMap::new(),
+                queue: VecDeque::new(),
+                pending: HashSet::new(),
+                failed: HashMap::new(),
+                stats: CephStats::default(),
+                stop: false,
+            }),
+            work: Condvar::new(),
+            arrived: Condvar::new(),
+        });
+        let mut s = CephStorage {
+            striper,
+            shared,
+            fd,
+            chunk: opts.chunk,
+            ahead_chunks,
+            wait: Duration::from_secs(u64::from(opts.timeout_s.max(1))),
+            threads: Vec::new(),
+        };
+        for i in 0..opts.fetchers.max(1) {
+            let (sh, st, chunk) = (Arc::clone(&s.shared), s.striper.clone(), s.chunk);
+            let t = std::thread::Builder::new()
+                .name(format!("ictus-mars-fetch{i}"))
+                .spawn(move || fetcher(&sh, &st, chunk))
+                .map_err(CephError::Thread)?;
+            s.threads.push(t);
+        }
+        Ok(s)
+    }
+
+    /// The striper (for uploads and measurements).
+    pub fn striper(&self) -> &Striper {
+        &self.striper
+    }
+
+    /// The clips with chunks in the cache (what the node reports to the director).
+    pub fn cached_clips(&self) -> Vec<String> {
+        self.shared.lock().cache.clips().into_iter().collect()
+    }
+
+    /// What was counted so far.
+    pub fn stats(&self) -> CephStats {
+        self.shared.lock().stats
+    }
+
+    /// Queues chunk `ci` of `name` unless held or queued; `urgent` ones go first.
+    fn want(&self, st: &mut State, name: &str, ci: u64, urgent: bool) -> bool {
+        if st.cache.contains(name, ci * self.chunk) {
+            return false;
+        }
+        let key = (name.to_string(), ci);
+        if st.pending.contains(&key) {
+            if urgent {
+                // Move it to the front if it is still only queued.
+                if let Some(i) = st.queue.iter().position(|k| *k == key) {
+                    if let Some(k) = st.queue.remove(i) {
+                        st.queue.push_front(k);
+                    }
+                }
+            }
+            return true;
+        }
+        st.pending.insert(key.clone());
+        if urgent {
+            st.queue.push_front(key);
+        } else {
+            st.queue.push_back(key);
+        }
+        self.shared.work.notify_one();
+        true
+    }
+
+    fn clip_at(st: &State, start: u64) -> Option<(String, Clip)> {
+        let (_, name) = st.by_start.range(..=start).next_back()?;
+        let c = st.clips.get(name)?;
+        Some((name.clone(), c.clone()))
+    }
+}
+
+fn fetcher(shared: &Shared, striper: &Striper, chunk: u64) {
+    loop {
+        let (key, len) = {
+            let mut st = shared.lock();
+            loop {
+                if st.stop {
+                    return;
+                }
+                if let Some(k) = st.queue.pop_front() {
+                    let len = st.clips.get(&k.0).map_or(0, |c| c.len.saturating_sub(k.1 * chunk).min(chunk));
+                    if len == 0 || st.cache.contains(&k.0, k.1 * chunk) {
+                        st.pending.remove(&k);
+                        shared.arrived.notify_all();
+                        continue;
+                    }
+                    break (k, len);
+                }
+                st = shared.work.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        };
+        let mut buf = vec![0u8; len as usize];
+        let mut got = 0usize;
+        let result = loop {
+            match striper.read_at(&key.0, key.1 * chunk + got as u64, &mut buf[got..]) {
+                Ok(0) => break Err(format!("{} ends before byte {}", key.0, key.1 * chunk + len)),
+                Ok(n) => {
+                    got += n;
+                    if got == buf.len() {
+                        break Ok(());
+                    }
+                }
+                Err(e) => break Err(e.to_string()),
+            }
+        };
+        let mut st = shared.lock();
+        st.pending.remove(&key);
+        let result = result.and_then(|()| st.cache.insert(&key.0, key.1 * chunk, &buf).map_err(|e| e.to_string()));
+        match result {
+            Ok(()) => {
+                st.stats.fetches += 1;
+                st.stats.fetched_bytes += len;
+            }
+            Err(e) => {
+                st.stats.failures += 1;
+                st.failed.insert(key, e);
+            }
+        }
+        drop(st);
+        shared.arrived.notify_all();
+    }
+}
+
+impl Drop for CephStorage {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.work.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Storage for CephStorage {
+    fn lookup(&self, name: &str) -> Option<StreamInfo> {
+        if !ictus_objstore::valid_name(name) || !ictus_mars::label::valid_name(name) {
+            return None;
+        }
+        {
+            let st = self.shared.lock();
+            if let Some(c) = st.clips.get(name) {
+                return Some(StreamInfo { name: name.to_string(), len: c.len, etag: tag(name, c.len), start: c.start });
+            }
+            if st.missing.get(name).is_some_and(|t| t.elapsed() < MISSING_TTL) {
+                return None;
+            }
+        }
+        // A round trip to the cluster, outside the lock.
+        let len = self.striper.stat(name);
+        let mut st = self.shared.lock();
+        let Ok(len) = len else {
+            st.missing.insert(name.to_string(), Instant::now());
+            if st.missing.len() > 4096 {
+                st.missing.retain(|_, t| t.elapsed() < MISSING_TTL);
+            }
+            return None;
+        };
+        st.missing.remove(name);
+        let start = match st.clips.get(name) {
+            Some(c) => c.start,
+            None => {
+                let start = st.next_start;
+                // A chunk's gap after each clip: no plan ever spans two clips.
+                st.next_start = start.saturating_add(len.next_multiple_of(self.chunk)).saturating_add(self.chunk);
+                st.clips.insert(name.to_string(), Clip { start, len });
+                st.by_start.insert(start, name.to_string());
+                start
+            }
+        };
+        // The first chunks now: a player's first bytes should not wait for the plan.
+        for ci in 0..len.div_ceil(self.chunk).min(self.ahead_chunks) {
+            self.want(&mut st, name, ci, false);
+        }
+        Some(StreamInfo { name: name.to_string(), len, etag: tag(name, len), start })
+    }
+
+    fn streams(&self) -> Vec<StreamInfo> {
+        let st = self.shared.lock();
+        let mut v: Vec<StreamInfo> = st
+            .clips
+            .iter()
+            .map(|(n, c)| StreamInfo { name: n.clone(), len: c.len, etag: tag(n, c.len), start: c.start })
+            .collect();
+        v.sort_by_key(|s| s.start);
+        v
+    }
+
+    fn plan(&self, start: u64, len: u64) -> Vec<DeviceRead> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let mut st = self.shared.lock();
+        let Some((name, clip)) = Self::clip_at(&st, start) else { return Vec::new() };
+        let off = start - clip.start;
+        if off.checked_add(len).map_or(true, |end| end > clip.len) {
+            return Vec::new();
+        }
+        let (first, last) = (off / self.chunk, (off + len - 1) / self.chunk);
+        let t0 = Instant::now();
+        let mut waited = false;
+        loop {
+            let mut missing = false;
+            for ci in first..=last {
+                if let Some(e) = st.failed.remove(&(name.clone(), ci)) {
+                    eprintln!("ictus mars: reading {name} from the cluster: {e}");
+                    return Vec::new();
+                }
+                missing |= self.want(&mut st, &name, ci, true);
+            }
+            // The prefetch window: the chunks after this read, in order.
+            let end_chunk = clip.len.div_ceil(self.chunk);
+            for ci in last + 1..(last + 1 + self.ahead_chunks).min(end_chunk) {
+                self.want(&mut st, &name, ci, false);
+            }
+            if !missing {
+                break;
+            }
+            waited = true;
+            let left = self.wait.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                eprintln!("ictus mars: {name}: a chunk did not arrive from the cluster within {:?}", self.wait);
+                return Vec::new();
+            }
+            st = self.shared.arrived.wait_timeout(st, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+        }
+        if waited {
+            st.stats.stalls += 1;
+            st.stats.stall_ns += t0.elapsed().as_nanos() as u64;
+        } else {
+            st.stats.hits += 1;
+        }
+        let Some(lease) = st.cache.plan(&name, off, len) else { return Vec::new() };
+        StripeCache::into_reads(lease)
+            .into_iter()
+            .map(|r| DeviceRead { component: 0, offset: r.offset, len: r.len, at: r.at })
+            .collect()
+    }
+
+    fn done(&self, device: u16, offset: u64) {
+        if device == 0 {
+            self.shared.lock().cache.release_at(offset);
+        }
+    }
+
+    fn devices(&self) -> Vec<BorrowedFd<'_>> {
+        vec![self.fd.as_fd()]
+    }
+
+    fn direct(&self) -> bool {
+        false
+    }
+
+    fn align(&self) -> u64 {
+        1
+    }
+
+    fn max_read(&self) -> u64 {
+        self.chunk
+    }
+}
+
+/// Reads the cluster for about `window` (a probe object written, read over and over
+/// with `readers` threads, removed): the bytes/s a node can fetch, for admission.
+pub fn measure(striper: &Striper, window: Duration, readers: usize) -> Result<f64, ictus_objstore::Error> {
+    let name = format!("ictus-probe-{:016x}", crate::volume::random_id());
+    let size = 8usize << 20;
+    let data = vec![0x5au8; size];
+    striper.write_at(&name, 0, &data)?;
+    let t0 = Instant::now();
+    let bytes = std::sync::atomic::AtomicU64::new(0);
+    let result = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..readers.max(1))
+            .map(|i| {
+                let (striper, name, bytes) = (striper.clone(), &name, &bytes);
+                s.spawn(move || -> Result<(), ictus_objstore::Error> {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let mut at = (i as u64 * (1 << 20)) % size as u64;
+                    while t0.elapsed() < window {
+                        let n = striper.read_at(name, at, &mut buf)?;
+                        bytes.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                        at = (at + (1 << 20)) % size as u64;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().unwrap_or(Err(ictus_objstore::Error::Pool)))
+    });
+    let _ = striper.remove(&name);
+    result?;
+    Ok(bytes.into_inner() as f64 / t0.elapsed().as_secs_f64())
+}
