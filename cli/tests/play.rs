@@ -167,8 +167,10 @@ fn gst_clip(file: &Path, mux: &str, venc: &[&str], aenc: &[&str]) {
 /// The lengths of the runs of non-zero samples in a mono WAV file.
 fn click_runs(wav: &Path) -> Vec<usize> {
     let mut r = ictus_tactus::media::wav::WavReader::new(std::fs::File::open(wav).unwrap()).unwrap();
-    let mut bytes = Vec::new();
-    while r.read_s16(4096, &mut bytes).unwrap() > 0 {}
+    let (mut bytes, mut block) = (Vec::new(), Vec::new());
+    while r.read_s16(4096, &mut block).unwrap() > 0 {
+        bytes.extend_from_slice(&block);
+    }
     let mut runs = Vec::new();
     let mut n = 0;
     for c in bytes.chunks_exact(2) {
@@ -180,73 +182,6 @@ fn click_runs(wav: &Path) -> Vec<usize> {
         }
     }
     runs
-}
-
-/// Without privileges: every process (name server, display server, Tactus, the player)
-/// runs as `nobody` when the test runs as root. Tactus asks for real time, is refused,
-/// says so once and plays anyway.
-#[test]
-fn the_whole_chain_plays_as_nobody() {
-    use std::os::unix::process::CommandExt;
-    let root = rustix::process::geteuid().is_root();
-    let dir = TempDir::shared("play-nobody");
-    let nobody = |c: &mut Command| {
-        if root {
-            // std drops the supplementary groups when it sets the user as root.
-            c.uid(65534).gid(65534);
-        }
-    };
-    if root {
-        std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).expect("give the directory to nobody");
-    }
-    let clip = dir.join("clip");
-    let mut c = ictus();
-    c.args(["tactus", "make-clip"]).arg(&clip).args(["--seconds", "1", "--size", "64x48"]);
-    nobody(&mut c);
-    let out = c.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let socket = dir.join("ns.sock");
-    let mut c = ictus();
-    c.arg("name-server").arg("--socket").arg(&socket);
-    nobody(&mut c);
-    let _ns = Proc::spawn_logged("ictus name-server", &mut c, &dir.join("ns.log"));
-    let mut c = ictus();
-    c.args(["display", "serve", "--headless", "--width", "320", "--height", "240", "--name-server"])
-        .arg(&socket)
-        .arg("--socket")
-        .arg(dir.join("display.sock"));
-    nobody(&mut c);
-    let _display = Proc::spawn_logged("ictus display serve", &mut c, &dir.join("display.log"));
-    let mut c = ictus();
-    c.args(["tactus", "serve", "--name-server"]).arg(&socket);
-    nobody(&mut c);
-    let mut tactus = Proc::spawn_logged("ictus tactus serve", &mut c, &dir.join("tactus.log"));
-    let space = Space::new();
-    lookup_when_registered(&space, &socket, "display");
-    lookup_when_registered(&space, &socket, "tactus");
-    let wav = dir.join("out.wav");
-    let mut c = ictus();
-    c.arg("play").arg(&clip).arg("--quiet").arg("--name-server").arg(&socket);
-    c.arg("--audio").arg(format!("wav:{}", wav.display()));
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    nobody(&mut c);
-    let mut child = Proc::from_child("ictus play", c.spawn().expect("ictus play"));
-    let status = child.wait();
-    let out = child.child().stdout.take().map(std::io::read_to_string).transpose().unwrap().unwrap_or_default();
-    assert!(status.success(), "ictus play as nobody: {out}");
-    assert!(out.contains("sent video 10 "), "{out}");
-    if root {
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(std::fs::metadata(&wav).unwrap().uid(), 65534, "the sink's file was written by nobody");
-    }
-    let frames = ictus_tactus::media::wav::WavReader::new(std::fs::File::open(&wav).unwrap()).unwrap().frames();
-    assert!(frames > 0);
-    tactus.sigterm();
-    tactus.wait();
-    let log = tactus.log();
-    if root {
-        assert_eq!(log.matches("timesharing scheduler").count(), 1, "said once what real time refused costs: {log}");
-    }
 }
 
 /// The keys, typed into a terminal (a pseudo-terminal the test holds): ↑ doubles the
@@ -320,9 +255,8 @@ fn keys_in_a_terminal_pause_seek_rate_and_quit() {
     key(b"q");
     let status = child.wait();
     reader.join().unwrap();
-    let out = child.child().stdout.take().map(std::io::read_to_string).transpose().unwrap().unwrap_or_default();
-    assert!(status.success(), "{out}\n{}", text.lock().unwrap());
-    // Quit long before the clip's 300 frames.
-    let sent: u32 = out.split_whitespace().nth(2).and_then(|n| n.parse().ok()).expect("sent video N");
-    assert!(sent < 300, "{out}");
+    assert!(status.success(), "{}", text.lock().unwrap());
+    // Quit long before the clip's 30 s.
+    let last = lines().last().unwrap().0;
+    assert!(last < 29.0, "q quits early, at {last} s");
 }
