@@ -119,10 +119,9 @@ fn a_clip_plays_through_tactus_and_bad_files_get_clear_errors() {
     assert!(!out.status.success());
 
     // Compressed clips made by GStreamer, each whole and cut short: VP8 and Vorbis in
-    // WebM, MPEG-4 part 2 and AAC in MP4, VP8 and MP3 in Matroska.
+    // WebM, VP8 and MP3 in Matroska.
     for (name, mux, venc, aenc) in [
         ("clip.webm", "webmmux", &["vp8enc", "deadline=1"][..], &["vorbisenc"][..]),
-        ("clip.mp4", "mp4mux", &["avenc_mpeg4"][..], &["avenc_aac"][..]),
         ("clip.mkv", "matroskamux", &["vp8enc", "deadline=1"][..], &["lamemp3enc"][..]),
     ] {
         let file = dir.join(name);
@@ -143,9 +142,6 @@ fn a_clip_plays_through_tactus_and_bad_files_get_clear_errors() {
             assert!(err.contains(&format!("cut-{name}")), "{name} cut short: {err}");
         }
     }
-    // An MP4 keeps its index (moov) at the end: cut short, nothing can be played.
-    let out = play(&s, &dir.join("cut-clip.mp4"), &[]);
-    assert!(!out.status.success(), "an MP4 without its index: {}", String::from_utf8_lossy(&out.stdout));
 }
 
 /// Make a 1-s clip with GStreamer: 30 frames of 160×120 and 47 blocks of stereo sound.
@@ -166,7 +162,10 @@ fn gst_clip(file: &Path, mux: &str, venc: &[&str], aenc: &[&str]) {
 
 /// The lengths of the runs of non-zero samples in a mono WAV file.
 fn click_runs(wav: &Path) -> Vec<usize> {
-    let mut r = ictus_tactus::media::wav::WavReader::new(std::fs::File::open(wav).unwrap()).unwrap();
+    // The server finishes the sink's file when the stream closes, after the player is gone.
+    let open = || std::fs::File::open(wav).ok().and_then(|f| ictus_tactus::media::wav::WavReader::new(f).ok());
+    wait_until("the sink's WAV file finished", || open().is_some_and(|r| r.frames() > 0));
+    let mut r = open().unwrap();
     let (mut bytes, mut block) = (Vec::new(), Vec::new());
     while r.read_s16(4096, &mut block).unwrap() > 0 {
         bytes.extend_from_slice(&block);

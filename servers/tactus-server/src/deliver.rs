@@ -315,15 +315,22 @@ fn hand_over(w: &Work, scratch: &mut Vec<u8>, stretched: &mut Vec<u8>) -> (u64, 
             let (w_px, h_px, window) = (v.width, v.height, v.window);
             let tag = v.next_tag;
             v.next_tag = v.next_tag.wrapping_add(1).max(1);
+            // Handed: stamped as the frame goes to the display, not after the flush
+            // returns; a display that shows a due frame at once may report it before
+            // this thread runs again, and "presented" must never precede "handed".
+            let mut t = 0;
             let r = match v.display.frame(w_px, h_px) {
                 Ok(mut f) => {
                     w.item.data.copy_to(f.pixels());
+                    t = now();
                     f.present(window, 0, 0, w.due, tag)
                 }
                 Err(e) => Err(e),
             };
             let r = r.and_then(|()| v.display.flush());
-            let t = now();
+            if t == 0 {
+                t = now();
+            }
             match r {
                 Ok(()) => {
                     let d = Delivered {
