@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use ictus_ipc::Space;
-use ictus_testkit::{ictus_name_server, lookup_when_registered, Proc, TempDir, WATCHDOG};
+use ictus_testkit::{ictus_name_server, lookup_when_registered, wait_until, Proc, TempDir, WATCHDOG};
 
 fn ictus() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ictus"))
@@ -78,10 +78,18 @@ fn a_clip_plays_through_tactus_and_bad_files_get_clear_errors() {
     assert!(r.frames() > 0);
 
     // From 1 s in, 0.8 s of the clip at twice the speed: the frames at 1.0 … 1.7 s (10 fps).
-    let out = play(&s, &clip, &["--start", "1", "--seconds", "0.8", "--rate", "2"]);
+    let wav2 = dir.join("out2.wav");
+    let audio2 = format!("wav:{}", wav2.display());
+    let out = play(&s, &clip, &["--start", "1", "--seconds", "0.8", "--rate", "2", "--audio", &audio2]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("sent video 8 "), "{text}");
+    // The sound plays at twice the speed too, not muted: the clip's 40-sample clicks
+    // (one every 100 ms) come out 20 samples long.
+    let runs = click_runs(&wav2);
+    assert!(runs.len() >= 2, "clicks heard at rate 2: {runs:?}");
+    assert!(runs.iter().all(|&n| n <= 24), "each click half as long at rate 2: {runs:?}");
+    assert!(runs.iter().filter(|&&n| n >= 18).count() >= 2, "whole clicks at rate 2: {runs:?}");
     // Starting past the end is refused, saying how long the clip is.
     let out = play(&s, &clip, &["--start", "60"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -110,32 +118,144 @@ fn a_clip_plays_through_tactus_and_bad_files_get_clear_errors() {
     let out = play(&s, &dir.join("nothing.y4m"), &[]);
     assert!(!out.status.success());
 
-    // A compressed clip (VP8 and Vorbis in WebM, made by GStreamer), whole and cut short.
-    let webm = dir.join("clip.webm");
+    // Compressed clips made by GStreamer, each whole and cut short: VP8 and Vorbis in
+    // WebM, VP8 and MP3 in Matroska.
+    for (name, mux, venc, aenc) in [
+        ("clip.webm", "webmmux", &["vp8enc", "deadline=1"][..], &["vorbisenc"][..]),
+        ("clip.mkv", "matroskamux", &["vp8enc", "deadline=1"][..], &["lamemp3enc"][..]),
+    ] {
+        let file = dir.join(name);
+        gst_clip(&file, mux, venc, aenc);
+        let out = play(&s, &file, &[]);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("sent video 30"), "{name}: {text}");
+        assert!(!text.contains(" audio 0 "), "{name}: {text}");
+        let bytes = std::fs::read(&file).unwrap();
+        let cut = dir.join(format!("cut-{name}"));
+        std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+        // Cut short: it plays what it can or says what is wrong, naming the file; it
+        // never hangs (the watchdog).
+        let out = play(&s, &cut, &[]);
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("cut-{name}")), "{name} cut short: {err}");
+        }
+    }
+}
+
+/// Make a 1-s clip with GStreamer: 30 frames of 160×120 and 47 blocks of stereo sound.
+fn gst_clip(file: &Path, mux: &str, venc: &[&str], aenc: &[&str]) {
     let made = Command::new("gst-launch-1.0")
-        .args(["-q", "webmmux", "name=m", "!", "filesink"])
-        .arg(format!("location={}", webm.display()))
-        .args([
-            "videotestsrc",
-            "num-buffers=30",
-            "!",
-            "video/x-raw,width=160,height=120,framerate=30/1",
-            "!",
-            "vp8enc",
-            "deadline=1",
-            "!",
-            "m.",
-        ])
-        .args(["audiotestsrc", "num-buffers=47", "!", "audio/x-raw,rate=48000,channels=2", "!", "vorbisenc", "!", "m."])
+        .args(["-q", mux, "name=m", "!", "filesink"])
+        .arg(format!("location={}", file.display()))
+        .args(["videotestsrc", "num-buffers=30", "!", "video/x-raw,width=160,height=120,framerate=30/1", "!"])
+        .args(venc)
+        .args(["!", "m."])
+        .args(["audiotestsrc", "num-buffers=47", "!", "audio/x-raw,rate=48000,channels=2", "!", "audioconvert", "!"])
+        .args(aenc)
+        .args(["!", "m."])
         .output()
         .expect("gst-launch-1.0 (scripts/setup.sh installs gstreamer1.0-tools)");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
-    let out = play(&s, &webm, &[]);
+    assert!(made.status.success(), "{}: {}", file.display(), String::from_utf8_lossy(&made.stderr));
+}
+
+/// The lengths of the runs of non-zero samples in a mono WAV file.
+fn click_runs(wav: &Path) -> Vec<usize> {
+    // The server finishes the sink's file when the stream closes, after the player is gone.
+    let open = || std::fs::File::open(wav).ok().and_then(|f| ictus_tactus::media::wav::WavReader::new(f).ok());
+    wait_until("the sink's WAV file finished", || open().is_some_and(|r| r.frames() > 0));
+    let mut r = open().unwrap();
+    let (mut bytes, mut block) = (Vec::new(), Vec::new());
+    while r.read_s16(4096, &mut block).unwrap() > 0 {
+        bytes.extend_from_slice(&block);
+    }
+    let mut runs = Vec::new();
+    let mut n = 0;
+    for c in bytes.chunks_exact(2) {
+        if i16::from_le_bytes([c[0], c[1]]) != 0 {
+            n += 1;
+        } else if n > 0 {
+            runs.push(n);
+            n = 0;
+        }
+    }
+    runs
+}
+
+/// The keys, typed into a terminal (a pseudo-terminal the test holds): ↑ doubles the
+/// rate, space pauses (the position stands still), ←/→ seek, q quits early.
+#[test]
+fn keys_in_a_terminal_pause_seek_rate_and_quit() {
+    use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let dir = TempDir::new("play-keys");
+    let clip = dir.join("clip");
+    let out =
+        ictus().args(["tactus", "make-clip"]).arg(&clip).args(["--seconds", "30", "--size", "64x48"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sent video 30"), "{}", String::from_utf8_lossy(&out.stdout));
-    let bytes = std::fs::read(&webm).unwrap();
-    let cutm = dir.join("cut.webm");
-    std::fs::write(&cutm, &bytes[..bytes.len() / 3]).unwrap();
-    // Cut short: it plays what it can or says what is wrong; it never hangs.
-    let _ = play(&s, &cutm, &[]);
+    let s = servers(&dir);
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let slave_path = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new().read(true).write(true).open(slave_path.to_str().unwrap()).unwrap();
+    let mut c = ictus();
+    c.arg("play").arg(&clip).arg("--name-server").arg(&s.socket);
+    c.stdin(Stdio::from(slave)).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = Proc::from_child("ictus play", c.spawn().expect("ictus play"));
+    // The status lines, as they come.
+    let text = Arc::new(Mutex::new(String::new()));
+    let mut err = child.child().stderr.take().unwrap();
+    let sink = Arc::clone(&text);
+    let reader = std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = err.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&b[..n]));
+        }
+    });
+    // The last few status lines: (position, rate text).
+    let lines = || -> Vec<(f64, String)> {
+        let t = text.lock().unwrap().clone();
+        t.split('\r')
+            .filter_map(|l| {
+                let (pos, rest) = l.trim_start().split_once(" / ")?;
+                let rate = rest.split_whitespace().nth(2)?.to_owned();
+                Some((pos.trim().parse().ok()?, rate))
+            })
+            .collect()
+    };
+    let mut term = std::fs::File::from(master);
+    let mut key = |k: &[u8]| term.write_all(k).expect("type into the terminal");
+    wait_until("playing at ×1", || lines().iter().any(|l| l.1 == "×1"));
+    key(b"\x1b[A");
+    wait_until("the rate doubled by ↑", || lines().last().is_some_and(|l| l.1 == "×2"));
+    key(b"\x1b[B");
+    wait_until("the rate halved by ↓", || lines().last().is_some_and(|l| l.1 == "×1"));
+    key(b" ");
+    // Paused: three status lines in a row at one position (playing, each moves on).
+    wait_until("space pauses", || {
+        let l = lines();
+        l.len() >= 3 && l[l.len() - 3..].iter().all(|x| x.0 == l[l.len() - 1].0)
+    });
+    // Seeks while paused: only the keys move the position now.
+    let at = lines().last().unwrap().0;
+    assert!(at < 20.0, "paused at {at} s of 30");
+    key(b"\x1b[C");
+    wait_until("→ seeks 5 s ahead", || lines().last().is_some_and(|l| (l.0 - (at + 5.0)).abs() < 0.5));
+    key(b"\x1b[D");
+    wait_until("← seeks 5 s back", || lines().last().is_some_and(|l| (l.0 - at).abs() < 0.5));
+    key(b" ");
+    wait_until("space resumes", || lines().last().is_some_and(|l| l.0 > at + 0.5));
+    key(b"q");
+    let status = child.wait();
+    reader.join().unwrap();
+    assert!(status.success(), "{}", text.lock().unwrap());
+    // Quit long before the clip's 30 s.
+    let last = lines().last().unwrap().0;
+    assert!(last < 29.0, "q quits early, at {last} s");
 }

@@ -184,6 +184,12 @@ impl TimeMap {
         self.seg_at(clock).motion
     }
 
+    /// The rate in force at clock time `clock` (a change takes effect at its instant,
+    /// so an item due before a pending change keeps the old rate).
+    pub fn rate_at(&self, clock: u64) -> Rate {
+        self.seg_at(clock).rate
+    }
+
     fn push(&mut self, seg: Segment) -> Result<(), MapError> {
         let last = *self.last();
         if seg.from < last.from {

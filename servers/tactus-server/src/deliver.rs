@@ -20,6 +20,7 @@ use ictus_display::Message as DisplayMessage;
 use ictus_rt::sync::PiMutex;
 use ictus_rt::thread::{configure_current_thread, ThreadRequest};
 use ictus_rt::Time;
+use ictus_tactus::media::stretch::{stretch_s16, stretched_len};
 use ictus_tactus::policy::{judge, Verdict};
 use ictus_tactus::proto::{delivered, Delivered};
 use ictus_tactus::timemap::{Due, Motion};
@@ -63,7 +64,8 @@ struct Work {
     /// The presentation's clock is this stream's audio sink.
     master: bool,
     /// The presentation runs at rate 1.
-    unit_rate: bool,
+    /// The presentation's rate where the item is due (audio is stretched by it).
+    rate: f64,
 }
 
 /// The longest the thread sleeps without looking (it is woken for anything new).
@@ -86,6 +88,7 @@ pub fn run(shared: Arc<Shared>, thread: ThreadRequest, grace: Duration) {
     let mut work: Vec<Work> = Vec::new();
     let mut videos: Vec<(Key, Device)> = Vec::new();
     let mut scratch: Vec<u8> = Vec::new();
+    let mut stretched: Vec<u8> = Vec::new();
     loop {
         let seen = shared.bell.load(Ordering::Acquire);
         let mut next: Option<u64> = None;
@@ -120,12 +123,12 @@ pub fn run(shared: Arc<Shared>, thread: ThreadRequest, grace: Duration) {
                                 (Device::Audio { sink, .. }, Some(m)) => Arc::ptr_eq(sink, m),
                                 _ => false,
                             };
-                            let unit_rate = pres.map_or(true, |p| p.map.rate().get() == 1.0);
+                            let rate = pres.map_or(1.0, |p| p.map.rate_at(clock).get());
                             let dev = s.dev.clone();
                             let s = core.streams.get_mut(&key).expect("a stream of the key list");
                             let item = s.queue.pop_front().expect("a head");
                             s.counts.count(v, grace);
-                            work.push(Work { key, item, due: due_mono, clock, verdict: v, dev, master, unit_rate });
+                            work.push(Work { key, item, due: due_mono, clock, verdict: v, dev, master, rate });
                         }
                     }
                 }
@@ -148,7 +151,7 @@ pub fn run(shared: Arc<Shared>, thread: ThreadRequest, grace: Duration) {
         // Hand over, outside the lock.
         let mut done = Vec::with_capacity(work.len());
         for w in work.drain(..) {
-            let r = hand_over(&w, &mut scratch);
+            let r = hand_over(&w, &mut scratch, &mut stretched);
             done.push((w, r));
         }
         // Frames the display has reported on.
@@ -257,7 +260,7 @@ fn gone(e: &ictus_display::DisplayError) -> bool {
 }
 
 /// Hand one item to its device. Returns (handed, presented, flags, report now).
-fn hand_over(w: &Work, scratch: &mut Vec<u8>) -> (u64, u64, u32, bool) {
+fn hand_over(w: &Work, scratch: &mut Vec<u8>, stretched: &mut Vec<u8>) -> (u64, u64, u32, bool) {
     let late = matches!(w.verdict, Verdict::Deliver { late_ns } if late_ns > 0) as u32 * delivered::LATE;
     if let Verdict::Drop { .. } = w.verdict {
         return (now(), 0, delivered::DROPPED, true);
@@ -278,10 +281,6 @@ fn hand_over(w: &Work, scratch: &mut Vec<u8>) -> (u64, u64, u32, bool) {
             }
         }
         Device::Audio { sink, .. } => {
-            if !w.unit_rate {
-                // Audio is not resampled: at another rate it is left out.
-                return (now(), 0, delivered::DROPPED, true);
-            }
             let frame = if w.master {
                 (w.clock as f64 * f64::from(sink.rate()) / 1e9).round() as u64
             } else {
@@ -289,6 +288,16 @@ fn hand_over(w: &Work, scratch: &mut Vec<u8>) -> (u64, u64, u32, bool) {
             };
             scratch.resize(w.item.data.len(), 0);
             w.item.data.copy_to(scratch);
+            if w.rate != 1.0 {
+                // At rate r the block's logical span lasts 1/r as long: n/r frames.
+                // Only what the sink's ring can hold (the rest would be trimmed): a
+                // large block at 1/16 must not make a 16-fold allocation here.
+                let ch = usize::from(sink.channels());
+                let fits = (sink.capacity() as f64 * w.rate).ceil() as usize;
+                let n = (scratch.len() / (2 * ch.max(1))).min(fits);
+                stretch_s16(&scratch[..n * 2 * ch], ch, stretched_len(n, w.rate), stretched);
+                std::mem::swap(scratch, stretched);
+            }
             let (placed, trimmed) = sink.place(frame, scratch);
             let t = now();
             if placed == 0 {
@@ -306,15 +315,22 @@ fn hand_over(w: &Work, scratch: &mut Vec<u8>) -> (u64, u64, u32, bool) {
             let (w_px, h_px, window) = (v.width, v.height, v.window);
             let tag = v.next_tag;
             v.next_tag = v.next_tag.wrapping_add(1).max(1);
+            // Handed: stamped as the frame goes to the display, not after the flush
+            // returns; a display that shows a due frame at once may report it before
+            // this thread runs again, and "presented" must never precede "handed".
+            let mut t = 0;
             let r = match v.display.frame(w_px, h_px) {
                 Ok(mut f) => {
                     w.item.data.copy_to(f.pixels());
+                    t = now();
                     f.present(window, 0, 0, w.due, tag)
                 }
                 Err(e) => Err(e),
             };
             let r = r.and_then(|()| v.display.flush());
-            let t = now();
+            if t == 0 {
+                t = now();
+            }
             match r {
                 Ok(()) => {
                     let d = Delivered {

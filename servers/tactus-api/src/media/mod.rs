@@ -2,6 +2,7 @@
 //! audio (Standard MIDI Files are `ictus_midi::smf`'s). Checked parsers over untrusted
 //! bytes, fuzzed (`fuzz/fuzz_targets/tactus_y4m.rs`, `tactus_wav.rs`).
 
+pub mod stretch;
 pub mod wav;
 pub mod y4m;
 

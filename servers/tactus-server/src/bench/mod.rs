@@ -402,6 +402,40 @@ impl Delivery {
         let mean = |s: &[(i64, i64)]| s.iter().map(|x| x.1 as f64).sum::<f64>() / s.len() as f64;
         (mean(&self.skews[n - k..]) - mean(&self.skews[..k])) / 1e3
     }
+
+    /// Whether the streams stay together (issue 17.2: under 1 ms from 10 s on, held):
+    /// the A/V skew's median in each 10-s window from 10 s into the clip on, the
+    /// largest in magnitude (µs). Medians, so that the video's tail (a frame the X
+    /// server showed late) does not hide the trend a drifting clock would make.
+    fn held_us(&self) -> f64 {
+        const WINDOW: i64 = 10_000_000_000;
+        let Some(first) = self.skews.first().map(|s| s.0) else { return f64::NAN };
+        let mut worst = f64::NAN;
+        let mut w: Vec<i64> = Vec::new();
+        let mut at = first + WINDOW;
+        let mut flush = |w: &mut Vec<i64>| {
+            if w.len() >= 10 {
+                w.sort_unstable();
+                let m = w[w.len() / 2] as f64 / 1e3;
+                if worst.is_nan() || m.abs() > worst.abs() {
+                    worst = m;
+                }
+            }
+            w.clear();
+        };
+        for &(pts, skew) in &self.skews {
+            if pts < first + WINDOW {
+                continue;
+            }
+            if pts >= at + WINDOW {
+                flush(&mut w);
+                at += WINDOW * ((pts - at) / WINDOW);
+            }
+            w.push(skew);
+        }
+        flush(&mut w);
+        worst
+    }
 }
 
 /// Ours: the clip decoded by GStreamer into the application, through Tactus.
@@ -677,6 +711,7 @@ fn run(o: &Options) -> Result<Outcome, BenchError> {
     let mut ours = Delivery::default();
     let mut peer = Delivery::default();
     let mut long = (f64::NAN, f64::NAN);
+    let mut held = (f64::NAN, f64::NAN);
     for (i, &s) in secs.iter().enumerate() {
         let clip = rig.dir.0.join(format!("clip-{s}.webm"));
         if !clip.exists() {
@@ -691,6 +726,7 @@ fn run(o: &Options) -> Result<Outcome, BenchError> {
         peer_delivery(&rig, &clip, &mut b)?;
         if i + 1 == secs.len() {
             long = (a.drift_us(), b.drift_us());
+            held = (a.held_us(), b.held_us());
         }
         merge(&mut ours, a);
         merge(&mut peer, b);
@@ -762,6 +798,9 @@ fn run(o: &Options) -> Result<Outcome, BenchError> {
         "case": format!("drift over the last run ({} s): A/V skew at the end less at the start", secs.last().copied().unwrap_or(0)),
         "ours_drift_us": long.0,
         "gstreamer_drift_us": long.1,
+        "ours_held_us": held.0,
+        "gstreamer_held_us": held.1,
+        "held": "the A/V skew's median per 10-s window from 10 s on: the largest",
         "device_skew_ppm": SKEW_PPM,
     }));
     report.notes.push(format!(
