@@ -148,6 +148,38 @@ pub(crate) fn call_error(e: CallError) -> Error {
     }
 }
 
+/// The one path of the calls that make a right (inside their `guard`): the space, the out-slot (checked
+/// before anything is made, so that a NULL slot leaks nothing), then `make`, its name
+/// written to `*name`.
+fn make_name(
+    space: *const ictus_space,
+    name: *mut ictus_name,
+    make: impl FnOnce(&Space) -> std::result::Result<Name, RightsError>,
+) -> Result<()> {
+    let s = handle(space, "space")?;
+    let slot = out(name, "name")?;
+    *slot = make(&s.space).map_err(rights)?.0;
+    Ok(())
+}
+
+/// The one path of the calls that hand out a descriptor: as [`make_name`], the
+/// descriptor (the caller's to close) written to `*fd`.
+fn make_fd(
+    space: *const ictus_space,
+    fd: *mut c_int,
+    make: impl FnOnce(&Space) -> std::result::Result<OwnedFd, RightsError>,
+) -> Result<()> {
+    let s = handle(space, "space")?;
+    let slot = out(fd, "fd")?;
+    *slot = make(&s.space).map_err(rights)?.into_raw_fd();
+    Ok(())
+}
+
+/// The one path of the calls that change a right and return nothing else.
+fn on_space(space: *const ictus_space, f: impl FnOnce(&Space) -> std::result::Result<(), RightsError>) -> Result<()> {
+    f(&handle(space, "space")?.space).map_err(rights)
+}
+
 fn give<T>(value: T, to: *mut *mut T, what: &str) -> Result<()> {
     let slot = out(to, what)?;
     *slot = Box::into_raw(Box::new(value));
@@ -181,12 +213,7 @@ pub unsafe extern "C" fn ictus_space_free(space: *mut ictus_space) {
 /// Allocate a port; `*name` gets its receive right.
 #[no_mangle]
 pub unsafe extern "C" fn ictus_port_allocate(space: *const ictus_space, name: *mut ictus_name) -> ictus_error {
-    guard(|| {
-        let s = handle(space, "space")?;
-        let n = s.space.allocate_port().map_err(rights)?;
-        *out(name, "name")? = n.0;
-        Ok(())
-    })
+    guard(|| make_name(space, name, Space::allocate_port))
 }
 
 /// Allocate a port with a send right under the same name.
@@ -195,24 +222,14 @@ pub unsafe extern "C" fn ictus_port_allocate_with_send(
     space: *const ictus_space,
     name: *mut ictus_name,
 ) -> ictus_error {
-    guard(|| {
-        let s = handle(space, "space")?;
-        let n = s.space.allocate_port_with_send().map_err(rights)?;
-        *out(name, "name")? = n.0;
-        Ok(())
-    })
+    guard(|| make_name(space, name, Space::allocate_port_with_send))
 }
 
 /// Allocate a port set; move ports into it with `ictus_port_move_member`, receive from
 /// it as from a port.
 #[no_mangle]
 pub unsafe extern "C" fn ictus_port_set_allocate(space: *const ictus_space, name: *mut ictus_name) -> ictus_error {
-    guard(|| {
-        let s = handle(space, "space")?;
-        let n = s.space.allocate_port_set().map_err(rights)?;
-        *out(name, "name")? = n.0;
-        Ok(())
-    })
+    guard(|| make_name(space, name, Space::allocate_port_set))
 }
 
 /// Move the receive right `member` into the port set `set` (`ICTUS_NAME_NULL`: out of
@@ -223,24 +240,21 @@ pub unsafe extern "C" fn ictus_port_move_member(
     member: ictus_name,
     set: ictus_name,
 ) -> ictus_error {
-    guard(|| {
-        let s = handle(space, "space")?;
-        s.space.move_member(Name(member), Name(set)).map_err(rights)
-    })
+    guard(|| on_space(space, |s| s.move_member(Name(member), Name(set))))
 }
 
 /// Release one user reference of the right(s) `name` denotes (Mach's
 /// `mach_port_deallocate`).
 #[no_mangle]
 pub unsafe extern "C" fn ictus_port_deallocate(space: *const ictus_space, name: ictus_name) -> ictus_error {
-    guard(|| handle(space, "space")?.space.deallocate(Name(name)).map_err(rights))
+    guard(|| on_space(space, |s| s.deallocate(Name(name))))
 }
 
 /// Destroy every right `name` denotes; a receive right's port dies (its senders see a
 /// dead name).
 #[no_mangle]
 pub unsafe extern "C" fn ictus_port_destroy(space: *const ictus_space, name: ictus_name) -> ictus_error {
-    guard(|| handle(space, "space")?.space.destroy(Name(name)).map_err(rights))
+    guard(|| on_space(space, |s| s.destroy(Name(name))))
 }
 
 /// A descriptor that is readable when a message waits on the receive right or port set
@@ -252,12 +266,7 @@ pub unsafe extern "C" fn ictus_port_pollable_fd(
     name: ictus_name,
     fd: *mut c_int,
 ) -> ictus_error {
-    guard(|| {
-        let s = handle(space, "space")?;
-        let slot = out(fd, "fd")?;
-        *slot = s.space.pollable_fd(Name(name)).map_err(rights)?.into_raw_fd();
-        Ok(())
-    })
+    guard(|| make_fd(space, fd, |s| s.pollable_fd(Name(name))))
 }
 
 /// A descriptor for a send right to `name`'s port (a send right, or a receive right it
@@ -269,12 +278,7 @@ pub unsafe extern "C" fn ictus_port_send_right_fd(
     name: ictus_name,
     fd: *mut c_int,
 ) -> ictus_error {
-    guard(|| {
-        let s = handle(space, "space")?;
-        let slot = out(fd, "fd")?;
-        *slot = s.space.send_right_fd(Name(name)).map_err(rights)?.into_raw_fd();
-        Ok(())
-    })
+    guard(|| make_fd(space, fd, |s| s.send_right_fd(Name(name))))
 }
 
 /// Take a send right from a descriptor (from `ictus_port_send_right_fd` in another

@@ -112,6 +112,33 @@ impl<E: std::fmt::Debug> ClientError<E> {
     }
 }
 
+/// How a failed call ended, as every client reports it: the one classification of
+/// [`CallError`] the clients (`ictus-name-api`, `ictus-clock-api`, `ictus-mars-api`)
+/// share.
+#[derive(Debug)]
+pub enum CallFailure {
+    /// The server is gone: it died or dropped the request ([`CallError::ServerDied`]),
+    /// its port is dead when sending (`InvalidDest`) or while waiting (`PortDied`).
+    ServerDied,
+    /// No answer, or no room in its queue, within the timeout.
+    TimedOut,
+    /// Anything else, as it was.
+    Other(CallError),
+}
+
+impl From<CallError> for CallFailure {
+    fn from(e: CallError) -> CallFailure {
+        use ictus_ipc::ReceiveError;
+        match e {
+            CallError::ServerDied
+            | CallError::Send(SendError::InvalidDest(_))
+            | CallError::Receive(ReceiveError::PortDied) => CallFailure::ServerDied,
+            CallError::Send(SendError::TimedOut) | CallError::Receive(ReceiveError::TimedOut) => CallFailure::TimedOut,
+            e => CallFailure::Other(e),
+        }
+    }
+}
+
 /// The client end that generated stubs call through: a send right, its space, and a
 /// per-call timeout.
 #[derive(Clone, Debug)]

@@ -12,6 +12,9 @@
 //!   its clients (alarm ports, subscribers, registered rights);
 //! - [`Running`]: a server on a thread of this process, stopped and joined on drop;
 //!   [`serve_until_signalled`]: a server in the foreground until `SIGTERM`/`SIGINT`;
+//! - [`Listener::activated_or_bind`] and [`notify`]: a server as a system service,
+//!   its socket passed by systemd (socket activation) and its readiness told
+//!   (`sd_notify`);
 //! - [`Registrar`]: the server's names with the name server, registered again when the
 //!   name server restarts;
 //! - [`ServeError`]: the one error of a server's start and loop;
@@ -77,6 +80,7 @@
 mod error;
 mod listener;
 pub mod log;
+pub mod notify;
 mod ports;
 mod registrar;
 pub mod rtlog;

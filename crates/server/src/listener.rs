@@ -29,6 +29,23 @@
 //! dropped, which removes the socket — only if the path still names the socket it
 //! bound — and the lock file. After `kill -9` both stay behind, harmlessly, until the
 //! next server reclaims them.
+//!
+//! # A socket from the service manager
+//!
+//! Under systemd (a `.socket` unit with `ListenSequentialPacket=`) or
+//! `systemd-socket-activate --seqpacket`, the socket already exists when the server
+//! starts: it was made by the service manager, which passes it as descriptor 3
+//! (`LISTEN_FDS`, `LISTEN_PID`; [`ictus_sys::activation`]) and queues the connections
+//! that arrive before the server runs — the first client's connect is what starts it.
+//! [`Listener::activated_or_bind`] takes that socket when one was passed, after
+//! checking that it is exactly one listening `AF_UNIX SOCK_SEQPACKET` socket bound to
+//! the very path the server was asked for (anything else is refused: a unit and a
+//! server that disagree on the path would leave clients waiting at a socket nobody
+//! serves). The lock is taken as for a socket of our own, so a second server started
+//! by hand on the path still refuses to start; but the socket belongs to the service
+//! manager: the server never removes it, and it outlives the server, so that the next
+//! connection starts the server again. The lock file tells a restart after a crash
+//! here: a clean exit removes it, `kill -9` leaves it behind.
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
@@ -36,7 +53,9 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use ictus_name_api::socket::{euid, peer_allowed, PathError, HANDSHAKE};
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
@@ -49,6 +68,14 @@ pub enum ListenError {
     /// Something that is not a socket is at the path.
     #[error("{0} exists and is not a socket; refusing to remove it: move it away, or give another socket path")]
     NotASocket(PathBuf),
+    /// The socket the service manager passed is not the one asked for.
+    #[error("{path}: the socket the service manager passed (LISTEN_FDS) {why}; check the .socket unit's ListenSequentialPacket= against the server's socket path")]
+    Activation {
+        /// The path the server was asked to serve.
+        path: PathBuf,
+        /// What is wrong with the passed socket.
+        why: String,
+    },
     /// The path is too long for a Unix socket address.
     #[error("{0}: too long for a Unix socket address (at most 107 bytes); give a shorter path")]
     PathTooLong(PathBuf),
@@ -86,8 +113,9 @@ pub struct Listener {
     socket: OwnedFd,
     /// Held for the listener's lifetime; closing it releases the lock.
     _lock: OwnedFd,
-    /// The device and inode of the socket we bound, so we remove only our own.
-    bound: (u64, u64),
+    /// The device and inode of the socket we bound, so we remove only our own; `None`
+    /// for a socket the service manager passed, which is never ours to remove.
+    bound: Option<(u64, u64)>,
     /// Whether a socket left by a server that died was at the path.
     reclaimed: bool,
 }
@@ -110,7 +138,7 @@ impl Listener {
         let os = |what: &'static str| move |errno: Errno| ListenError::Os { path: path.to_owned(), what, errno };
         let addr = address(path)?;
         let lock_path = lock_path_of(path);
-        let lock = take_lock(&lock_path).map_err(|e| match e {
+        let (lock, _) = take_lock(&lock_path).map_err(|e| match e {
             Errno::WOULDBLOCK => occupied(),
             e => ListenError::Os { path: lock_path.clone(), what: "locking", errno: e },
         })?;
@@ -142,12 +170,48 @@ impl Listener {
             e => os("bind")(e),
         })?;
         let st = rustix::fs::stat(path).map_err(os("stat"))?;
-        let bound = (st.st_dev, st.st_ino);
+        let bound = Some((st.st_dev, st.st_ino));
         let listener = Listener { path: path.to_owned(), lock_path, socket, _lock: lock, bound, reclaimed };
         // From here on, dropping `listener` removes what we made.
         rustix::fs::chmod(path, Mode::from_raw_mode(0o600)).map_err(os("chmod"))?;
         rustix::net::listen(&listener.socket, 128).map_err(os("listen"))?;
         Ok(listener)
+    }
+
+    /// The socket the service manager passed (see the module documentation), if it
+    /// passed one; otherwise [`Listener::bind`]. `server` is said in errors.
+    pub fn activated_or_bind(path: &Path, server: &'static str) -> Result<Listener, ListenError> {
+        let refuse = |why: String| ListenError::Activation { path: path.to_owned(), why };
+        let mut fds = ictus_sys::activation::take_listen_fds().map_err(|e| refuse(e.to_string()))?;
+        let socket = match fds.len() {
+            0 => return Listener::bind(path, server),
+            1 => fds.pop().expect("one"),
+            n => return Err(refuse(format!("is {n} descriptors; one listening socket was expected"))),
+        };
+        check_passed(&socket, path).map_err(refuse)?;
+        let lock_path = lock_path_of(path);
+        let (lock, existed) = take_lock(&lock_path).map_err(|e| match e {
+            Errno::WOULDBLOCK => ListenError::AlreadyRunning(Occupied { server, path: path.to_owned() }),
+            e => ListenError::Os { path: lock_path.clone(), what: "locking", errno: e },
+        })?;
+        // The accept loop must never block. The flag is on the open file description
+        // the service manager shares; it only polls the socket, so that is harmless.
+        let flags = rustix::fs::fcntl_getfl(&socket).map_err(|errno| ListenError::Os {
+            path: path.to_owned(),
+            what: "fcntl",
+            errno,
+        })?;
+        rustix::fs::fcntl_setfl(&socket, flags | OFlags::NONBLOCK).map_err(|errno| ListenError::Os {
+            path: path.to_owned(),
+            what: "fcntl",
+            errno,
+        })?;
+        Ok(Listener { path: path.to_owned(), lock_path, socket, _lock: lock, bound: None, reclaimed: existed })
+    }
+
+    /// Whether the socket was passed by a service manager (and is left to it on exit).
+    pub fn activated(&self) -> bool {
+        self.bound.is_none()
     }
 
     /// The socket's path.
@@ -202,9 +266,10 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        // Remove the socket only if the path still names the one we bound.
-        if let Ok(st) = rustix::fs::stat(&self.path) {
-            if (st.st_dev, st.st_ino) == self.bound {
+        // Remove the socket only if the path still names the one we bound; a passed
+        // socket is the service manager's.
+        if let (Ok(st), Some(bound)) = (rustix::fs::stat(&self.path), self.bound) {
+            if (st.st_dev, st.st_ino) == bound {
                 let _ = rustix::fs::unlink(&self.path);
             }
         }
@@ -215,19 +280,57 @@ impl Drop for Listener {
     }
 }
 
+/// Check that a socket the service manager passed is one listening `AF_UNIX
+/// SOCK_SEQPACKET` socket bound to `path`; say what is wrong if not.
+fn check_passed(socket: &OwnedFd, path: &Path) -> Result<(), String> {
+    use rustix::net::sockopt;
+    let os = |what: &str, e: Errno| format!("cannot be examined ({what}: {e})");
+    if !rustix::fs::fstat(socket).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Socket) {
+        return Err("is not a socket".into());
+    }
+    let family = sockopt::socket_domain(socket).map_err(|e| os("SO_DOMAIN", e))?;
+    if family != AddressFamily::UNIX {
+        return Err(format!("is not a Unix socket (family {})", family.as_raw()));
+    }
+    let kind = sockopt::socket_type(socket).map_err(|e| os("SO_TYPE", e))?;
+    if kind != SocketType::SEQPACKET {
+        return Err(format!(
+            "is not a SOCK_SEQPACKET socket (type {}): a stream or datagram socket cannot carry the handshake",
+            kind.as_raw()
+        ));
+    }
+    if !sockopt::socket_acceptconn(socket).map_err(|e| os("SO_ACCEPTCONN", e))? {
+        return Err("is not listening".into());
+    }
+    let name = rustix::net::getsockname(socket).map_err(|e| os("getsockname", e))?;
+    let bound = SocketAddrUnix::try_from(name).ok().and_then(|a| a.path_bytes().map(<[u8]>::to_vec));
+    match bound {
+        Some(b) if b == path.as_os_str().as_bytes() => Ok(()),
+        Some(b) => Err(format!("is bound to {}, not to the path asked for", String::from_utf8_lossy(&b))),
+        None => Err("is not bound to a path (unnamed or abstract)".into()),
+    }
+}
+
 /// Open (creating) and exclusively lock the lock file, without waiting. Retries if the
-/// file was removed between our open and our lock.
-fn take_lock(path: &Path) -> Result<OwnedFd, Errno> {
+/// file was removed between our open and our lock. Also says whether the file was
+/// there before (left by a server that did not exit cleanly, or held by a running one).
+fn take_lock(path: &Path) -> Result<(OwnedFd, bool), Errno> {
     for _ in 0..16 {
-        let fd = rustix::fs::open(
-            path,
-            OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o600),
-        )?;
+        let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let mode = Mode::from_raw_mode(0o600);
+        let (fd, existed) = match rustix::fs::open(path, flags | OFlags::CREATE | OFlags::EXCL, mode) {
+            Ok(fd) => (fd, false),
+            Err(Errno::EXIST) => match rustix::fs::open(path, flags, mode) {
+                Ok(fd) => (fd, true),
+                Err(Errno::NOENT) => continue, // removed between the two opens
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)?;
         let mine = rustix::fs::fstat(&fd)?;
         match rustix::fs::stat(path) {
-            Ok(st) if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) => return Ok(fd),
+            Ok(st) if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) => return Ok((fd, existed)),
             _ => continue,
         }
     }

@@ -13,6 +13,7 @@
 //! | [`mm`] | `mmap`, `munmap`, `madvise` | a mapping that unmaps itself, with bounds-checked atomics in shared memory |
 //! | [`memfd`] | `memfd_create`, `F_ADD_SEALS`, `F_GET_SEALS`, `fstat` | one way to make, seal and check an untrusted memfd |
 //! | [`sched`] | `sched_setattr`, `sched_getattr` | not in rustix; `SCHED_DEADLINE` needs them |
+//! | [`activation`] | `sd_listen_fds` (`fcntl` on descriptors 3..) | owning descriptors a service manager passed needs `unsafe`, once, after checking each is open |
 //! | [`sockdiag`] | `NETLINK_SOCK_DIAG` | the peer of a Unix socket, which no `getsockopt` tells |
 //!
 //! Each wrapper's documentation starts with its C form and ends with `# References` to
@@ -33,6 +34,8 @@
 //! block says which man page or invariant makes it sound.
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+pub mod activation;
 pub mod memfd;
 #[allow(unsafe_code)]
 pub mod mm;

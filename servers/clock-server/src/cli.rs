@@ -35,7 +35,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), CliError> {
             Some(p) => p,
             None => control::prepare_default_control_socket_path()?,
         };
-        let listener = Listener::bind(&path, "clock server")?;
+        let listener = Listener::activated_or_bind(&path, "clock server")?;
         if let Some(priority) = opts.fifo {
             use ictus_rt::thread::{configure_current_thread, Policy, ThreadRequest};
             let req = ThreadRequest { policy: Some(Policy::Fifo { priority }), ..ThreadRequest::default() };
@@ -58,14 +58,20 @@ pub fn serve(opts: ServeOptions) -> Result<(), CliError> {
             path.display(),
             std::process::id()
         );
+        ictus_server::notify::ready(
+            "clock-server",
+            &format!("clock port registered as {name:?}; control port on {}", path.display()),
+        );
         let result = server.run(Some(&listener), stop);
+        ictus_server::notify::stopping("clock-server");
         // The registration would vanish with the port anyway; say goodbye first.
         names.stop();
+        let removed = if listener.activated() { "left" } else { "removed" };
         drop(server);
         drop(listener);
         match &result {
             Ok(()) => {
-                tracing::info!(server = "clock-server", path = %path.display(), "stopped; removed {}", path.display())
+                tracing::info!(server = "clock-server", path = %path.display(), "stopped; {removed} {}", path.display())
             }
             Err(e) => tracing::error!(server = "clock-server", "stopping: {e}"),
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ictus_abi::ReturnCode;
 use ictus_idl::{EncodeError, SendRight};
-use ictus_ipc::{CallError, Name, ReceiveError, RightKind, RightsError, SendError, Space};
+use ictus_ipc::{CallError, Name, RightKind, RightsError, Space};
 use ictus_name_api::socket::{self as ns_socket, FetchError};
 
 use crate::protocol::{
@@ -93,12 +93,10 @@ pub enum ClientError {
 
 impl From<CallError> for ClientError {
     fn from(e: CallError) -> ClientError {
-        match e {
-            CallError::ServerDied
-            | CallError::Send(SendError::InvalidDest(_))
-            | CallError::Receive(ReceiveError::PortDied) => ClientError::ServerDied,
-            CallError::Send(SendError::TimedOut) | CallError::Receive(ReceiveError::TimedOut) => ClientError::TimedOut,
-            e => ClientError::Call(e),
+        match ictus_idl::CallFailure::from(e) {
+            ictus_idl::CallFailure::ServerDied => ClientError::ServerDied,
+            ictus_idl::CallFailure::TimedOut => ClientError::TimedOut,
+            ictus_idl::CallFailure::Other(e) => ClientError::Call(e),
         }
     }
 }

@@ -96,7 +96,9 @@ pub fn serve(args: ServerArgs) -> Result<(), CliError> {
             args.name,
             std::process::id()
         );
+        ictus_server::notify::ready("midi-server", &format!("reading {spec}, registered as {:?}", args.name));
         let result = server.run(stop);
+        ictus_server::notify::stopping("midi-server");
         names.stop();
         let stats = server.stats();
         drop(server);

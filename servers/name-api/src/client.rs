@@ -109,12 +109,10 @@ impl ClientError {
 
 impl From<CallError> for ClientError {
     fn from(e: CallError) -> ClientError {
-        match e {
-            CallError::ServerDied
-            | CallError::Send(SendError::InvalidDest(_))
-            | CallError::Receive(ReceiveError::PortDied) => ClientError::ServerDied,
-            CallError::Send(SendError::TimedOut) | CallError::Receive(ReceiveError::TimedOut) => ClientError::TimedOut,
-            e => ClientError::Call(e),
+        match ictus_idl::CallFailure::from(e) {
+            ictus_idl::CallFailure::ServerDied => ClientError::ServerDied,
+            ictus_idl::CallFailure::TimedOut => ClientError::TimedOut,
+            ictus_idl::CallFailure::Other(e) => ClientError::Call(e),
         }
     }
 }

@@ -11,7 +11,9 @@ use crate::server::{ServeError, Server};
 use crate::socket;
 
 /// `ictus name-server [--socket PATH]`: serve in the foreground until `SIGINT` or
-/// `SIGTERM`, then remove the socket and return.
+/// `SIGTERM`, then remove the socket and return. Started by systemd with the socket
+/// (socket activation), serve that one and leave it to systemd; tell systemd when
+/// serving and when stopping (`ictus_server::notify`).
 ///
 /// Without `--socket`, the socket is the default one ([`socket`] says where), its
 /// directory made private if missing.
@@ -21,24 +23,29 @@ pub fn serve(socket: Option<PathBuf>) -> Result<(), ServeError> {
             Some(p) => p,
             None => socket::prepare_default_socket_path()?,
         };
-        let listener = Listener::bind(&path, "name server")?;
+        let listener = Listener::activated_or_bind(&path, "name server")?;
         let mut server = Server::new(Space::task())?;
         let restart = if listener.reclaimed() { "; replaces one that died, recovering its names" } else { "" };
+        let activated = if listener.activated() { " (socket from the service manager)" } else { "" };
         tracing::info!(
             server = "name-server",
             path = %path.display(),
             pid = std::process::id(),
             restart = listener.reclaimed(),
-            "serving on {} (pid {}){restart}",
+            activated = listener.activated(),
+            "serving on {}{activated} (pid {}){restart}",
             path.display(),
             std::process::id()
         );
+        ictus_server::notify::ready("name-server", &format!("serving on {}", path.display()));
         let result = server.run(Some(&listener), stop);
+        ictus_server::notify::stopping("name-server");
+        let removed = if listener.activated() { "left" } else { "removed" };
         drop(server);
         drop(listener);
         match &result {
             Ok(()) => {
-                tracing::info!(server = "name-server", path = %path.display(), "stopped; removed {}", path.display())
+                tracing::info!(server = "name-server", path = %path.display(), "stopped; {removed} {}", path.display())
             }
             Err(e) => tracing::error!(server = "name-server", "stopping: {e}"),
         }
