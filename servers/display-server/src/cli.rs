@@ -76,8 +76,11 @@ pub fn serve(o: ServeOptions) -> Result<(), CliError> {
         };
         let mut opts = Options::headless(0, 0, Some(socket.clone()));
         opts.screen = screen;
-        // The server process: its presenter and transports ask for a real-time class.
-        opts.realtime = true;
+        // Not real-time yet: with the presenter at SCHED_FIFO above the transport
+        // threads that share its X connection, x11rb's reply wait livelocks on one CPU
+        // (the presenter spins for a reply that the starved transport thread holds the
+        // reader role for). See doc/display.md, "Real-time threads".
+        opts.realtime = false;
         if let Some(hz) = o.refresh_hz {
             opts.refresh_hz = hz;
         }
