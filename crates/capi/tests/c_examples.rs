@@ -5,6 +5,8 @@
 //! - `pingpong.c` / `pingpong.cpp`: two processes, a thousand calls;
 //! - `names.c`: register, look up, send through the looked-up right, list, unregister,
 //!   against a name server this test runs;
+//! - `shm_echo.c`: two processes, a thousand records over a shared-memory channel, the
+//!   server waiting in poll(2) on its descriptor;
 //! - `midi_play.c`: a scale onto a virtual cable whose receiving end this test holds,
 //!   every note checked on arrival.
 
@@ -171,6 +173,22 @@ fn ping_pong_between_two_processes_in_cpp() {
 #[test]
 fn ping_pong_between_two_processes_in_cpp_under_asan() {
     pingpong("cpp/pingpong.cpp", true);
+}
+
+fn shm_echo(asan: bool) {
+    let exe = compile("c/shm_echo.c", asan);
+    let out = run(&exe, &[]);
+    assert!(out.contains("1000 records echoed over a shared-memory channel"), "{out}");
+}
+
+#[test]
+fn an_echo_over_a_shared_memory_channel_in_c() {
+    shm_echo(false);
+}
+
+#[test]
+fn an_echo_over_a_shared_memory_channel_in_c_under_asan() {
+    shm_echo(true);
 }
 
 fn names(asan: bool) {
