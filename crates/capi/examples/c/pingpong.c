@@ -72,24 +72,11 @@ int main(int argc, char **argv) {
     int fd;
     CHECK(ictus_port_send_right_fd(space, setup, &fd));
 
-    pid_t pid = fork();
+    pid_t pid = spawn_child_with_fd(argv[0], fd);
     if (pid < 0) {
         perror("fork");
         return 1;
     }
-    if (pid == 0) {
-        /* Only async-signal-safe calls between fork and exec. */
-        char arg[16];
-        int k = 0, v = fd;
-        char digits[16];
-        do { digits[k++] = (char)('0' + v % 10); v /= 10; } while (v > 0);
-        for (int i = 0; i < k; i++) arg[i] = digits[k - 1 - i];
-        arg[k] = '\0';
-        fcntl(fd, F_SETFD, 0); /* keep the send right across exec */
-        execl("/proc/self/exe", argv[0], "child", arg, (char *)NULL);
-        _exit(127);
-    }
-    close(fd);
 
     ictus_received *reply;
     CHECK(ictus_received_new(&reply));
