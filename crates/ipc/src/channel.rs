@@ -254,9 +254,11 @@ impl Inner {
             return false;
         }
         let Ok(watch) = notifier.watch_channel(p, key, fd.clone()) else { return false };
-        if let Some(old) = st.add_channel(key, Channel { fd, pipe, watch: Some(watch) }) {
+        if let Some(old) = st.add_channel(key, Channel { fd, pipe, watch: Some(watch), hung_up: false }) {
             // Only the same client could have used the key: its older channel goes.
-            if let Some(w) = old.watch {
+            if old.hung_up {
+                p.hung_up.fetch_sub(1, Ordering::SeqCst);
+            } else if let Some(w) = old.watch {
                 notifier.cancel(w);
             }
         }
@@ -279,11 +281,85 @@ impl Inner {
         }
     }
 
-    /// Called by the notifier when the client's end of a call channel hung up.
+    /// Called by the notifier when the client's end of a call channel hung up. Requests
+    /// the client sent before may still wait on the main connection, or be taken and
+    /// not yet looked up: Mach delivers them (their reply rights lead nowhere), so the
+    /// channel stays, marked hung up and without its reply pipe, until nothing from
+    /// before the hang-up can be unread ([`Inner::forget_hung_up_channels`]). If
+    /// receivers wait on an empty queue, a doorbell wakes one to forget it at once.
     pub(crate) fn channel_hung_up(&self, p: &Arc<RecvPort>, key: ChannelKey, fd: &Arc<OwnedFd>) {
-        let gone = p.lock().remove_channel(key, fd);
-        if gone.is_some() {
+        let marked = {
+            let mut st = p.lock();
+            match st.channels.get_mut(&key) {
+                Some(c) if Arc::ptr_eq(&c.fd, fd) && !c.hung_up => {
+                    c.hung_up = true;
+                    c.watch = None;
+                    // A reply must not write into a pipe nobody reads (`SIGPIPE`).
+                    c.pipe = None;
+                    p.hung_up.fetch_add(1, Ordering::SeqCst);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if marked {
+            if !self.forget_hung_up_channels(p) {
+                let st = p.lock();
+                if st.mains_hold_no_request() {
+                    st.ring_doorbell();
+                }
+            }
             self.check_no_senders(p);
+        }
+    }
+
+    /// Forget the call channels kept hung up, once nothing their clients sent can still
+    /// be unread: no receive is under way on the port (one could hold a request taken
+    /// and not yet looked up) and no main connection's kernel queue holds a request
+    /// (`SIOCINQ`: fewer bytes than a header; a doorbell may wait there). A client's requests are queued before its channel can hang up (an
+    /// `AF_UNIX` send is complete when it returns), so none can come later. Returns
+    /// whether none is left. Called on a hang-up and when the last receive under way
+    /// ends while some channel is hung up: one `ioctl` per main connection, and only
+    /// then.
+    pub(crate) fn forget_hung_up_channels(&self, p: &Arc<RecvPort>) -> bool {
+        let mut st = p.lock();
+        if p.hung_up.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        if p.reading.load(Ordering::SeqCst) != 0 || !st.mains_hold_no_request() {
+            return false;
+        }
+        st.channels.retain(|_, c| !c.hung_up);
+        p.hung_up.store(0, Ordering::SeqCst);
+        true
+    }
+}
+
+/// A receive under way on a port (`RecvPort::reading`), from before it can take a
+/// datagram until what it took is checked. The last one to end forgets the call
+/// channels kept hung up, if nothing they sent can still be unread.
+pub(crate) struct Reading<'a> {
+    inner: &'a Inner,
+    port: &'a Arc<RecvPort>,
+}
+
+impl<'a> Reading<'a> {
+    /// Count a receive as under way: called with the port's state locked, so that a
+    /// hang-up seen under the same lock either sees it or happened before it began.
+    #[inline]
+    pub(crate) fn begin(inner: &'a Inner, port: &'a Arc<RecvPort>) -> Reading<'a> {
+        port.reading.fetch_add(1, Ordering::SeqCst);
+        Reading { inner, port }
+    }
+}
+
+impl Drop for Reading<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Sequentially consistent with the hang-up's mark and look: either the
+        // notifier sees no receive under way, or the last receive sees the mark.
+        if self.port.reading.fetch_sub(1, Ordering::SeqCst) == 1 && self.port.hung_up.load(Ordering::SeqCst) != 0 {
+            self.inner.forget_hung_up_channels(self.port);
         }
     }
 }

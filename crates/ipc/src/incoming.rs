@@ -577,7 +577,10 @@ mod tests {
         assert_eq!(w.check(&named, &[], Arrival::Reply).err(), Some(Refused::ChannelMisplaced));
         // Keep one under our pid and token 77: now it is found.
         let (chan, _client) = sys::connection().unwrap();
-        port.lock().add_channel((me.pid, 77), crate::port::Channel { fd: Arc::new(chan), pipe: None, watch: None });
+        port.lock().add_channel(
+            (me.pid, 77),
+            crate::port::Channel { fd: Arc::new(chan), pipe: None, watch: None, hung_up: false },
+        );
         let m = w.check(&named, &[], Arrival::Main(&port)).unwrap();
         let Some(Reply::OnChannel(so)) = m.reply else { panic!("the kept channel") };
         assert_eq!(so.channel, Some((port.id, (me.pid, 77))));
@@ -585,7 +588,12 @@ mod tests {
         port.lock().channels.clear();
         port.lock().add_channel(
             (me.pid + 1, 77),
-            crate::port::Channel { fd: Arc::new(sys::connection().unwrap().0), pipe: None, watch: None },
+            crate::port::Channel {
+                fd: Arc::new(sys::connection().unwrap().0),
+                pipe: None,
+                watch: None,
+                hung_up: false,
+            },
         );
         assert_eq!(w.check(&named, &[], Arrival::Main(&port)).err(), Some(Refused::UnknownChannel));
         // An offer whose channel is the port's own send end.

@@ -114,13 +114,19 @@ impl std::hash::Hasher for KeyHasher {
 }
 
 /// A call channel the port keeps: the receiver's end (replies are written to it) and
-/// the notifier watch that removes it when the client's end hangs up.
+/// the notifier watch that tells the port when the client's end hangs up.
 pub(crate) struct Channel {
     pub(crate) fd: Arc<OwnedFd>,
     /// The write end of the client's reply pipe, if it offered one: plain replies go
-    /// there (see `doc/ipc.md`). Never passed on; dropped when the receive right moves.
+    /// there (see `doc/ipc.md`). Never passed on; dropped when the receive right moves
+    /// or the client hangs up.
     pub(crate) pipe: Option<Arc<OwnedFd>>,
     pub(crate) watch: Option<u64>,
+    /// The client's end hung up, and requests it sent before may still be unread: the
+    /// channel stays so that they are delivered (their replies find the caller gone),
+    /// until nothing from before the hang-up can be unread
+    /// (`Inner::forget_hung_up_channels`).
+    pub(crate) hung_up: bool,
 }
 
 pub(crate) struct Conn {
@@ -179,6 +185,14 @@ pub(crate) struct RecvPort {
     /// Bumped when the receive right moves between spaces of this process, so that a
     /// thread of the old space waiting on it stops (`PortChanged`).
     pub(crate) epoch: AtomicU64,
+    /// Receives under way on this port, from the moment one chooses how to wait (under
+    /// the state's lock, before it can take a datagram) until what it took has been
+    /// checked: while any is, a request naming a hung-up call channel may have been
+    /// taken off the main connection and not yet looked up.
+    pub(crate) reading: AtomicU32,
+    /// Call channels kept although their client hung up (`Channel::hung_up`); changed
+    /// under the state's lock, read without it by a receive that ends.
+    pub(crate) hung_up: AtomicU32,
 }
 
 /// The descriptors and state of a receive right on its way to another task.
@@ -265,6 +279,8 @@ impl RecvPort {
             page,
             limit: AtomicU32::new(limit),
             epoch: AtomicU64::new(0),
+            reading: AtomicU32::new(0),
+            hung_up: AtomicU32::new(0),
         })
     }
 
@@ -385,6 +401,13 @@ impl RecvState {
         if let Some(w) = &self.wake {
             sys::eventfd_signal(w.as_fd());
         }
+        self.ring_doorbell();
+    }
+
+    /// Ring the port's doorbell: wake one receiver blocked on the main connection so
+    /// that it looks at the port again (best effort: a full queue has its receivers
+    /// awake anyway; without a send source there is nothing to ring it through).
+    pub(crate) fn ring_doorbell(&self) {
         if let Some(src) = &self.send_source {
             let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
         }
@@ -400,6 +423,13 @@ impl RecvState {
         self.mains().all(|fd| ictus_sys::socket::inq_len(fd.as_fd()).is_ok_and(|n| n == 0))
     }
 
+    /// Whether no request waits on any main connection: each holds fewer bytes than a
+    /// message's header (`SIOCINQ`, which for `SOCK_SEQPACKET` counts every queued
+    /// datagram), so at most doorbells, which name no call channel.
+    pub(crate) fn mains_hold_no_request(&self) -> bool {
+        self.mains().all(|fd| ictus_sys::socket::inq_len(fd.as_fd()).is_ok_and(|n| n < ictus_abi::HEADER_LEN))
+    }
+
     /// Add a connection, registering it with the port's epoll and waking a receiver
     /// blocked on the main connection alone.
     pub(crate) fn add_conn(&mut self, fd: Arc<OwnedFd>, kind: ConnKind) -> rustix::io::Result<u64> {
@@ -409,10 +439,7 @@ impl RecvState {
             sys::epoll_add(ep.as_fd(), fd.as_fd(), id, Interest::Readable)?;
         }
         self.conns.push(Conn { id, fd, kind });
-        if let Some(src) = &self.send_source {
-            // Best effort: if the queue is full, receivers are awake anyway.
-            let _ = sys::send(src.as_fd(), &[std::io::IoSlice::new(&[DOORBELL])], &[], Some(std::time::Instant::now()));
-        }
+        self.ring_doorbell();
         Ok(id)
     }
 
@@ -538,6 +565,9 @@ impl RecvState {
         let mains = count(ConnKind::Main, &mut fds) as u16;
         let onces = count(ConnKind::Once, &mut fds) as u8;
         let channels: Vec<(ChannelKey, Channel)> = self.channels.drain().collect();
+        // Hung-up channels travel too; the new holder cannot find their keys again from
+        // the kernel (the client's end is gone) and closes them (`doc/ipc.md`).
+        port.hung_up.store(0, Ordering::SeqCst);
         fds.extend(channels.iter().map(|(_, c)| c.fd.clone()));
         let no_senders = self.no_senders.take();
         let port_destroyed = self.port_destroyed.take();
@@ -581,7 +611,11 @@ impl RecvState {
                 let _ = self.add_conn(fd, kind);
             }
         }
+        let hung_up = p.channels.iter().filter(|(_, c)| c.hung_up).count() as u32;
         self.channels.extend(p.channels);
+        if let Some(port) = self.this.upgrade() {
+            port.hung_up.fetch_add(hung_up, Ordering::SeqCst);
+        }
         self.no_senders = p.no_senders;
         self.port_destroyed = p.port_destroyed;
     }

@@ -25,7 +25,7 @@ use ictus_abi::{Name, NotifyId};
 
 use ictus_abi::{ReplyKind, COUNTED_FLAG, FLAGS_OFFSET, HEAD_MAX, INLINE_DATAGRAM_MAX};
 
-use crate::channel;
+use crate::channel::{self, Reading};
 use crate::error::ReceiveError;
 use crate::incoming::{self, oversized, Arrival, Data, Incoming, Item, Oversized, Refused, Reply};
 use crate::message::{Credentials, ReceiveOptions, Received, ReceivedRight, RightKind};
@@ -90,7 +90,7 @@ impl Inner {
         loop {
             // Choose how to wait: straight on the main connection when it is the only
             // one and a doorbell can reach it; otherwise through the port's epoll.
-            let direct = {
+            let (direct, _reading) = {
                 let mut st = p.lock();
                 if st.dead {
                     return Err(ReceiveError::PortDied);
@@ -98,11 +98,14 @@ impl Inner {
                 if st.moved || p.epoch.load(Ordering::Acquire) != epoch {
                     return Err(ReceiveError::PortChanged);
                 }
-                if st.conns.len() == 1 && st.conns[0].kind == ConnKind::Main && st.send_source.is_some() {
+                let direct = if st.conns.len() == 1 && st.conns[0].kind == ConnKind::Main && st.send_source.is_some() {
                     Ok((st.conns[0].fd.clone(), st.conns[0].id))
                 } else {
                     Err(st.ensure_epoll()?)
-                }
+                };
+                // Under way until this turn of the loop ends: what it takes is checked
+                // (a request naming a call channel looked up) before then.
+                (direct, Reading::begin(self, p))
             };
             let (fd, cid, kind, nonblocking) = match direct {
                 Ok((fd, cid)) => {

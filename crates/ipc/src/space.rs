@@ -67,6 +67,13 @@ pub struct PortStatus {
     pub sorights: u32,
     /// Connections currently reaching the port.
     pub connections: u32,
+    /// Call channels the port keeps, one per client that has made calls to it; a
+    /// client's channel stays after it hangs up until the requests it sent before are
+    /// read.
+    pub channels: u32,
+    /// Of those, the channels of clients that hung up, kept while requests they sent
+    /// before may still be unread.
+    pub hung_up_channels: u32,
     /// Whether the port keeps a send source (false while a no-senders request is armed).
     pub has_send_source: bool,
 }
@@ -502,6 +509,8 @@ impl Space {
             message_limit: port.limit.load(Ordering::Relaxed),
             sorights: st.conns.iter().filter(|c| c.kind == ConnKind::Once).count() as u32,
             connections: st.conns.len() as u32,
+            channels: st.channels.len() as u32,
+            hung_up_channels: st.channels.values().filter(|c| c.hung_up).count() as u32,
             has_send_source: st.send_source.is_some(),
         })
     }

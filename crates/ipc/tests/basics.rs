@@ -211,6 +211,104 @@ fn a_send_right_dropped_during_a_call_leaves_no_channel_behind() {
     assert_eq!(n.id, NotifyId::NoSenders.id());
 }
 
+/// Calls whose callers gave up before the server read them (their call channels closed
+/// while the requests were queued) are delivered all the same, as Mach delivers a
+/// message whose sender is gone: one on a kept channel, one that offered a new channel.
+/// Their reply rights lead nowhere, so a reply fails with `InvalidDest` and leaves a dead
+/// name; the port keeps the hung-up channels until the requests are read, then none, and
+/// later calls work as before.
+#[test]
+fn requests_of_callers_that_hung_up_are_delivered_with_dead_replies() {
+    let (s, p, client, cp) = server_and_client();
+    let answer = move |s: &Space, id: i32| {
+        let req = rcv(s, p);
+        assert_eq!(req.id, id);
+        s.send(req.reply.unwrap().name, &mut Message::new(id + 1, vec![]), SendOptions::default()).unwrap();
+    };
+    let server = {
+        let s = s.clone();
+        std::thread::spawn(move || answer(&s, 10))
+    };
+    let mut r = Received::new();
+    client.call(cp, &mut Message::new(10, vec![]), &mut r, SendOptions::default(), watchdog()).unwrap();
+    server.join().unwrap();
+    assert_eq!(s.port_status(p).unwrap().channels, 1);
+    // Nobody receives: both calls give up, and their channels close with them (the
+    // first was the kept one, so the second offers a new one).
+    let quick = ReceiveOptions { timeout: Some(Duration::from_millis(20)), ..ReceiveOptions::default() };
+    for id in [20, 30] {
+        let err = client.call(cp, &mut Message::new(id, vec![]), &mut r, SendOptions::default(), quick).unwrap_err();
+        assert!(matches!(err, CallError::Receive(ReceiveError::TimedOut)), "{err}");
+    }
+    // The port saw the kept channel hang up, and keeps it for the queued request.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while s.port_status(p).unwrap().hung_up_channels != 1 {
+        assert!(std::time::Instant::now() < until, "the hang-up was never seen: {:?}", s.port_status(p));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for id in [20, 30] {
+        let req = rcv(&s, p);
+        assert_eq!(req.id, id);
+        let reply = req.reply.expect("a reply right");
+        assert_eq!(reply.kind, RightKind::SendOnce);
+        let err = s.send(reply.name, &mut Message::new(id + 1, vec![]), SendOptions::default()).unwrap_err();
+        assert!(matches!(err, SendError::InvalidDest(n) if n == reply.name), "{err}");
+        assert_eq!(s.right_kinds(reply.name).unwrap(), vec![RightKind::DeadName]);
+        s.mod_refs(reply.name, RightKind::DeadName, -1).unwrap();
+    }
+    // The channel offered by the second call hangs up as soon as the port keeps it:
+    // forgotten when the notifier sees that, nothing of either channel stays.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while s.port_status(p).unwrap().channels != 0 {
+        assert!(std::time::Instant::now() < until, "a channel stayed: {:?}", s.port_status(p));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let st = s.port_status(p).unwrap();
+    assert_eq!((st.hung_up_channels, st.msgcount, st.connections), (0, 0, 1), "{st:?}");
+    assert_eq!(s.stats().malformed, 0);
+    // The client calls again, on a new channel.
+    let server = {
+        let s = s.clone();
+        std::thread::spawn(move || answer(&s, 40))
+    };
+    client.call(cp, &mut Message::new(40, vec![]), &mut r, SendOptions::default(), watchdog()).unwrap();
+    assert_eq!(r.id, 41);
+    server.join().unwrap();
+    assert_eq!(s.port_status(p).unwrap().channels, 1);
+}
+
+/// A caller that goes while the server waits on an empty queue: its channel is
+/// forgotten then (a doorbell wakes the waiting receiver, which finds nothing of the
+/// caller's unread), not only when the next message comes.
+#[test]
+fn the_channel_of_a_caller_gone_while_the_server_waits_is_forgotten() {
+    let s = Space::new();
+    let p = s.allocate_port_with_send().unwrap();
+    let client = Space::new();
+    let (cp, _) = client.extract_right(&s, p, Disposition::CopySend).unwrap();
+    let server = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let req = rcv(&s, p);
+            s.send(req.reply.unwrap().name, &mut Message::new(2, vec![]), SendOptions::default()).unwrap();
+            // Waits here, on an empty queue, until the end.
+            rcv(&s, p).id
+        })
+    };
+    let mut r = Received::new();
+    client.call(cp, &mut Message::new(1, vec![]), &mut r, SendOptions::default(), watchdog()).unwrap();
+    assert_eq!(s.port_status(p).unwrap().channels, 1);
+    drop(client);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while s.port_status(p).unwrap().channels != 0 {
+        assert!(std::time::Instant::now() < until, "the channel stayed: {:?}", s.port_status(p));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.send(p, &mut Message::new(3, vec![]), SendOptions::default()).unwrap();
+    assert_eq!(server.join().unwrap(), 3);
+    assert_eq!(s.stats().malformed, 0);
+}
+
 /// Replies of every shape reach a caller on its kept call channel: plain ones through
 /// the channel's reply pipe; ones too big for a pipe write (in a datagram, or in a
 /// memfd) and ones carrying rights on the connection, where the pipe sends the caller;

@@ -34,6 +34,9 @@ const PING: i32 = 1008;
 const CHATTER: i32 = 1009;
 const REQUEST: i32 = 1010;
 const MOVED: i32 = 1011;
+const ONE_WAY: i32 = 1012;
+const ON_ONCE: i32 = 1013;
+const LAST_CALL: i32 = 1014;
 
 const OOL_LEN: usize = 2 << 20;
 const BIG_LEN: usize = 5 << 20;
@@ -651,6 +654,138 @@ fn child_deaf_server() {
     let mut r = Received::new();
     let res = s.receive(elsewhere, &mut r, ReceiveOptions::default());
     panic!("the server was to die without reading, got {res:?}");
+}
+
+/// Threads of the dying caller, each with a call channel of its own.
+const CALLERS: u32 = 4;
+
+/// Wait, without a measured duration, until `cond` holds (the watchdog).
+#[track_caller]
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + WATCHDOG;
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A client killed (`kill -9`) right after several sends — calls on its kept call
+/// channels, a one-way message, a message on a send-once right — loses none of them, as
+/// Mach delivers a message queued before its sender died: the server receives each one
+/// with the dead client's credentials, a reply to a call fails cleanly (`InvalidDest`,
+/// leaving a dead name), and then the port keeps no channel of the client's, nothing is
+/// refused as malformed, and the server holds exactly what it held before.
+#[test]
+fn requests_of_a_client_killed_after_sending_are_delivered() {
+    let _serial = serial();
+    let base = Resources::settled();
+    {
+        let s = Space::new();
+        let boot = s.allocate_port().unwrap();
+        let mut cmd = child_command("child_dying_caller", "dying-caller");
+        s.give_bootstrap(&mut cmd, boot).unwrap();
+        let child = ChildGuard::spawn(cmd, "dying-caller");
+        let pid = child.pid();
+        let c = parent_hello(&s, boot, &child);
+        send(&s, c, with_ports(GIFTS, &[], &[(boot, Disposition::MakeSendOnce)]));
+        let queued = |n: u32| {
+            let s = &s;
+            move || s.port_status(boot).unwrap().msgcount == n
+        };
+        // Each caller's first call offers a channel of its own (all are queued before
+        // any is answered, so none finds another's in the pool): answered, the port
+        // keeps them.
+        eventually("the first calls queued", queued(CALLERS));
+        for _ in 0..CALLERS {
+            let req = recv(&s, boot);
+            assert_eq!((req.id, req.sender.pid), (REQUEST, pid));
+            send(&s, req.reply.expect("a reply right").name, Message::new(REQUEST + 1, Vec::new()));
+        }
+        // Then each calls again on its kept channel, and the child sends one message
+        // on its send right and one on the send-once right: all queued, none read.
+        eventually("the last sends queued", queued(CALLERS + 2));
+        assert!(wait_all_asleep(pid), "the child's threads never all blocked");
+        assert_eq!(s.port_status(boot).unwrap().channels, CALLERS);
+        child.kill9();
+        // The port sees every channel hang up, and keeps each while its request waits.
+        eventually("the hang-ups seen", || s.port_status(boot).unwrap().hung_up_channels == CALLERS);
+        let mut calls = BTreeSet::new();
+        let mut others = BTreeSet::new();
+        for _ in 0..CALLERS + 2 {
+            let m = recv(&s, boot);
+            assert_eq!(m.sender, Credentials { pid, ..me() }, "the kernel's word on the sender");
+            match m.id {
+                LAST_CALL => {
+                    let reply = m.reply.expect("a reply right");
+                    assert_eq!(reply.kind, RightKind::SendOnce);
+                    let err = s.send(reply.name, &mut Message::new(LAST_CALL + 1, vec![]), SendOptions::NONBLOCKING);
+                    assert!(matches!(err, Err(SendError::InvalidDest(n)) if n == reply.name), "{err:?}");
+                    assert_eq!(s.right_kinds(reply.name).unwrap(), vec![RightKind::DeadName]);
+                    s.mod_refs(reply.name, RightKind::DeadName, -1).unwrap();
+                    assert!(calls.insert(m.data().to_vec()), "a call delivered twice");
+                }
+                ONE_WAY | ON_ONCE => {
+                    assert!(m.reply.is_none());
+                    assert!(others.insert(m.id));
+                }
+                other => panic!("unexpected message {other}"),
+            }
+        }
+        assert_eq!(calls.len() as u32, CALLERS);
+        assert_eq!(others, BTreeSet::from([ONE_WAY, ON_ONCE]));
+        let st = s.port_status(boot).unwrap();
+        assert_eq!(
+            (st.channels, st.hung_up_channels, st.msgcount, st.sorights, st.connections),
+            (0, 0, 0, 0, 1),
+            "{st:?}"
+        );
+        assert_eq!(s.stats().malformed, 0);
+        assert_empty(&s, boot);
+        s.destroy(boot).unwrap();
+        s.deallocate(c).unwrap();
+        assert_eq!(s.stats().names, 0);
+    }
+    assert_back_to(&base, "a client killed after sending");
+}
+
+#[test]
+fn child_dying_caller() {
+    if !child_role("dying-caller") {
+        return;
+    }
+    let s = Space::task();
+    let (boot, mine) = child_hello(&s);
+    let gifts = recv(&s, mine);
+    assert_eq!(gifts.id, GIFTS);
+    assert_eq!(gifts.ports[0].kind, RightKind::SendOnce);
+    let once = gifts.ports[0].name;
+    let all_pooled = std::sync::Arc::new(std::sync::Barrier::new(CALLERS as usize + 1));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let (s, all_pooled) = (s.clone(), all_pooled.clone());
+            std::thread::spawn(move || {
+                let mut r = Received::new();
+                s.call(boot, &mut Message::new(REQUEST, vec![]), &mut r, SendOptions::default(), within(WATCHDOG))
+                    .expect("first call");
+                all_pooled.wait();
+                let res = s.call(
+                    boot,
+                    &mut Message::new(LAST_CALL, i.to_le_bytes().to_vec()),
+                    &mut r,
+                    SendOptions::default(),
+                    ReceiveOptions::default(),
+                );
+                panic!("the caller was to die waiting for its reply, got {res:?}");
+            })
+        })
+        .collect();
+    all_pooled.wait();
+    send(&s, boot, Message::new(ONE_WAY, Vec::new()));
+    send(&s, once, Message::new(ON_ONCE, Vec::new()));
+    let mut r = Received::new();
+    let res = s.receive(mine, &mut r, ReceiveOptions::default());
+    drop(callers);
+    panic!("the child was to die blocked in a receive, got {res:?}");
 }
 
 // ----- 4. threads ---------------------------------------------------------------------------
