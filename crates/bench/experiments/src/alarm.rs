@@ -24,7 +24,11 @@
 //!
 //! Our four grids are staggered by a quarter of a period, so that our own threads are
 //! not all woken at the same instant (they would then measure their queueing behind
-//! one another on a two-CPU machine rather than the mechanisms).
+//! one another on a two-CPU machine rather than the mechanisms). Which quarter a grid
+//! sits at shapes its p99 under a periodic load, so the in-process sleeper and the two
+//! clock-server receivers trade their quarters each third of a window ([`Grid`]): each
+//! spends a third of its wake-ups at each of the three, the same for all (the upcall's
+//! period is fixed, and keeps the fourth).
 //!
 //! Each window runs under timesharing (`SCHED_OTHER`) and under fixed priority
 //! (`SCHED_FIFO` 80), with no load and with each load of [`crate::load`] (quick mode:
@@ -205,19 +209,48 @@ fn start_cyclictest(sched: Sched, interval: Duration, loops: u64) -> std::io::Re
     cyclictest::spawn_histogram(policy, prio, interval, loops)
 }
 
-/// The in-process sleeper: deadlines `t0 + k·interval`, k = 1..=loops, missed ones
-/// skipped as cyclictest does.
-fn in_process(sched: Sched, t0: Time, interval: Duration, loops: u64) -> (Vec<u64>, String) {
+/// The quarters of the period the rotating grids sit at (the upcall keeps the
+/// second).
+const QUARTERS: [u32; 3] = [0, 1, 3];
+
+/// A grid of `loops` deadlines one `interval` apart from `t0`, whose place within the
+/// period rotates: in the `p`-th third of the window (p = 0, 1, 2) deadline k is at
+/// `t0 + k·interval + QUARTERS[(lane + p) % 3]·interval/4`. Three grids on lanes 0, 1
+/// and 2 are a quarter of a period apart at every instant, and each spends a third of
+/// its wake-ups at each quarter: a periodic disturbance at one phase falls on each of
+/// them alike. Deadlines always increase (a step back from the last quarter to the first
+/// still leaves a quarter of a period).
+#[derive(Clone, Copy, Debug)]
+struct Grid {
+    t0: Time,
+    interval: Duration,
+    loops: u64,
+    lane: usize,
+}
+
+impl Grid {
+    /// Deadline `k` (1..=loops).
+    fn at(&self, k: u64) -> Time {
+        let third = (k.saturating_sub(1) * 3 / self.loops.max(1)).min(2) as usize;
+        let quarter = QUARTERS[(self.lane + third) % 3];
+        self.t0 + self.interval * k as u32 + self.interval * quarter / 4
+    }
+}
+
+/// The in-process sleeper: the grid's deadlines, missed ones skipped as cyclictest
+/// does.
+fn in_process(sched: Sched, grid: Grid) -> (Vec<u64>, String) {
     let granted = sched.apply();
+    let loops = grid.loops;
     let mut samples = Vec::with_capacity(loops as usize);
     let mut k = 1u64;
     while k <= loops {
-        let deadline = t0 + interval * k as u32;
+        let deadline = grid.at(k);
         sleep_until(deadline);
         let now = clock::now();
         samples.push((now - deadline).as_nanos() as u64);
         k += 1;
-        while k <= loops && t0 + interval * k as u32 <= now {
+        while k <= loops && grid.at(k) <= now {
             k += 1;
         }
     }
@@ -231,17 +264,16 @@ fn server_alarms(
     cpu: Option<usize>,
     clock_fd: std::os::fd::OwnedFd,
     wait: AlarmWait,
-    t0: Time,
-    interval: Duration,
-    loops: u64,
+    grid: Grid,
 ) -> Result<(Vec<u64>, Vec<u64>, String), String> {
+    let loops = grid.loops;
     let granted = sched.apply_on(cpu);
     let space = Space::new();
     let right = space.insert_send_fd(clock_fd).map_err(|e| e.to_string())?;
     let client = Client::from_right(&space, right).with_timeout(Duration::from_secs(10));
     let port = space.allocate_port().map_err(|e| e.to_string())?;
     let receiver = AlarmReceiver::new(&space, port, wait).map_err(|e| e.to_string())?;
-    let at = |k: u64| t0 + interval * k as u32;
+    let at = |k: u64| grid.at(k);
     let mut next = 1u64;
     while next <= loops.min(ALARMS_AHEAD) {
         client.set_alarm(When::At(at(next)), port, next).map_err(|e| e.to_string())?;
@@ -377,7 +409,8 @@ impl Drop for ServerProcess {
 }
 
 /// Run one window: every mechanism at once, on grids staggered by a quarter of the
-/// period.
+/// period, the in-process sleeper's and the clock-server receivers' trading quarters
+/// each third of the window ([`Grid`]).
 fn window(
     sched: Sched,
     rate_hz: u64,
@@ -392,20 +425,16 @@ fn window(
     // threads would queue behind one another on two CPUs, and that is not what any of
     // them costs. (cyclictest's phase is its own.)
     let t0 = clock::now() + Duration::from_millis(100);
-    let t_server = t0 + interval / 4;
+    let grid = move |lane: usize| Grid { t0, interval, loops, lane };
     let t_upcall = t0 + interval * 2 / 4;
-    let t_blocking = t0 + interval * 3 / 4;
     let [clock_fd, blocking_fd] = clock_fds;
     let end = t_upcall + interval * loops as u32;
 
     let cyclictest = start_cyclictest(sched, interval, loops);
-    let sleeper = std::thread::spawn(move || in_process(sched, t0, interval, loops));
+    let sleeper = std::thread::spawn(move || in_process(sched, grid(0)));
     let wait = AlarmWait::DEFAULT;
-    let receiver =
-        std::thread::spawn(move || server_alarms(sched, server_cpu, clock_fd, wait, t_server, interval, loops));
-    let blocking = std::thread::spawn(move || {
-        server_alarms(sched, server_cpu, blocking_fd, AlarmWait::BLOCK, t_blocking, interval, loops)
-    });
+    let receiver = std::thread::spawn(move || server_alarms(sched, server_cpu, clock_fd, wait, grid(1)));
+    let blocking = std::thread::spawn(move || server_alarms(sched, server_cpu, blocking_fd, AlarmWait::BLOCK, grid(2)));
     let upcall = Upcall::start(sched, interval, t_upcall, end, notes);
     sleep_until(end + interval);
     let (upcall_samples, upcall_granted) = upcall.finish();
@@ -762,6 +791,38 @@ mod tests {
         assert_eq!(pin_clock_pair(&ictus_bench::cli::invocation(&m).expect("valid").options), None);
         for bad in ["-1", "nan", "1e300", "99999"] {
             assert!(cmd.clone().try_get_matches_from(["alarm", "--pin-clock-pair", bad]).is_err(), "{bad}");
+        }
+    }
+
+    /// Three lanes are a quarter of a period apart at every deadline, never on the
+    /// upcall's quarter; each spends a third of the window at each quarter; every
+    /// lane's deadlines increase.
+    #[test]
+    fn rotating_grids_share_the_quarters_alike() {
+        let interval = Duration::from_millis(10);
+        let t0 = Time::from_nanos(1_000_000_000);
+        for loops in [1u64, 2, 3, 300, 1000, 2000] {
+            let grids: Vec<Grid> = (0..3).map(|lane| Grid { t0, interval, loops, lane }).collect();
+            let quarter_of = |g: &Grid, k: u64| ((g.at(k) - (t0 + interval * k as u32)).as_nanos() / 2_500_000) as u32;
+            let mut counts = [[0u64; 4]; 3];
+            for k in 1..=loops {
+                let mut seen: Vec<u32> = grids.iter().map(|g| quarter_of(g, k)).collect();
+                for (lane, q) in seen.iter().enumerate() {
+                    counts[lane][*q as usize] += 1;
+                }
+                seen.sort_unstable();
+                assert_eq!(seen, vec![0, 1, 3], "loops {loops}, k {k}");
+                for g in &grids {
+                    if k > 1 {
+                        assert!(g.at(k) > g.at(k - 1), "loops {loops}, k {k}");
+                    }
+                }
+            }
+            if loops % 3 == 0 {
+                for c in counts {
+                    assert_eq!(c, [loops / 3, loops / 3, 0, loops / 3], "loops {loops}");
+                }
+            }
         }
     }
 
