@@ -315,9 +315,13 @@ fn measure(
             start_nginx_nodes(&mut bed, &mut procs)?;
         }
         let whos: &[Who] = if have_nginx { &[Who::Ours, Who::Nginx] } else { &[Who::Ours] };
-        scaling(opts, &bed, &mut procs, whos, notes, rows, headline, plots)?;
-        failover(opts, &bed, &mut procs, whos, notes, rows, headline, plots)?;
-        Ok(())
+        let r = scaling(opts, &bed, &mut procs, whos, notes, rows, headline, plots)
+            .and_then(|()| failover(opts, &bed, &mut procs, whos, notes, rows, headline, plots));
+        let said = node_warnings(&bed);
+        if !said.is_empty() {
+            notes.push(format!("our nodes said (each a process; once each): {}", said.join(" | ")));
+        }
+        r
     })();
     drop(procs);
     let down = cluster.stop();
@@ -401,10 +405,30 @@ fn start_ours(bed: &Bed<'_>, procs: &mut Procs, n: u32) -> Result<RunningDirecto
     )
     .map_err(|e| err("starting the director", e))?;
     for id in 1..=n {
-        procs.node(&spec(bed, d.nodes), id, bed.places.get(id as usize - 1))?;
+        procs.node(&spec(bed, d.nodes), id, bed.places.get(id as usize - 1), &node_log(bed, id))?;
     }
-    wait_nodes(&d, procs, n as usize)?;
+    wait_nodes(bed, &d, procs, n as usize)?;
     Ok(d)
+}
+
+/// Where node `id`'s standard error goes.
+fn node_log(bed: &Bed<'_>, id: u32) -> PathBuf {
+    bed.dir.join(format!("node{id}.err"))
+}
+
+/// The distinct lines the nodes wrote to standard error (their warnings: what was not
+/// granted), for one note.
+fn node_warnings(bed: &Bed<'_>) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for id in 1..=4 {
+        let text = std::fs::read_to_string(node_log(bed, id)).unwrap_or_default();
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !lines.iter().any(|x| x == l) {
+                lines.push(l.to_string());
+            }
+        }
+    }
+    lines
 }
 
 fn spec(bed: &Bed<'_>, director: SocketAddr) -> NodeSpec {
@@ -418,12 +442,17 @@ fn spec(bed: &Bed<'_>, director: SocketAddr) -> NodeSpec {
     }
 }
 
-fn wait_nodes(d: &RunningDirector, procs: &mut Procs, n: usize) -> Result<(), BenchError> {
+fn wait_nodes(bed: &Bed<'_>, d: &RunningDirector, procs: &mut Procs, n: usize) -> Result<(), BenchError> {
     let end = Instant::now() + Duration::from_secs(90);
     while d.snapshot().nodes.len() < n {
         for id in 1..=n {
             if let Some(st) = procs.exited(&format!("node {id}")) {
-                return Err(err("a stream node", format!("node {id} exited ({st}) before registering")));
+                let log = std::fs::read_to_string(node_log(bed, id as u32)).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                return Err(err(
+                    "a stream node",
+                    format!("node {id} exited ({st}) before registering: {}", tail.join(" / ")),
+                ));
             }
         }
         if Instant::now() > end {
@@ -807,8 +836,8 @@ fn failover(
                     match who {
                         Who::Ours => {
                             let d = director.as_ref().expect("started");
-                            procs.node(&spec(bed, d.nodes), v, bed.places.get(v as usize - 1))?;
-                            wait_nodes(d, procs, 2)?;
+                            procs.node(&spec(bed, d.nodes), v, bed.places.get(v as usize - 1), &node_log(bed, v))?;
+                            wait_nodes(bed, d, procs, 2)?;
                         }
                         Who::Nginx => start_nginx_node(bed, procs, v)?,
                     }

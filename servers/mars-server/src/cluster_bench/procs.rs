@@ -106,8 +106,9 @@ pub struct Procs {
 
 impl Procs {
     /// Starts node `id`, in network namespace `place` (its name and the node's address)
-    /// if given, else on the host's loopback.
-    pub fn node(&mut self, spec: &NodeSpec, id: u32, place: Option<&Place>) -> Result<(), BenchError> {
+    /// if given, else on the host's loopback; its standard error goes to `log`
+    /// (appended).
+    pub fn node(&mut self, spec: &NodeSpec, id: u32, place: Option<&Place>, log: &Path) -> Result<(), BenchError> {
         let args = [
             spec.conf.display().to_string(),
             spec.pool.clone(),
@@ -134,7 +135,8 @@ impl Procs {
                 c
             }
         };
-        cmd.command().stdout(Stdio::null());
+        let log = fs::OpenOptions::new().create(true).append(true).open(log).map_err(|e| err("node log", e))?;
+        cmd.command().stdout(Stdio::null()).stderr(log);
         let child = cmd.spawn().map_err(|e| err("starting a node", e))?;
         self.children.push((format!("node {id}"), child));
         Ok(())
