@@ -413,16 +413,11 @@ fn run_inner(opts: &RunOptions, settle: bool) -> Result<(Ended, Snapshot), RunEr
     // Processes the program left running still need their server: like proot, wait
     // until the last one is gone (every process of the session holds the session
     // socket, so its hang-up says so), then return the first process's status.
-    while server.programs() > 0 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    server.wait_programs();
     // Their connections hang up as they go; give the pool a moment to see it before
     // counting.
-    for _ in 0..if settle { 1000 } else { 0 } {
-        if server.connections() == 0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    if settle {
+        server.wait_connections(std::time::Duration::from_secs(10));
     }
     let snap = snapshot(server.session());
     drop(server);

@@ -239,6 +239,15 @@ pub fn epoll_arm(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64, add: bool) 
     check(r as libc::c_long).map(|_| ())
 }
 
+/// Add `fd` to `ep`, level-triggered, for input, with `token`: every waiter sees it
+/// until it is read (the server's stop signal, which nobody reads).
+pub fn epoll_add_level(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res<()> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+    // SAFETY: ev is a valid event (epoll_ctl(2)).
+    let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+    check(r as libc::c_long).map(|_| ())
+}
+
 /// Add `fd` to `ep`, edge-triggered, for input and hang-up, with `token`: one event
 /// per arrival, never re-armed (see the server's connections).
 pub fn epoll_add_edge(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res<()> {
@@ -246,6 +255,21 @@ pub fn epoll_add_edge(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res
     // SAFETY: ev is a valid event (epoll_ctl(2)).
     let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
     check(r as libc::c_long).map(|_| ())
+}
+
+/// A non-blocking, close-on-exec eventfd.
+pub fn eventfd() -> Res<OwnedFd> {
+    // SAFETY: no pointers (eventfd(2)).
+    let r = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Add one to an eventfd's counter (wakes its waiters).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64 (eventfd(2)).
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
 }
 
 /// Wait for one event: `(token, events)`, or `None` on timeout.
