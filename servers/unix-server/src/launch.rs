@@ -197,6 +197,7 @@ pub fn prepare(
     let filter_bytes = filter::build(&FilterPolicy {
         network: policy.network,
         unix_datagrams: !policy.confines_paths(),
+        served_listings: !policy.hidden.is_empty(),
         refused: policy.refused.iter().map(|r| r.0).collect(),
     });
     let argv0 = argv.first().ok_or(RunError::NoProgram)?;

@@ -261,7 +261,7 @@ fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
     assert_eq!(ended, Ended::Code(0));
     let text = read(&out);
     assert_eq!(
-        text, "hidden\n1\nreadonly\nnot-w\ninet Permission denied\nunix ok\nabstract Permission denied\ngetpid refused with EACCES\n",
+        text, "hidden\n0\nreadonly\nnot-w\ninet Permission denied\nunix ok\nabstract Permission denied\ngetpid refused with EACCES\n",
         "{text}"
     );
     assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 1, "{snap:?}");
