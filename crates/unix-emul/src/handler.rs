@@ -912,7 +912,8 @@ fn fd_result(ans: &conn::Answer) -> i64 {
     ans.fds[0] as i64
 }
 
-/// The loader's first argument, which it drops before handing argv to the program.
+/// The loader's first argument when no name is known (it names the process after
+/// its first argument, then drops it before handing argv to the program).
 pub const LOADER_ARGV0: &[u8] = b"ictus-unix-loader\0";
 
 /// `execveat(dirfd, path, argv, envp, flags)`: the server resolves the program
@@ -975,7 +976,11 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
     // them (the prefix in buf, the path in r.store, the rest in the program's memory).
     unsafe {
         let mut k = 0;
-        *v.add(k) = LOADER_ARGV0.as_ptr() as u64;
+        // The loader's own argv[0] is the path the program exec'd: the loader names
+        // the process after it, as the kernel would have (`/proc/PID/comm`, what
+        // `ps` and `pgrep` show), and drops it.
+        r.store[r.p1.0 + r.p1.1] = 0;
+        *v.add(k) = if r.p1.1 > 0 { r.store[r.p1.0..].as_ptr() as u64 } else { LOADER_ARGV0.as_ptr() as u64 };
         k += 1;
         for p in prefix.iter().take(np) {
             *v.add(k) = *p;
@@ -983,7 +988,6 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         }
         if np > 0 {
             // A script: the interpreter gets the path as it was given, then argv[1..].
-            r.store[r.p1.0 + r.p1.1] = 0;
             *v.add(k) = r.store[r.p1.0..].as_ptr() as u64;
             k += 1;
             for i in 1..argc {

@@ -439,7 +439,9 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
     if let Some(out) = &opts.stdout {
         cmd.stdout(std::fs::File::create(out).map_err(RunError::Setup)?);
     }
-    cmd.arg0(OsString::from_vec(handler_argv0()));
+    // The loader names the process after its argv[0] (the kernel named it after the
+    // loader): the program as the caller named it, as a shell's exec would.
+    cmd.arg0(opts.argv.first().cloned().unwrap_or_else(|| OsString::from_vec(handler_argv0())));
     cmd.args(&p.args[..]);
     let (c_end, p_fd, i_fd, f_fd, gen_fd) = (
         p.session.as_raw_fd(),

@@ -455,6 +455,30 @@ fn chdir_follows_links_to_directories() {
     }
 }
 
+/// `/proc/PID/comm` (what `ps`, `pgrep` and `killall` go by) names the program, not
+/// the loader every image runs in: the first process, an exec'd program found on
+/// `$PATH`, a script by its own name, a program exec'd by an absolute path.
+#[test]
+fn processes_are_named_after_their_programs_as_natively() {
+    let d = scratch();
+    let s = d.join("named.sh");
+    std::fs::write(&s, "#!/bin/sh\ncat /proc/$$/comm\n").unwrap();
+    std::fs::set_permissions(&s, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = |tag: &str| {
+        format!(
+            "{{ cat /proc/$$/comm; cat /proc/self/comm; {s}; /bin/cat /proc/self/comm; env cat /proc/self/comm; }} > {d}/comm-{tag}.txt",
+            s = s.display(),
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("n")), 0);
+    let (ended, _) = sh_under(None, &d, &script("i"));
+    assert_eq!(ended, Ended::Code(0));
+    let (n, i) = (read(&d.join("comm-n.txt")), read(&d.join("comm-i.txt")));
+    assert_eq!(n, i);
+    assert_eq!(i, "sh\ncat\nnamed.sh\ncat\ncat\n");
+}
+
 #[test]
 fn coreutils_and_a_bash_script_match_native() {
     let d = scratch();
