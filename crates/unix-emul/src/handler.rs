@@ -441,6 +441,8 @@ struct Req {
     extra: (usize, usize),
     store: [u8; BUF],
     used: usize,
+    /// The "not a link" generation read before asking ([`Req::missing_before`]).
+    not_link_gen: Option<u64>,
 }
 
 impl Req {
@@ -456,6 +458,7 @@ impl Req {
             extra: (0, 0),
             store: [0; BUF],
             used: 0,
+            not_link_gen: None,
         }
     }
 
@@ -517,21 +520,25 @@ impl Req {
     /// missing, `Some((key, Some(generation)))` if it may be cached after the answer,
     /// `None` if it cannot be cached (a directory descriptor attached, `/proc`, no
     /// generation page).
-    fn missing_before(&self, follow: bool) -> Option<(u64, Option<u64>)> {
+    fn missing_before(&mut self, follow: bool) -> Option<(u64, Option<u64>)> {
         if !self.has1 || self.fd_args != 0 {
             return None;
         }
-        let key = crate::cache::key(&self.store[self.p1.0..self.p1.0 + self.p1.1], follow)?;
-        let generation = crate::cache::generation()?;
+        let path = &self.store[self.p1.0..self.p1.0 + self.p1.1];
+        let key = crate::cache::key(path, follow)?;
+        let generation = crate::cache::generation_for(path)?;
+        self.not_link_gen = crate::cache::not_link_generation();
         if crate::cache::known_missing(key, generation) {
             return Some((key, None));
         }
         Some((key, Some(generation)))
     }
 
-    /// After the answer: remember an `ENOENT` under the generation read before asking.
-    fn missing_after(&self, cached: Option<(u64, Option<u64>)>, result: i64) {
-        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::ENOENT as i64)) {
+    /// After the answer: remember an `ENOENT` under the generation read before asking,
+    /// unless the server said the walk went through a link (`keep` false: one byte
+    /// of data with the error).
+    fn missing_after(&self, cached: Option<(u64, Option<u64>)>, result: i64, keep: bool) {
+        if let (Some((key, Some(generation))), true) = (cached, keep && result == -(errno::ENOENT as i64)) {
             crate::cache::remember_missing(key, generation);
         }
     }
@@ -539,7 +546,8 @@ impl Req {
     /// After `readlink`'s answer: remember an `EINVAL` ("not a link") too, unless the
     /// program's buffer size alone made it one.
     fn not_link_after(&self, cached: Option<(u64, Option<u64>)>, result: i64, bufsiz: u64) {
-        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::EINVAL as i64) && bufsiz as i32 > 0)
+        if let (Some((key, Some(_))), Some(generation), true) =
+            (cached, self.not_link_gen, result == -(errno::EINVAL as i64) && bufsiz as i32 > 0)
         {
             crate::cache::remember_missing(crate::cache::not_link(key), generation);
         }
@@ -657,7 +665,6 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
         nr::READLINKAT => (a[1], a[0], false),
         _ => return None,
     };
-    let generation = crate::cache::generation()?;
     let mut buf = [0u8; wire::PATH_MAX + 1];
     let len = sys::copy_str(&mut buf, path).ok()?;
     let p = &buf[..len];
@@ -665,10 +672,11 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
         return None;
     }
     let key = crate::cache::key(p, follow)?;
-    if crate::cache::known_missing(key, generation) {
+    if crate::cache::known_missing(key, crate::cache::generation_for(p)?) {
         return Some(-(errno::ENOENT as i64));
     }
-    (n == nr::READLINKAT && crate::cache::known_missing(crate::cache::not_link(key), generation))
+    let not_link = crate::cache::not_link_generation()?;
+    (n == nr::READLINKAT && crate::cache::known_missing(crate::cache::not_link(key), not_link))
         .then_some(-(errno::EINVAL as i64))
 }
 
@@ -754,7 +762,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                     return Ok(-(errno::ENOENT as i64));
                 }
                 let ans = r.send(buf, a[2] & O_CLOEXEC != 0)?;
-                r.missing_after(cached, ans.result);
+                r.missing_after(cached, ans.result, ans.data_len == 0);
                 Ok(fd_result(&ans))
             }
             nr::OPENAT2 => {
@@ -802,7 +810,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                     return Ok(-(errno::ENOENT as i64));
                 }
                 let ans = r.send(buf, false)?;
-                r.missing_after(cached, ans.result);
+                r.missing_after(cached, ans.result, ans.data_len == 0);
                 if n == nr::READLINKAT {
                     r.not_link_after(cached, ans.result, a[3]);
                 }
@@ -836,9 +844,10 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 if let Some((_, None)) = cached {
                     return Ok(-(errno::ENOENT as i64));
                 }
-                let res = plain(r, buf)?;
-                r.missing_after(cached, res);
-                Ok(res)
+                let ans = r.send(buf, false)?;
+                close_all(&ans);
+                r.missing_after(cached, ans.result, ans.data_len == 0);
+                Ok(ans.result)
             }
             nr::MKDIRAT | nr::MKNODAT | nr::UNLINKAT | nr::FCHMODAT2 | nr::FCHOWNAT => {
                 r.path1(a[1])?;

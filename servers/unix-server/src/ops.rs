@@ -368,23 +368,109 @@ pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[Ow
     if let Some(e) = s.policy.refusal(h.op) {
         return refuse(s, h.op, e);
     }
-    let reply = serve_op(s, pid, cwd, req, &fd_of);
+    // Read before serving, as the libraries do: a lookup that races with a change is
+    // kept under what the change makes stale.
+    let shared = shared_missing_key(req).map(|(key, p)| (key, s.generation.generation_for(p)));
+    let mut reply = serve_op(s, pid, cwd, req, &fd_of);
     // A name may have appeared (or gone): the libraries' cached failed lookups and
-    // "not a link" answers are stale. (Bumped
-    // after the change, so a lookup that raced with it is cached under the old
-    // generation and dropped.)
-    let changes_names = match h.op {
-        nr::OPENAT => a[2] & O_CREAT != 0,
-        nr::OPENAT2 => true,
-        nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => true,
-        // A name gone: the libraries' "not a link" answers for it are stale.
-        nr::UNLINKAT => true,
-        _ => false,
-    };
-    if changes_names && reply.result >= 0 {
-        s.generation.bump();
+    // "not a link" answers are stale. (Bumped after the change, so a lookup that
+    // raced with it is cached under the old generation and dropped.) Where the view
+    // is the host's tree, a file create bumps only its name's bucket and an unlink
+    // only the unlink count (see `ictus_unix_emul::cache`).
+    const AT_REMOVEDIR: u64 = 0x200;
+    let identity = identity_view(s);
+    if reply.result >= 0 {
+        match h.op {
+            nr::OPENAT if a[2] & O_CREAT != 0 && identity => {
+                if let Some(p) = req.path1 {
+                    s.generation.bump_name(last_name(p));
+                }
+                // Through a final link, the file made has the link target's name.
+                match reply.fds.first().map(|f| sys::readlink(Path::new(&format!("/proc/self/fd/{}", f.as_raw_fd())))) {
+                    Some(Ok(real)) => s.generation.bump_name(last_name(&real)),
+                    _ => s.generation.bump(),
+                }
+            }
+            nr::UNLINKAT if a[2] & AT_REMOVEDIR == 0 && identity => s.generation.bump_unlinks(),
+            nr::OPENAT if a[2] & O_CREAT != 0 => s.generation.bump(),
+            nr::OPENAT2 | nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => {
+                s.generation.bump()
+            }
+            nr::UNLINKAT => {
+                s.generation.bump();
+                s.generation.bump_unlinks();
+            }
+            _ => {}
+        }
+    }
+    // A failed walk that went through a symbolic link must not be kept: the link's
+    // target is not among the path's names, so making it would not bump their buckets.
+    if identity && reply.result == -(errno::ENOENT as i64) && reply.data.is_empty() && walked_a_link(pid, cwd, req) {
+        reply.data = vec![1];
+    }
+    // ... and one that may be kept is published to every library of the session.
+    if let (true, Some((key, generation))) =
+        (identity && reply.result == -(errno::ENOENT as i64) && reply.data.is_empty(), shared)
+    {
+        s.generation.remember_missing(key, generation);
     }
     reply
+}
+
+/// The key under which a failed lookup is published to every library of the session
+/// (the shared table on the generation memfd), with its path: an absolute path
+/// looked up by a call the libraries cache, keyed as they key it
+/// ([`ictus_unix_emul::cache::key`]). Per-process answers stay per process: no
+/// component that could name `/proc` or `/dev` however the path is spelled.
+fn shared_missing_key<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8])> {
+    const NOFOLLOW: u64 = 0x100;
+    const O_NOFOLLOW: u64 = 0o400000;
+    let a = req.header.args;
+    let follow = match req.header.op {
+        nr::OPENAT if a[2] & (O_CREAT | 0o20000000) == 0 => a[2] & O_NOFOLLOW == 0,
+        nr::NEWFSTATAT | nr::FACCESSAT2 => a[3] & NOFOLLOW == 0,
+        nr::STATX => a[2] & NOFOLLOW == 0,
+        nr::READLINKAT => false,
+        _ => return None,
+    };
+    let path = req.path1?;
+    if path.first() != Some(&b'/') || path.split(|&b| b == b'/').any(|c| c == b"proc" || c == b"dev") {
+        return None;
+    }
+    Some((ictus_unix_emul::cache::key(path, follow)?, path))
+}
+
+/// The last component of a path.
+fn last_name(p: &[u8]) -> &[u8] {
+    p.split(|&b| b == b'/').rev().find(|c| !c.is_empty()).unwrap_or(b"")
+}
+
+/// For a lookup the libraries cache (the calls and paths `Req::missing_before` takes)
+/// that failed: whether its walk met a symbolic link before the missing name (a walk
+/// without links fails the same way; one with a link fails with `ELOOP`). Anything
+/// unexpected counts as a link: the failure is then not cached.
+fn walked_a_link(pid: i32, cwd: &CwdCache, req: &Request<'_>) -> bool {
+    let h = &req.header;
+    let cacheable = match h.op {
+        nr::OPENAT => h.args[2] & (O_CREAT | 0o20000000) == 0,
+        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT => true,
+        _ => false,
+    };
+    let Some(path) = req.path1 else { return false };
+    if !cacheable || path.is_empty() || h.fd_args != 0 {
+        return false;
+    }
+    let Ok(c) = CString::new(path) else { return true };
+    let dir = if path[0] == b'/' {
+        None
+    } else {
+        match cwd.get(pid, h.cwd) {
+            Ok(d) => Some(d),
+            Err(_) => return true,
+        }
+    };
+    let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    !matches!(sys::openat2(dir.as_deref().map(|d| d.as_fd()), &c, fl, 0, sys::NO_LINKS), Err(errno::ENOENT))
 }
 
 fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
