@@ -93,8 +93,8 @@ fn serve_child(args: &[String]) -> Result<(), String> {
     let mut opts = crate::Options::headless(0, 0, Some(PathBuf::from(socket)));
     opts.screen = crate::Screen::X { display: Some(display.clone()), shm: true };
     opts.refresh_hz = refresh.parse().map_err(|_| "bad refresh rate")?;
-    // Off until the X connection's priority inversion is gone (cli.rs says why).
-    opts.realtime = false;
+    // As `ictus display serve` runs it: its threads real-time when allowed.
+    opts.realtime = true;
     opts.shm_wait.spin = Duration::from_micros(spin_us.parse().map_err(|_| "bad spin")?);
     let running = crate::spawn(&space, opts).map_err(|e| e.to_string())?;
     // What the server's threads got from the scheduler, for the report's notes.
