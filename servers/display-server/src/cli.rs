@@ -76,9 +76,10 @@ pub fn serve(o: ServeOptions) -> Result<(), CliError> {
         };
         let mut opts = Options::headless(0, 0, Some(socket.clone()));
         opts.screen = screen;
-        // The presenter and the transport threads ask for SCHED_FIFO (refused: they
-        // run timesharing, said once). doc/display.md, "Real-time threads".
+        // The presenter asks for SCHED_FIFO (refused: it runs timesharing, said once);
+        // the transports stay timesharing. doc/display.md, "Real-time threads".
         opts.realtime = true;
+        opts.realtime_transports = false;
         if let Some(hz) = o.refresh_hz {
             opts.refresh_hz = hz;
         }

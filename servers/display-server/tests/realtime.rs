@@ -7,7 +7,8 @@
 //! for an X reply could spin on a lock or a reply that a lower-priority thread holds,
 //! this hung for good: nothing below the spinning thread runs on that CPU.
 //!
-//! The same workload runs once as root (the classes granted) and once as `nobody`
+//! The same workload runs as root with every thread real-time, as root with the
+//! presenter alone real-time (as `ictus display serve` runs it), and as `nobody`
 //! (refused: timesharing, said once). The child runs under a watchdog of its own,
 //! generous for a loaded machine (a hang is forever, a slow run is seconds).
 
@@ -56,11 +57,16 @@ fn child_realtime() {
         let mut opts = Options::headless(0, 0, Some(socket));
         opts.screen = Screen::X { display: Some(xvfb.display().to_owned()), shm: true };
         opts.realtime = true;
+        // "presenter": as `ictus display serve` runs it (the transports timesharing,
+        // below the presenter); otherwise every thread real-time.
+        opts.realtime_transports = role != "presenter";
         opts
     }));
     let may = ictus_rt::thread::rt_privileges();
     for t in server.scheduling() {
-        assert_eq!(t.granted(), may, "{t:?}");
+        let asked = role != "presenter" || t.thread == "ictus-display-present";
+        assert_eq!(t.asked.is_some(), asked, "{t:?}");
+        assert_eq!(t.granted(), may || !asked, "{t:?}");
     }
     eprintln!("realtime granted: {may}");
     let clients: Vec<_> = Transport::ALL
@@ -168,6 +174,14 @@ fn run_loaded(role: &str) -> String {
 #[test]
 fn real_time_threads_on_one_busy_cpu_do_not_hang() {
     let log = run_loaded("root");
+    if rustix::process::geteuid().is_root() {
+        assert!(log.contains("realtime granted: true"), "{log}");
+    }
+}
+
+#[test]
+fn a_real_time_presenter_above_timesharing_transports_does_not_hang() {
+    let log = run_loaded("presenter");
     if rustix::process::geteuid().is_root() {
         assert!(log.contains("realtime granted: true"), "{log}");
     }
