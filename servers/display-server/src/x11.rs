@@ -7,7 +7,6 @@
 
 use std::ops::Deref;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ictus_display::proto::Rect;
 use x11rb::connection::{Connection, RequestConnection};
@@ -16,6 +15,8 @@ use x11rb::protocol::xproto::{self, ConnectionExt as _, CreateWindowAux, EventMa
 use x11rb::protocol::Event;
 use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
+
+use ictus_rt::sync::{PiMutex, PiMutexGuard};
 
 use crate::raster::Area;
 use crate::sys::Pixels;
@@ -424,29 +425,32 @@ impl AsRawFd for XConn {
 /// Taking turns removes the class: no thread is ever inside x11rb on a connection
 /// another thread is inside, so x11rb's reader role is never contended and none of
 /// its waits is on another thread. A thread that wants a busy connection sleeps on
-/// the turn (a futex) while the holder waits for the X server in `poll`; nothing
-/// spins, so the X server (timesharing) runs and answers. The holder may be below
-/// the waiter: the inversion lasts one round trip, the X server's own time.
+/// the turn while the holder waits for the X server in `poll`; nothing spins, so the
+/// X server (timesharing) runs and answers. The turn is a priority-inheriting mutex
+/// (`FUTEX_LOCK_PI`, [`PiMutex`]): a timesharing transport thread holding it while
+/// the real-time presenter waits runs at the presenter's priority until it lets go,
+/// so the presenter waits for one round trip, not for the holder's turn among every
+/// other program on the CPU.
 #[derive(Debug)]
 struct Serial {
     conn: RustConnection,
-    turn: Mutex<()>,
+    turn: PiMutex<()>,
 }
 
 /// One thread's turn on a [`Serial`] connection.
 struct Turn<'a> {
     conn: &'a RustConnection,
-    _turn: MutexGuard<'a, ()>,
+    _turn: PiMutexGuard<'a, ()>,
 }
 
 impl Serial {
     fn new(conn: RustConnection) -> Serial {
-        Serial { conn, turn: Mutex::new(()) }
+        Serial { conn, turn: PiMutex::new(()) }
     }
 
     /// Wait for the connection to be free, and have it until the turn is dropped.
     fn lock(&self) -> Turn<'_> {
-        let turn = self.turn.lock().unwrap_or_else(PoisonError::into_inner);
+        let turn = self.turn.lock();
         Turn { conn: &self.conn, _turn: turn }
     }
 
