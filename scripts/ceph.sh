@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A single-machine Ceph cluster for the MARS cluster's tests and experiment (issue 20):
 #
-#   scripts/ceph.sh up DIR [--osds N] [--store bluestore|memstore] [--timeout SECONDS] [--owner PID]
+#   scripts/ceph.sh up DIR [--osds N] [--store bluestore|memstore] [--timeout SECONDS] [--owner PID] [--addr IPV4]
 #   scripts/ceph.sh status DIR
 #   scripts/ceph.sh down DIR
 #
@@ -10,6 +10,8 @@
 # crash reports. Nothing goes to /etc/ceph or /var/lib/ceph, no systemd, no cephadm.
 # One monitor and one manager on 127.0.0.1 (the monitor's two ports picked free at run
 # time), N OSDs (1 to 3), one pool `ictus` (size = N, 8 placement groups), auth none.
+# `--addr` puts the daemons on another local address instead (public_addr): a bridge's,
+# so that clients in other network namespaces reach them.
 # It returns once the cluster says HEALTH_OK *and* every OSD is up (the first can come
 # before the second), and prints `conf=DIR/ceph.conf`, `pool=ictus` and the time taken.
 # A failure (missing package, port taken, daemon dead, time-out) says which and where
@@ -29,7 +31,7 @@
 set -euo pipefail
 
 die() { echo "ceph.sh: $*" >&2; exit 1; }
-usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] | status DIR | down DIR"; }
+usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] [--addr IPV4] | status DIR | down DIR"; }
 
 [ $# -ge 2 ] || usage
 cmd=$1
@@ -41,12 +43,14 @@ osds=1
 store=bluestore
 timeout=90
 owner=""
+addr=127.0.0.1
 while [ $# -gt 0 ]; do
   case "$1" in
     --osds) osds=${2:-}; shift 2 || usage ;;
     --store) store=${2:-}; shift 2 || usage ;;
     --timeout) timeout=${2:-}; shift 2 || usage ;;
     --owner) owner=${2:-}; shift 2 || usage ;;
+    --addr) addr=${2:-}; shift 2 || usage ;;
     *) usage ;;
   esac
 done
@@ -57,6 +61,7 @@ case "$owner" in ''|[1-9]*) ;; *) die "--owner must be a process id (got '$owner
 case "$owner" in *[!0-9]*) die "--owner must be a process id (got '$owner')" ;; esac
 [ -z "$owner" ] || kill -0 "$owner" 2>/dev/null || die "--owner $owner: no such process"
 [ "$timeout" -ge 5 ] && [ "$timeout" -le 3600 ] || die "--timeout must be 5 to 3600 seconds (got $timeout)"
+[[ "$addr" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || die "--addr must be an IPv4 address (got '$addr')"
 
 conf="$dir/ceph.conf"
 cephcli() { timeout 30 ceph -c "$conf" --connect-timeout 10 "$@"; }
@@ -172,9 +177,9 @@ up() {
 # Made by scripts/ceph.sh up: a throw-away single-machine cluster; everything in $dir.
 [global]
 fsid = $fsid
-mon_host = [v2:127.0.0.1:$v2,v1:127.0.0.1:$v1]
-public_addr = 127.0.0.1
-cluster_addr = 127.0.0.1
+mon_host = [v2:$addr:$v2,v1:$addr:$v1]
+public_addr = $addr
+cluster_addr = $addr
 auth_cluster_required = none
 auth_service_required = none
 auth_client_required = none
@@ -216,7 +221,7 @@ log_file = $dir/log/client.\$pid.log
 admin_socket =
 EOF
 
-  monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$v2,v1:127.0.0.1:$v1]" "$dir/monmap" >"$dir/log/monmaptool.out" 2>&1 \
+  monmaptool --create --fsid "$fsid" --addv a "[v2:$addr:$v2,v1:$addr:$v1]" "$dir/monmap" >"$dir/log/monmaptool.out" 2>&1 \
     || fail_up "monmaptool failed: $(cat "$dir/log/monmaptool.out")"
   ceph-mon -c "$conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mon.a.mkfs.out" 2>&1 \
     || fail_up "ceph-mon --mkfs failed: $(tail -n 5 "$dir/log/mon.a.mkfs.out")"

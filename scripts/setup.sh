@@ -20,13 +20,17 @@ need_apt=()
 # libasan, for the runs under AddressSanitizer). GStreamer decodes compressed clips for
 # `ictus play` and is the peer of `ictus bench tactus`: the libraries and headers
 # gstreamer-rs builds against (with pkg-config), the tools (gst-launch-1.0 makes the
-# tests' clips), and the plugins for MP4/MKV/WebM, VP8, Vorbis (base, good) and H.264
-# and friends (libav). systemd gives systemd-socket-activate and systemd-analyze: the
-# servers' socket activation and readiness are tested with them, and the units checked,
-# without systemd running (cli/tests/services.rs). ICTUS_APT_PACKAGES adds more.
+# tests' clips), and the plugins for MP4/MKV/WebM, VP8, Vorbis (base, good), the
+# decoders of H.264, MPEG-4 part 2, AAC and friends (libav), and x264enc (ugly; with
+# MPEG-2 video, AC-3 and AMR decoders): cli/tests/play.rs makes its MP4 clip with it,
+# H.264 and AAC as users have them, because Debian's avenc_mpeg4 (libav 1.22.0) stamps
+# every frame with an overflowed time and mp4mux then writes a file nothing plays.
+# systemd gives systemd-socket-activate and systemd-analyze: the servers' socket
+# activation and readiness are tested with them, and the units checked, without systemd
+# running (cli/tests/services.rs). ICTUS_APT_PACKAGES adds more.
 for pkg in rt-tests xvfb openttd-openmsx nginx-light fio curl e2fsprogs util-linux proot busybox-static gcc g++ make \
   pkg-config libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
-  gstreamer1.0-plugins-good gstreamer1.0-libav systemd ${ICTUS_APT_PACKAGES:-}; do
+  gstreamer1.0-plugins-good gstreamer1.0-libav gstreamer1.0-plugins-ugly systemd ${ICTUS_APT_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # Ceph for MARS across machines (issue 20): scripts/ceph.sh runs a throw-away

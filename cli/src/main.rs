@@ -175,6 +175,7 @@ static REGISTRY: &[&Experiment] = &[
     &experiments::shm::SHM,
     &experiments::midi::MIDI,
     &ictus_mars_server::bench::MARS,
+    &ictus_mars_server::cluster_bench::MARS_CLUSTER,
     &ictus_unix_server::bench::UNIX,
     &ictus_display_server::bench::DISPLAY,
     &ictus_tactus_server::bench::TACTUS,
@@ -426,6 +427,7 @@ mod tests {
                 "shm",
                 "midi",
                 "mars",
+                "mars-cluster",
                 "unix",
                 "display",
                 "tactus"

@@ -3,7 +3,9 @@
 //!
 //! - **Nodes' port**: a node keeps one connection open and says, one line each,
 //!   `HELLO <id> <host:port> <capacity bytes/s>` then every beat interval
-//!   `BEAT <connections> <clip>…` (the clips its stripe cache holds). The connection is
+//!   `BEAT <connections> <clip>…` (the clips its stripe cache holds) and
+//!   `OPEN <stream>…` (the director's streams whose player is connected to it now).
+//!   The connection is
 //!   the node's name: when the node dies, even by `kill -9`, its kernel closes the
 //!   socket and the director reads end-of-file at once (the dead-name notification of a
 //!   port, enforced by the kernel, not by the node); a node that hangs without dying is
@@ -11,14 +13,17 @@
 //!   lost); lines are at most [`MAX_LINE`] bytes.
 //! - **Clients' port (HTTP)**: `GET /CLIP[?rate=R][&stream=S]` with an optional `Range`
 //!   is answered `302 Found` to the node chosen by the core (cache, then load), at the
-//!   byte the range starts (a resume), with the stream's id in `X-Ictus-Stream`; a
+//!   byte the range starts (a resume), with the stream's id in `X-Ictus-Stream` and in
+//!   the node's URL (`stream=S`, which the node reports back in `OPEN`); a
 //!   client resuming after its node died asks again with `stream=S`: the director moved
 //!   that stream when the node died, and sends the client to its new node. Refusals:
 //!   `503` with the limit that refused (`Retry-After`), `404` for a clip the cluster does
 //!   not hold, `400`/`416` for bad requests. `GET /_cluster` shows the state (text).
 //!
-//! Streams end when their schedule passes the clip's end (the director cannot see a
-//! player stop; a node's connection count is reported for that, not yet used).
+//! Streams end when their player stops: a stream placed (or moved) more than
+//! [`DirectorOptions::close_grace`] ago that its node's `OPEN` does not list is closed,
+//! and its rate is free again. A node that never says `OPEN` (or a client that never
+//! goes to its node) keeps the stream until its schedule passes the clip's end.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -49,6 +54,9 @@ pub struct DirectorOptions {
     pub default_rate: u64,
     /// How often the core is ticked (silent nodes, finished streams).
     pub tick: Duration,
+    /// How long after a stream is placed or moved its client has to reach its node
+    /// before the node's `OPEN` not listing it closes it.
+    pub close_grace: Duration,
 }
 
 struct NodeInfo {
@@ -59,14 +67,16 @@ struct NodeInfo {
 struct State {
     core: Director,
     nodes: HashMap<NodeId, NodeInfo>,
-    /// Each stream's clip length and name, to end it when its schedule passes the end.
-    streams: HashMap<StreamId, (String, u64)>,
+    /// Each stream's clip name and length (to end it when its schedule passes the
+    /// end), and when it was placed or last moved (ns).
+    streams: HashMap<StreamId, (String, u64, u64)>,
     /// Each node connection's generation: a stale connection's end does not kill a
     /// node that registered again.
     conn_gen: HashMap<NodeId, u64>,
     next_gen: u64,
     moved: u64,
     dropped: u64,
+    closed: u64,
     placements: u64,
     placement_ns: u64,
 }
@@ -109,6 +119,8 @@ pub struct Snapshot {
     pub moved: u64,
     /// Streams dropped by failovers (no room).
     pub dropped: u64,
+    /// Streams closed because their node reported their player gone.
+    pub closed: u64,
     /// Placements made, and the time they took in the core (ns, summed).
     pub placements: (u64, u64),
 }
@@ -136,6 +148,7 @@ impl RunningDirector {
                 next_gen: 0,
                 moved: 0,
                 dropped: 0,
+                closed: 0,
                 placements: 0,
                 placement_ns: 0,
             }),
@@ -209,6 +222,7 @@ fn snapshot(st: &State) -> Snapshot {
         streams: st.core.stream_count(),
         moved: st.moved,
         dropped: st.dropped,
+        closed: st.closed,
         placements: (st.placements, st.placement_ns),
     }
 }
@@ -232,12 +246,12 @@ fn tick(sh: &Shared) {
     let now = sh.now();
     let mut st = sh.lock();
     let moved = st.core.tick(now);
-    account_moves(&mut st, &moved);
+    account_moves(&mut st, &moved, now);
     // Streams whose schedule passed the clip's end are over.
     let done: Vec<StreamId> = st
         .streams
         .iter()
-        .filter(|(id, (_, len))| st.core.stream(**id, now).map_or(true, |(_, pos)| pos >= *len))
+        .filter(|(id, (_, len, _))| st.core.stream(**id, now).map_or(true, |(_, pos)| pos >= *len))
         .map(|(id, _)| *id)
         .collect();
     for id in done {
@@ -246,10 +260,16 @@ fn tick(sh: &Shared) {
     }
 }
 
-fn account_moves(st: &mut State, moved: &[crate::Moved]) {
+fn account_moves(st: &mut State, moved: &[crate::Moved], now: u64) {
     for m in moved {
         match &m.to {
-            Ok(_) => st.moved += 1,
+            Ok(_) => {
+                st.moved += 1;
+                // Its client has the grace again to reach the new node.
+                if let Some(s) = st.streams.get_mut(&m.stream) {
+                    s.2 = now;
+                }
+            }
             Err(_) => {
                 st.dropped += 1;
                 st.streams.remove(&m.stream);
@@ -297,7 +317,7 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
                 // A node registering again (after a restart) starts empty.
                 if st.core.nodes().contains_key(&NodeId(id)) {
                     let moved = st.core.node_lost(NodeId(id), now);
-                    account_moves(&mut st, &moved);
+                    account_moves(&mut st, &moved, now);
                 }
                 st.core.register(NodeId(id), cap, Vec::<String>::new(), now);
                 st.nodes.insert(NodeId(id), NodeInfo { http: http.to_string(), connections: 0 });
@@ -316,6 +336,18 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
                     i.connections = conns;
                 }
             }
+            (Some("OPEN"), Some((id, gen))) => {
+                let open: Result<Vec<StreamId>, _> =
+                    words.filter(|w| !w.is_empty()).map(|w| w.parse::<u64>().map(StreamId)).collect();
+                let Ok(open) = open else { break };
+                let now = sh.now();
+                let grace = sh.opts.close_grace.as_nanos() as u64;
+                let mut st = sh.lock();
+                if st.conn_gen.get(&id) != Some(&gen) {
+                    break;
+                }
+                close_gone(&mut st, id, &open, now, grace);
+            }
             _ => break,
         }
     }
@@ -326,8 +358,26 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
         if st.conn_gen.get(&id) == Some(&gen) {
             st.conn_gen.remove(&id);
             let moved = st.core.node_lost(id, now);
-            account_moves(&mut st, &moved);
+            account_moves(&mut st, &moved, now);
         }
+    }
+}
+
+/// Closes the streams placed on `node` more than `grace` ns ago (or moved there) that
+/// the node does not report `open`: their players stopped.
+fn close_gone(st: &mut State, node: NodeId, open: &[StreamId], now: u64, grace: u64) {
+    let Some(n) = st.core.nodes().get(&node) else { return };
+    let gone: Vec<StreamId> = n
+        .streams
+        .iter()
+        .copied()
+        .filter(|s| !open.contains(s))
+        .filter(|s| st.streams.get(s).map_or(true, |(_, _, since)| now.saturating_sub(*since) > grace))
+        .collect();
+    for s in gone {
+        st.core.close(s);
+        st.streams.remove(&s);
+        st.closed += 1;
     }
 }
 
@@ -367,8 +417,8 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     if req.path == "_cluster" {
         let snap = snapshot(&sh.lock());
         let mut body = format!(
-            "streams {} moved {} dropped {} placements {} placement_ns {}\n",
-            snap.streams, snap.moved, snap.dropped, snap.placements.0, snap.placements.1
+            "streams {} moved {} dropped {} closed {} placements {} placement_ns {}\n",
+            snap.streams, snap.moved, snap.dropped, snap.closed, snap.placements.0, snap.placements.1
         );
         for (id, http, load, cap, n) in &snap.nodes {
             body.push_str(&format!("node {id} {http} load {load} capacity {cap} streams {n}\n"));
@@ -406,9 +456,13 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     // A stream the director knows (a resume): its node now, moved there by a failover.
     if let Some(id) = stream {
         if let Some((node, _)) = st.core.stream(id, now) {
-            if st.streams.get(&id).is_some_and(|(clip, _)| clip == name) {
+            if st.streams.get(&id).is_some_and(|(clip, _, _)| clip == name) {
                 if let Some(info) = st.nodes.get(&node) {
-                    let loc = location(&info.http, name, q);
+                    let loc = location(&info.http, name, q, id);
+                    // The client is on its way to the node: the grace starts again.
+                    if let Some(s) = st.streams.get_mut(&id) {
+                        s.2 = now;
+                    }
                     drop(st);
                     return respond(
                         &mut s,
@@ -426,7 +480,7 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     st.placements += 1;
     match placed {
         Ok(p) => {
-            st.streams.insert(p.stream, (name.to_string(), len));
+            st.streams.insert(p.stream, (name.to_string(), len, now));
             if let Some(old) = stream {
                 // The client's old stream (if still placed) is this one now.
                 if st.streams.remove(&old).is_some() {
@@ -435,7 +489,7 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
             }
             let http = st.nodes.get(&p.node).map(|i| i.http.clone()).unwrap_or_default();
             drop(st);
-            let loc = location(&http, name, q);
+            let loc = location(&http, name, q, p.stream);
             respond(
                 &mut s,
                 "302 Found",
@@ -454,24 +508,36 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     }
 }
 
-/// The node's URL for the clip: the client's `rate` kept (it paces the stream there).
-fn location(http: &str, name: &str, q: Option<&str>) -> String {
+/// The node's URL for the clip: the client's `rate` kept (it paces the stream there),
+/// and the stream's id (the node reports it back while the player is connected).
+fn location(http: &str, name: &str, q: Option<&str>, stream: StreamId) -> String {
     match query_param(q, "rate") {
-        Some(r) => format!("http://{http}/{name}?rate={r}"),
-        None => format!("http://{http}/{name}"),
+        Some(r) => format!("http://{http}/{name}?rate={r}&stream={}", stream.0),
+        None => format!("http://{http}/{name}?stream={}", stream.0),
     }
 }
 
-/// The node's side: keeps a connection to the director, says HELLO, then a BEAT every
-/// `every` with what `report` says (connections, cached clips); reconnects (and
-/// registers again, starting empty) if the connection breaks. Runs until `stop`.
+/// What a node reports in each beat.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// HTTP connections open.
+    pub connections: u64,
+    /// Clips with stripes in its cache.
+    pub clips: Vec<String>,
+    /// The director's streams (`stream=S` of the requests) being sent now.
+    pub open: Vec<u64>,
+}
+
+/// The node's side: keeps a connection to the director, says HELLO, then every
+/// `every` a BEAT and an OPEN with what `report` says; reconnects (and registers
+/// again, starting empty) if the connection breaks. Runs until `stop`.
 pub fn node_agent(
     director: SocketAddr,
     id: u32,
     http: SocketAddr,
     capacity: u64,
     every: Duration,
-    report: impl Fn() -> (u64, Vec<String>),
+    report: impl Fn() -> Report,
     stop: &AtomicBool,
 ) {
     while !stop.load(Ordering::Acquire) {
@@ -484,14 +550,24 @@ pub fn node_agent(
             continue;
         }
         while !stop.load(Ordering::Acquire) {
-            let (conns, clips) = report();
-            let mut line = format!("BEAT {conns}");
-            for c in clips {
+            let r = report();
+            let mut line = format!("BEAT {}", r.connections);
+            for c in r.clips {
                 if line.len() + c.len() + 2 > MAX_LINE {
                     break;
                 }
                 line.push(' ');
                 line.push_str(&c);
+            }
+            line.push_str("\nOPEN");
+            let start = line.len();
+            for o in r.open {
+                // An OPEN cut short would close the streams left out: send none then.
+                if line.len() - start + 22 > MAX_LINE {
+                    line.truncate(start - 5);
+                    break;
+                }
+                line.push_str(&format!(" {o}"));
             }
             line.push('\n');
             if s.write_all(line.as_bytes()).is_err() {
@@ -524,6 +600,7 @@ mod tests {
                 config: Config { heartbeat_timeout_ns: 60_000_000_000, store_capacity: 1 << 40 },
                 default_rate: 1000,
                 tick: Duration::from_millis(20),
+                close_grace: Duration::from_millis(300),
             },
         )
         .unwrap()
@@ -559,7 +636,7 @@ mod tests {
         wait("node 1 registered", || d.snapshot().nodes.len() == 1);
         let r = ask(&d, "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\nRange: bytes=100-\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 302"), "{r}");
-        assert!(r.contains("Location: http://127.0.0.1:9/a.ts?rate=5000\r\n"), "{r}");
+        assert!(r.contains("Location: http://127.0.0.1:9/a.ts?rate=5000&stream=1\r\n"), "{r}");
         assert!(r.contains("X-Ictus-Node: 1\r\n"), "{r}");
         assert_eq!(d.snapshot().streams, 1);
         // Node 2 sends a line that is not the protocol: it is lost, nothing placed on it.
@@ -584,6 +661,48 @@ mod tests {
         let s = d.snapshot();
         assert_eq!((s.streams, s.dropped), (0, 1), "{s:?}");
         assert!(ask(&d, get).starts_with("HTTP/1.1 503"));
+        d.stop();
+    }
+
+    /// The stream id of a redirect.
+    fn stream_of(r: &str) -> u64 {
+        r.lines().find_map(|l| l.strip_prefix("X-Ictus-Stream: ")).and_then(|v| v.trim().parse().ok()).expect(r)
+    }
+
+    #[test]
+    fn streams_the_node_no_longer_reports_open_are_closed() {
+        let d = director();
+        let mut n1 = TcpStream::connect(d.nodes).unwrap();
+        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0\nOPEN\n").unwrap();
+        wait("node 1 registered", || d.snapshot().nodes.len() == 1);
+        let get = "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\n\r\n";
+        let (a, b) = (ask(&d, get), ask(&d, get));
+        let (a, b) = (stream_of(&a), stream_of(&b));
+        assert_eq!(d.snapshot().nodes[0].2, 10_000, "two streams of 5000 B/s placed");
+        // The node reports both open, for longer than the grace: both stay.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(900) {
+            n1.write_all(format!("BEAT 2 a.ts\nOPEN {a} {b}\n").as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let s = d.snapshot();
+        assert_eq!((s.streams, s.closed), (2, 0), "{s:?}");
+        // Player a stops: once the node no longer lists it, it is closed, its rate free.
+        wait("stream a closed", || {
+            n1.write_all(format!("BEAT 1 a.ts\nOPEN {b}\n").as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            d.snapshot().closed == 1
+        });
+        let s = d.snapshot();
+        assert_eq!((s.streams, s.nodes[0].2), (1, 5000), "{s:?}");
+        // Asking for stream a again places it anew; b, still open, is not touched.
+        let r = ask(&d, &format!("GET /a.ts?rate=5000&stream={a} HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert_ne!(stream_of(&r), a, "a closed stream is not resumed under its old id");
+        // An OPEN that is not a list of ids ends the node's connection like any bad line.
+        n1.write_all(b"OPEN 1 x\n").unwrap();
+        let mut c = [0u8; 1];
+        assert_eq!(n1.read(&mut c).unwrap_or(0), 0, "the director hangs up on a bad OPEN");
+        wait("node 1 lost", || d.snapshot().nodes.is_empty());
         d.stop();
     }
 }

@@ -66,6 +66,12 @@ impl TestCluster {
 
     /// As [`TestCluster::start`], but the cluster goes when process `owner` does.
     pub fn start_owned(osds: u8, owner: u32) -> Result<TestCluster, String> {
+        TestCluster::start_at(osds, owner, None)
+    }
+
+    /// As [`TestCluster::start_owned`], with the daemons on local address `addr` (a
+    /// bridge's, for clients in other network namespaces) instead of 127.0.0.1.
+    pub fn start_at(osds: u8, owner: u32, addr: Option<std::net::Ipv4Addr>) -> Result<TestCluster, String> {
         if let Some(why) = unavailable() {
             return Err(why);
         }
@@ -78,6 +84,7 @@ impl TestCluster {
             .arg("up")
             .arg(&dir)
             .args(["--osds", &osds.to_string(), "--owner", &owner.to_string()])
+            .args(addr.map(|a| ["--addr".to_string(), a.to_string()]).into_iter().flatten())
             .output()
             .map_err(|e| format!("running {}: {e}", script().display()))?;
         let started_in = t.elapsed();

@@ -18,13 +18,26 @@
 //! by a rename, a link, a symlink, an unlink or a rmdir, after each of which the
 //! server bumps the generation (and every second, for changes made outside).
 //!
+//! **What invalidates what.** A failed lookup of a path is kept under the generation
+//! *and* the sum of the name buckets of its components (counters on the memfd after
+//! the page, [`GEN_BUCKETS_AT`]): where the view is the host's tree, the server bumps
+//! only the bucket of a new file's name when it creates one (`O_CREAT`; through a
+//! final link, the real name's too), not the generation — a file create can only make
+//! lookups succeed (or fail otherwise) whose path has a component of that name. It
+//! tells the library not to keep a failure whose walk went through a symbolic link
+//! (the link's target is not among the path's names). Unlinks never make a lookup
+//! succeed: they bump only the unlink count ([`GEN_UNLINKS_AT`]), which the "not a
+//! link" answers are kept under. Everything else (mkdir, rmdir, rename, link, symlink,
+//! mknod, bind, the tick; every change in a confining view) bumps the generation.
+//! So a compile's temporary files no longer empty every cache of the session.
+//!
 //! The cache is the library's, in the program's memory: a program that corrupts it
 //! makes only its own lookups fail.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::sys::{self, syscall6};
-use crate::wire::GEN_FD;
+use crate::wire::{GEN_BUCKETS, GEN_BUCKETS_AT, GEN_FD, GEN_MISSING_AT, GEN_MISSING_SLOTS, GEN_SIZE, GEN_UNLINKS_AT};
 
 const ENTRIES: usize = 1024;
 
@@ -37,16 +50,71 @@ struct Entry {
 const EMPTY: Entry = Entry { key: AtomicU64::new(0), generation: AtomicU64::new(u64::MAX) };
 static TABLE: [Entry; ENTRIES] = [EMPTY; ENTRIES];
 static PAGE: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+/// The name buckets, if the memfd has them.
+static BUCKETS: AtomicPtr<AtomicU32> = AtomicPtr::new(core::ptr::null_mut());
+/// The server's shared table of failed lookups, with the buckets.
+static SHARED: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 static CWD: AtomicU64 = AtomicU64::new(0);
 
 /// Map the generation page (the loader, in each new image). Without it the cache
 /// stays off.
 pub fn map_generation() {
-    // SAFETY: a read-only shared mapping of the page the server sealed (mmap(2)).
-    let p = unsafe { syscall6(sys::SYS_MMAP, 0, 4096, 1, 0x01, GEN_FD as u64, 0) };
+    // The buckets only if the memfd has room for them (mapping past its end would
+    // fault on access); its size is sealed. Without them nothing is cached (the
+    // page's refusals still apply).
+    let mut st = [0u64; 18];
+    // SAFETY: a struct stat's 144 bytes (fstat(2)).
+    let ok = unsafe { syscall6(sys::SYS_FSTAT, GEN_FD as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0) } == 0
+        && st[6] >= GEN_SIZE as u64;
+    let len = if ok { GEN_SIZE } else { 4096 };
+    // SAFETY: a read-only shared mapping of the memfd the server sealed (mmap(2)).
+    let p = unsafe { syscall6(sys::SYS_MMAP, 0, len as u64, 1, 0x01, GEN_FD as u64, 0) };
     if p > 0 {
+        if ok {
+            BUCKETS.store((p as usize + GEN_BUCKETS_AT) as *mut AtomicU32, Ordering::Release);
+            SHARED.store((p as usize + GEN_MISSING_AT) as *mut AtomicU64, Ordering::Release);
+        }
         PAGE.store(p as *mut AtomicU64, Ordering::Release);
     }
+}
+
+/// The name bucket of one path component.
+pub fn bucket_of(name: &[u8]) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in name {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+    }
+    h as usize % GEN_BUCKETS
+}
+
+/// The sum of the buckets of `path`'s components, read through `bucket`.
+pub fn bucket_sum(path: &[u8], bucket: impl Fn(usize) -> u32) -> u32 {
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b"." && *c != b"..")
+        .fold(0u32, |s, c| s.wrapping_add(bucket(bucket_of(c))))
+}
+
+/// What a failed lookup of `path` is kept under: the generation and the sum of its
+/// names' buckets, read before asking. `None` without the page.
+pub fn generation_for(path: &[u8]) -> Option<u64> {
+    let g = generation()?;
+    let b = BUCKETS.load(Ordering::Acquire);
+    if b.is_null() {
+        return None;
+    }
+    // SAFETY: the buckets are mapped read-only for the life of the image, inside the
+    // memfd (its size checked when mapped); bucket_of is below GEN_BUCKETS.
+    let sum = bucket_sum(path, |i| unsafe { (*b.add(i)).load(Ordering::Acquire) });
+    Some((g << 32) | sum as u64)
+}
+
+/// What a "not a link" answer is kept under: the generation and the unlink count.
+pub fn not_link_generation() -> Option<u64> {
+    let p = PAGE.load(Ordering::Acquire);
+    let g = generation()?;
+    // SAFETY: the page is mapped for the life of the image; an aligned u64 inside it.
+    let u = unsafe { (*p.add(GEN_UNLINKS_AT / 8)).load(Ordering::Acquire) };
+    Some((g << 32) | (u & 0xffff_ffff))
 }
 
 /// The namespace generation now, if the page is mapped.
@@ -104,10 +172,32 @@ fn slot(key: u64) -> &'static Entry {
     &TABLE[(key >> 7) as usize % ENTRIES]
 }
 
-/// Whether `key` is known to be missing under `generation`.
+/// Whether `key` is known to be missing under `generation`: in this process's table,
+/// or in the server's shared one.
 pub fn known_missing(key: u64, generation: u64) -> bool {
     let e = slot(key);
-    e.key.load(Ordering::Acquire) == key && e.generation.load(Ordering::Acquire) == generation
+    if e.key.load(Ordering::Acquire) == key && e.generation.load(Ordering::Acquire) == generation {
+        return true;
+    }
+    let t = SHARED.load(Ordering::Acquire);
+    if t.is_null() {
+        return false;
+    }
+    let i = shared_slot(key);
+    // SAFETY: the table is mapped read-only for the life of the image, inside the
+    // memfd (its size checked when mapped); entries are aligned word pairs.
+    let (k, g) = unsafe { (&*t.add(2 * i), &*t.add(2 * i + 1)) };
+    // The server writes generation = MAX, then the key, then the generation (one
+    // writer at a time): a key read between two equal generations is theirs.
+    let g1 = g.load(Ordering::Acquire);
+    let k1 = k.load(Ordering::Acquire);
+    let g2 = g.load(Ordering::Acquire);
+    k1 == key && g1 == generation && g2 == generation
+}
+
+/// The shared table's slot for `key`.
+pub fn shared_slot(key: u64) -> usize {
+    (key >> 11) as usize % GEN_MISSING_SLOTS
 }
 
 /// The key under which a path's "not a link" answer (`readlink`'s `EINVAL`) is kept,

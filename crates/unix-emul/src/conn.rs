@@ -246,7 +246,10 @@ enum Conn {
 }
 
 fn acquire() -> Result<Conn, CallError> {
-    let pid = sys::getpid();
+    // The state page's pid (wiped on fork, not trusted while a child shares this
+    // memory): one system call fewer per request. A program that scribbles on it
+    // only misleads its own table; the server goes by the kernel's stamp.
+    let pid = crate::state::answer(sys::SYS_GETPID) as i32;
     let owner = OWNER.load(Ordering::Acquire);
     if owner != pid {
         if owner != 0 && shares_parent_memory() {

@@ -313,6 +313,8 @@ pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
                 native(n, [&m as *const u64 as u64, 8, 0, 0, 0, 0])
             }
             Class::Server => serve(n, a),
+            // Trapped only when the policy hides names (the filter serves listings).
+            Class::Native if n == nr::GETDENTS64 || n == nr::GETDENTS => listing(n, a),
             Class::Refused(_) | Class::Native => ask(n, a),
         }
     }
@@ -439,6 +441,8 @@ struct Req {
     extra: (usize, usize),
     store: [u8; BUF],
     used: usize,
+    /// The "not a link" generation read before asking ([`Req::missing_before`]).
+    not_link_gen: Option<u64>,
 }
 
 impl Req {
@@ -454,6 +458,7 @@ impl Req {
             extra: (0, 0),
             store: [0; BUF],
             used: 0,
+            not_link_gen: None,
         }
     }
 
@@ -515,21 +520,25 @@ impl Req {
     /// missing, `Some((key, Some(generation)))` if it may be cached after the answer,
     /// `None` if it cannot be cached (a directory descriptor attached, `/proc`, no
     /// generation page).
-    fn missing_before(&self, follow: bool) -> Option<(u64, Option<u64>)> {
+    fn missing_before(&mut self, follow: bool) -> Option<(u64, Option<u64>)> {
         if !self.has1 || self.fd_args != 0 {
             return None;
         }
-        let key = crate::cache::key(&self.store[self.p1.0..self.p1.0 + self.p1.1], follow)?;
-        let generation = crate::cache::generation()?;
+        let path = &self.store[self.p1.0..self.p1.0 + self.p1.1];
+        let key = crate::cache::key(path, follow)?;
+        let generation = crate::cache::generation_for(path)?;
+        self.not_link_gen = crate::cache::not_link_generation();
         if crate::cache::known_missing(key, generation) {
             return Some((key, None));
         }
         Some((key, Some(generation)))
     }
 
-    /// After the answer: remember an `ENOENT` under the generation read before asking.
-    fn missing_after(&self, cached: Option<(u64, Option<u64>)>, result: i64) {
-        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::ENOENT as i64)) {
+    /// After the answer: remember an `ENOENT` under the generation read before asking,
+    /// unless the server said the walk went through a link (`keep` false: one byte
+    /// of data with the error).
+    fn missing_after(&self, cached: Option<(u64, Option<u64>)>, result: i64, keep: bool) {
+        if let (Some((key, Some(generation))), true) = (cached, keep && result == -(errno::ENOENT as i64)) {
             crate::cache::remember_missing(key, generation);
         }
     }
@@ -537,7 +546,8 @@ impl Req {
     /// After `readlink`'s answer: remember an `EINVAL` ("not a link") too, unless the
     /// program's buffer size alone made it one.
     fn not_link_after(&self, cached: Option<(u64, Option<u64>)>, result: i64, bufsiz: u64) {
-        if let (Some((key, Some(generation))), true) = (cached, result == -(errno::EINVAL as i64) && bufsiz as i32 > 0)
+        if let (Some((key, Some(_))), Some(generation), true) =
+            (cached, self.not_link_gen, result == -(errno::EINVAL as i64) && bufsiz as i32 > 0)
         {
             crate::cache::remember_missing(crate::cache::not_link(key), generation);
         }
@@ -595,6 +605,29 @@ fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> i64 {
     n as i64
 }
 
+/// `getdents64(fd, dirp, count)` (or `getdents`) served: the server lists the
+/// program's directory on its descriptor (the same open file, so the offset moves as
+/// the kernel's would) and leaves out the names the view hides. At most what fits in
+/// one reply per call; a program reads on until 0 as it would anyway.
+fn listing(n: u32, a: [u64; 6]) -> i64 {
+    let cap = (a[2] as u32 as usize).min(BUF - wire::REPLY_HEADER);
+    let mut r = Req::new(n, [a[0], 0, cap as u64, 0, 0, 0]);
+    r.fd_args |= 1;
+    let mut buf = [0u8; BUF];
+    let ans = match r.send(&mut buf, false) {
+        Ok(ans) => ans,
+        Err(e) => return e,
+    };
+    close_all(&ans);
+    if ans.result <= 0 {
+        return ans.result;
+    }
+    if ans.result as usize != ans.data_len || ans.data_len > cap {
+        return -(errno::EIO as i64);
+    }
+    copy_out(&buf, &ans, a[1], cap)
+}
+
 unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
     let mut ts = [0i64; 4];
     // SAFETY: as dispatch's.
@@ -632,7 +665,6 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
         nr::READLINKAT => (a[1], a[0], false),
         _ => return None,
     };
-    let generation = crate::cache::generation()?;
     let mut buf = [0u8; wire::PATH_MAX + 1];
     let len = sys::copy_str(&mut buf, path).ok()?;
     let p = &buf[..len];
@@ -640,10 +672,11 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
         return None;
     }
     let key = crate::cache::key(p, follow)?;
-    if crate::cache::known_missing(key, generation) {
+    if crate::cache::known_missing(key, crate::cache::generation_for(p)?) {
         return Some(-(errno::ENOENT as i64));
     }
-    (n == nr::READLINKAT && crate::cache::known_missing(crate::cache::not_link(key), generation))
+    let not_link = crate::cache::not_link_generation()?;
+    (n == nr::READLINKAT && crate::cache::known_missing(crate::cache::not_link(key), not_link))
         .then_some(-(errno::EINVAL as i64))
 }
 
@@ -729,7 +762,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                     return Ok(-(errno::ENOENT as i64));
                 }
                 let ans = r.send(buf, a[2] & O_CLOEXEC != 0)?;
-                r.missing_after(cached, ans.result);
+                r.missing_after(cached, ans.result, ans.data_len == 0);
                 Ok(fd_result(&ans))
             }
             nr::OPENAT2 => {
@@ -777,7 +810,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                     return Ok(-(errno::ENOENT as i64));
                 }
                 let ans = r.send(buf, false)?;
-                r.missing_after(cached, ans.result);
+                r.missing_after(cached, ans.result, ans.data_len == 0);
                 if n == nr::READLINKAT {
                     r.not_link_after(cached, ans.result, a[3]);
                 }
@@ -811,9 +844,10 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 if let Some((_, None)) = cached {
                     return Ok(-(errno::ENOENT as i64));
                 }
-                let res = plain(r, buf)?;
-                r.missing_after(cached, res);
-                Ok(res)
+                let ans = r.send(buf, false)?;
+                close_all(&ans);
+                r.missing_after(cached, ans.result, ans.data_len == 0);
+                Ok(ans.result)
             }
             nr::MKDIRAT | nr::MKNODAT | nr::UNLINKAT | nr::FCHMODAT2 | nr::FCHOWNAT => {
                 r.path1(a[1])?;
@@ -887,7 +921,8 @@ fn fd_result(ans: &conn::Answer) -> i64 {
     ans.fds[0] as i64
 }
 
-/// The loader's first argument, which it drops before handing argv to the program.
+/// The loader's first argument when no name is known (it names the process after
+/// its first argument, then drops it before handing argv to the program).
 pub const LOADER_ARGV0: &[u8] = b"ictus-unix-loader\0";
 
 /// `execveat(dirfd, path, argv, envp, flags)`: the server resolves the program
@@ -950,7 +985,11 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
     // them (the prefix in buf, the path in r.store, the rest in the program's memory).
     unsafe {
         let mut k = 0;
-        *v.add(k) = LOADER_ARGV0.as_ptr() as u64;
+        // The loader's own argv[0] is the path the program exec'd: the loader names
+        // the process after it, as the kernel would have (`/proc/PID/comm`, what
+        // `ps` and `pgrep` show), and drops it.
+        r.store[r.p1.0 + r.p1.1] = 0;
+        *v.add(k) = if r.p1.1 > 0 { r.store[r.p1.0..].as_ptr() as u64 } else { LOADER_ARGV0.as_ptr() as u64 };
         k += 1;
         for p in prefix.iter().take(np) {
             *v.add(k) = *p;
@@ -958,7 +997,6 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         }
         if np > 0 {
             // A script: the interpreter gets the path as it was given, then argv[1..].
-            r.store[r.p1.0 + r.p1.1] = 0;
             *v.add(k) = r.store[r.p1.0..].as_ptr() as u64;
             k += 1;
             for i in 1..argc {

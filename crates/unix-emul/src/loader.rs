@@ -197,6 +197,31 @@ fn is_open(fd: i32) -> bool {
     unsafe { syscall6(sys::SYS_FCNTL, fd as u64, 1, 0, 0, 0, 0) >= 0 }
 }
 
+/// Name the process after the last component of `path` (a C string), as the kernel
+/// names it after the file an `execve` ran: the kernel named it after the loader.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string (the loader's `argv[0]`).
+unsafe fn name_process(path: *const u8) {
+    if path.is_null() {
+        return;
+    }
+    let (mut i, mut base) = (0usize, 0usize);
+    // SAFETY: a NUL-terminated string; PATH_MAX bounds the walk.
+    unsafe {
+        while *path.add(i) != 0 && i < crate::wire::PATH_MAX {
+            if *path.add(i) == b'/' {
+                base = i + 1;
+            }
+            i += 1;
+        }
+        if i > base && *path.add(i) == 0 {
+            // PR_SET_NAME copies at most 16 bytes and ends them with a NUL (prctl(2)).
+            syscall6(sys::SYS_PRCTL, 15, path.add(base) as u64, 0, 0, 0, 0);
+        }
+    }
+}
+
 /// The loader's entry, from `_start` with the initial stack pointer.
 ///
 /// # Safety
@@ -245,6 +270,7 @@ pub unsafe extern "C" fn start(sp: *mut u64) -> ! {
             }
             aux = aux.add(2);
         }
+        name_process(*argv as *const u8);
         // Drop the loader's own argv[0]: the argv, envp and auxv arrays move down one
         // word over it, so the stack pointer stays where the kernel put it (16-byte
         // aligned, as the ABI requires at entry).

@@ -52,6 +52,7 @@ pub const MSGCTL: u32 = 71;
 pub const FCNTL: u32 = 72;
 pub const TRUNCATE: u32 = 76;
 pub const GETDENTS: u32 = 78;
+pub const GETDENTS64: u32 = 217;
 pub const GETCWD: u32 = 79;
 pub const CHDIR: u32 = 80;
 pub const FCHDIR: u32 = 81;

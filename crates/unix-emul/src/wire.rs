@@ -57,6 +57,28 @@ const _: () = assert!(LIB_LO <= STATE_ADDR && PATCH_TABLE + 8 * PATCH_SLOTS as u
 pub const GEN_REFUSED_AT: usize = 64;
 const _: () = assert!(GEN_REFUSED_AT + (crate::sysno::MAX_KNOWN as usize).div_ceil(8) <= 4096);
 
+/// Where, on the generation page, the count of unlinks served is (a `u64`): the
+/// libraries' "not a link" answers are kept under it (see [`crate::cache`]).
+pub const GEN_UNLINKS_AT: usize = 8;
+/// The name buckets, after the generation page: [`GEN_BUCKETS`] `u32` counters, one
+/// bumped by the server whenever a file is created under a name that hashes there
+/// ([`crate::cache::bucket_of`]).
+pub const GEN_BUCKETS_AT: usize = 4096;
+/// How many name buckets.
+pub const GEN_BUCKETS: usize = 1024;
+/// The session's shared table of failed lookups, after the buckets:
+/// [`GEN_MISSING_SLOTS`] entries of two words, a lookup's key
+/// ([`crate::cache::key`] of an absolute path) and what it was kept under
+/// ([`crate::cache::generation_for`]). Only the server writes it (the memfd is
+/// sealed against every other writer); every library reads it, so a lookup one
+/// process found missing costs the others of the session no round trip.
+pub const GEN_MISSING_AT: usize = GEN_BUCKETS_AT + 4 * GEN_BUCKETS;
+/// Entries of the shared table.
+pub const GEN_MISSING_SLOTS: usize = 4096;
+/// Size of the generation memfd: the page, the buckets, the shared table.
+pub const GEN_SIZE: usize = GEN_MISSING_AT + 16 * GEN_MISSING_SLOTS;
+const _: () = assert!(GEN_UNLINKS_AT + 8 <= GEN_REFUSED_AT);
+
 /// A system call number no kernel has, for which the session's filter answers
 /// [`PROBE_ERRNO`]: how the loader tells whether the filter is already installed.
 pub const PROBE_NR: u32 = 0x3fff_0001;

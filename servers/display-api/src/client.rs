@@ -142,6 +142,19 @@ pub enum DisplayError {
     Unsendable(String),
 }
 
+impl DisplayError {
+    /// A port transport's call or send that failed, classified as every client's are
+    /// ([`ictus_idl::CallFailure`]): no answer or no room in time leaves the connection
+    /// usable ([`DisplayError::TimedOut`]); a server gone, or anything else, closes it.
+    fn call(e: ictus_ipc::CallError) -> DisplayError {
+        let why = e.to_string();
+        match ictus_idl::CallFailure::from(e) {
+            ictus_idl::CallFailure::TimedOut => DisplayError::TimedOut,
+            ictus_idl::CallFailure::ServerDied | ictus_idl::CallFailure::Other(_) => DisplayError::Closed(why),
+        }
+    }
+}
+
 /// A window, as this client names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Window(pub u32);
@@ -529,10 +542,7 @@ impl Display {
                     if id == service::BATCH_SYNC {
                         let mut got = Received::new();
                         let ropts = ReceiveOptions { timeout: Some(st.timeout), populate_ool: false };
-                        space.call(*requests, &mut msg, &mut got, sopts, ropts).map_err(|e| match e {
-                            ictus_ipc::CallError::Receive(ictus_ipc::ReceiveError::TimedOut) => DisplayError::TimedOut,
-                            e => DisplayError::Closed(e.to_string()),
-                        })?;
+                        space.call(*requests, &mut msg, &mut got, sopts, ropts).map_err(DisplayError::call)?;
                         for r in &got.ports {
                             let _ = space.deallocate(r.name);
                         }
@@ -541,10 +551,7 @@ impl Display {
                         }
                         reply = Some(got.data().to_vec());
                     } else {
-                        space.send(*requests, &mut msg, sopts).map_err(|e| match e {
-                            ictus_ipc::SendError::TimedOut => DisplayError::TimedOut,
-                            e => DisplayError::Closed(e.to_string()),
-                        })?;
+                        space.send(*requests, &mut msg, sopts).map_err(|e| DisplayError::call(e.into()))?;
                     }
                     start = end;
                     if last {
@@ -924,6 +931,25 @@ impl Drop for Frame<'_> {
     fn drop(&mut self) {
         if let Some(FrameBuf::Inline(at)) = self.buf.take() {
             self.st.out.truncate(at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DisplayError;
+    use ictus_ipc::{CallError, ReceiveError, SendError};
+
+    /// The port transport's failures, as every client classifies them: time (of the
+    /// send or of the answer) leaves the connection usable, the rest closes it.
+    #[test]
+    fn port_failures_are_classified_as_every_clients() {
+        for e in [CallError::Send(SendError::TimedOut), CallError::Receive(ReceiveError::TimedOut)] {
+            assert!(matches!(DisplayError::call(e), DisplayError::TimedOut));
+        }
+        for e in [CallError::ServerDied, CallError::Receive(ReceiveError::PortDied)] {
+            let why = e.to_string();
+            assert!(matches!(DisplayError::call(e), DisplayError::Closed(w) if w == why));
         }
     }
 }

@@ -15,7 +15,10 @@
 //! different N, subtracted (the paper's way of taking start-up out).
 //!
 //! Environment: `SPIN_US` (both ends' spin budget, as `ictus bench display --spin-us`;
-//! default 0).
+//! default 0); `REALTIME` (`0`: the server's threads stay timesharing; `all`: every
+//! one asks for `SCHED_FIFO`; default: the presenter only, as in the experiment's
+//! server). Run it under `taskset -c 0`
+//! for the experiment's placement (client, server and Xvfb on one CPU).
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +47,8 @@ fn main() {
     let mut opts = Options::headless(0, 0, Some(dir.join("display.sock")));
     opts.screen = Screen::X { display: Some(xvfb.display().to_owned()), shm: true };
     opts.shm_wait.spin = spin;
+    opts.realtime = std::env::var("REALTIME").map_or(true, |v| v != "0");
+    opts.realtime_transports = std::env::var("REALTIME").is_ok_and(|v| v == "all");
     let server = ictus_display_server::spawn(&Space::new(), opts).expect("server");
     let space = Space::new();
     let name = space.insert_send_fd(server.service_fd().expect("right")).expect("insert");

@@ -93,8 +93,10 @@ fn serve_child(args: &[String]) -> Result<(), String> {
     let mut opts = crate::Options::headless(0, 0, Some(PathBuf::from(socket)));
     opts.screen = crate::Screen::X { display: Some(display.clone()), shm: true };
     opts.refresh_hz = refresh.parse().map_err(|_| "bad refresh rate")?;
-    // Off until the X connection's priority inversion is gone (cli.rs says why).
-    opts.realtime = false;
+    // As `ictus display serve` runs it: the presenter real-time when allowed, the
+    // transports timesharing (lib.rs, Options::realtime_transports).
+    opts.realtime = true;
+    opts.realtime_transports = false;
     opts.shm_wait.spin = Duration::from_micros(spin_us.parse().map_err(|_| "bad spin")?);
     let running = crate::spawn(&space, opts).map_err(|e| e.to_string())?;
     // What the server's threads got from the scheduler, for the report's notes.

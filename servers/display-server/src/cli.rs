@@ -76,11 +76,10 @@ pub fn serve(o: ServeOptions) -> Result<(), CliError> {
         };
         let mut opts = Options::headless(0, 0, Some(socket.clone()));
         opts.screen = screen;
-        // Not real-time yet: with the presenter at SCHED_FIFO above the transport
-        // threads that share its X connection, x11rb's reply wait livelocks on one CPU
-        // (the presenter spins for a reply that the starved transport thread holds the
-        // reader role for). See doc/display.md, "Real-time threads".
-        opts.realtime = false;
+        // The presenter asks for SCHED_FIFO (refused: it runs timesharing, said once);
+        // the transports stay timesharing. doc/display.md, "Real-time threads".
+        opts.realtime = true;
+        opts.realtime_transports = false;
         if let Some(hz) = o.refresh_hz {
             opts.refresh_hz = hz;
         }

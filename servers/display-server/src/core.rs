@@ -629,7 +629,11 @@ impl Session {
         let x = match &core.x {
             Some(x) => {
                 let parent_x = parent.as_ref().and_then(|p| lock(&p.st).x);
-                match x.create_window(parent_x, rect, &px) {
+                let made = x.create_window(parent_x, rect, &px);
+                // Events this thread read while it waited for the X server are in the
+                // events connection's queue, which the presenter drains when it wakes.
+                core.wake_presenter();
+                match made {
                     Ok(w) => Some(w),
                     Err(_) => {
                         self.error(core, error::FAILED, opc, id);

@@ -90,6 +90,12 @@ pub struct Options {
     /// default for a server embedded in another program's threads (tests), whose
     /// other threads it would otherwise outrank.
     pub realtime: bool,
+    /// With [`Options::realtime`]: the transports' threads ask too (the presenter
+    /// always does). Off, they stay timesharing while the presenter is real-time: on
+    /// one CPU a real-time transport thread preempts its client at every wake-up, so a
+    /// client's flushes no longer gather while the server is awake, which is what the
+    /// shared-memory transport's "server is asleep" flag is for (doc/display.md).
+    pub realtime_transports: bool,
 }
 
 impl Options {
@@ -103,6 +109,7 @@ impl Options {
             limits: Limits::default(),
             refresh_hz: 60,
             realtime: false,
+            realtime_transports: true,
         }
     }
 }
@@ -214,6 +221,7 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
     // once all have.
     let (sched_tx, sched_rx) = std::sync::mpsc::channel();
     let realtime = opts.realtime;
+    let transports_rt = opts.realtime && opts.realtime_transports;
     let mut expected = 0;
     let mut thread = |name: &'static str, priority: u8, f: Box<dyn FnOnce() + Send>| {
         let tx = sched_tx.clone();
@@ -221,7 +229,8 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                sched::enter(name, realtime, priority, &tx);
+                let rt = if priority == sched::PRESENT_PRIORITY { realtime } else { transports_rt };
+                sched::enter(name, rt, priority, &tx);
                 drop(tx);
                 f();
             })
@@ -274,7 +283,7 @@ pub fn spawn(space: &Space, opts: Options) -> Result<Running, StartError> {
     expected += 1;
     let tx = sched_tx.clone();
     running.ports = Some(ictus_server::Running::spawn("ictus-display-port", move |stop| {
-        sched::enter("ictus-display-port", realtime, sched::TRANSPORT_PRIORITY, &tx);
+        sched::enter("ictus-display-port", transports_rt, sched::TRANSPORT_PRIORITY, &tx);
         drop(tx);
         let r = ports_loop.run(None, stop);
         drop(ports_loop);

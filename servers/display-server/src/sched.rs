@@ -5,7 +5,10 @@
 //!
 //! Every thread that serves clients asks, not only the shared-memory one: the
 //! transports are compared with each other, and none is to win by its scheduling
-//! class. The presenter asks one step higher than the transports, so that a flood of
+//! class. The server process (`ictus display serve`, the experiment) has the
+//! presenter alone ask ([`crate::Options::realtime_transports`] off): on one CPU a
+//! real-time transport thread preempts its client at every wake-up, which costs the
+//! shared-memory transport the flushes it gathers while the server is awake. The presenter asks one step higher than the transports, so that a flood of
 //! requests does not delay a frame already due.
 //!
 //! Without the privilege (`CAP_SYS_NICE` or an `RLIMIT_RTPRIO`), the threads run in
@@ -29,7 +32,8 @@ pub const TRANSPORT_PRIORITY: u8 = 60;
 pub struct ThreadScheduling {
     /// The thread's name, e.g. `ictus-display-present`.
     pub thread: &'static str,
-    /// What it asked for (`None`: nothing, [`crate::Options::realtime`] is off).
+    /// What it asked for (`None`: nothing, [`crate::Options::realtime`] is off, or
+    /// [`crate::Options::realtime_transports`] for a transport's thread).
     pub asked: Option<Policy>,
     /// What it runs with, read back from the kernel.
     pub policy: Policy,

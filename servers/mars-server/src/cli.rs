@@ -150,6 +150,10 @@ struct DirectorArgs {
     /// A node silent this long is dead, seconds (0.1 to 600).
     #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = ictus_args::seconds(0.1, 600.0))]
     heartbeat_timeout: Seconds,
+    /// A stream its node does not report open this long after it was placed (or
+    /// moved) is closed: its player stopped, seconds (0.1 to 600).
+    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = ictus_args::seconds(0.1, 600.0))]
+    close_grace: Seconds,
 }
 
 #[derive(Args, Debug)]
@@ -307,6 +311,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         ..EngineConfig::default()
     };
     raise_nofile();
+    let engine_rt_reserve = engine.rt_reserve;
     let opts = StartOptions {
         volume: a.volume,
         listen: Some(a.listen),
@@ -329,7 +334,9 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         (Some(dir), Some(id), Some(addr)) => {
             let (stop, handle) = (Arc::clone(&agent_stop), running.handle.clone());
             let http = a.advertise.unwrap_or(addr);
-            let (id, cap) = (u32::try_from(id.get()).unwrap_or(u32::MAX), running.capability as u64);
+            // The director places paced streams: tell it what the engine admits of them.
+            let cap = (running.capability * engine_rt_reserve) as u64;
+            let id = u32::try_from(id.get()).unwrap_or(u32::MAX);
             eprintln!("ictus mars: node {id} reporting to the director at {dir}, clients sent to {http}");
             Some(std::thread::Builder::new().name("ictus-mars-agent".into()).spawn(move || {
                 ictus_mars_cluster::service::node_agent(
@@ -338,10 +345,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
                     http,
                     cap,
                     std::time::Duration::from_millis(250),
-                    || {
-                        let conns = handle.as_ref().and_then(|h| h.stats()).map_or(0, |s| s.connections);
-                        (conns, ceph.as_ref().map(|c| c.cached_clips()).unwrap_or_default())
-                    },
+                    || node_report(handle.as_ref(), ceph.as_deref()),
                     &stop,
                 )
             })?)
@@ -382,6 +386,20 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     running.stop();
     eprintln!("ictus mars: stopped");
     result
+}
+
+/// What a node tells the director each beat: its connections, the clips in its stripe
+/// cache, the director's streams it is sending.
+pub fn node_report(
+    handle: Option<&crate::EngineHandle>,
+    ceph: Option<&crate::ceph::CephStorage>,
+) -> ictus_mars_cluster::service::Report {
+    let stats = handle.and_then(|h| h.stats()).unwrap_or_default();
+    ictus_mars_cluster::service::Report {
+        connections: stats.connections,
+        clips: ceph.map(|c| c.cached_clips()).unwrap_or_default(),
+        open: stats.open_tags,
+    }
 }
 
 fn connect_cluster(c: &ClusterArgs) -> Result<ictus_objstore::Striper, Box<dyn std::error::Error>> {
@@ -438,6 +456,7 @@ fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         default_rate: a.default_rate.get() as u64,
         tick: std::time::Duration::from_millis(100),
+        close_grace: a.close_grace.get(),
     };
     let d = RunningDirector::start(http, nodes, Box::new(ClusterCatalog(striper)), opts)?;
     eprintln!("ictus mars director: clients on {}, nodes on {}, pid {}", d.http, d.nodes, std::process::id());

@@ -147,6 +147,10 @@ pub struct EngineStats {
     pub splice: bool,
     /// Bytes of downloads spliced from the page cache to sockets.
     pub bytes_spliced: u64,
+    /// The `stream=N` tags of HTTP requests whose response is being sent (a director's
+    /// stream ids, which a cluster node reports so that streams whose player stopped
+    /// are closed there).
+    pub open_tags: Vec<u64>,
 }
 
 impl std::ops::Deref for EngineStats {
@@ -362,6 +366,8 @@ struct Conn {
     /// Bytes the peer had acknowledged at the last tick, while a splice to it is in
     /// flight (a blocking splice reports progress only when it is done).
     acked: Option<u64>,
+    /// The request's `stream=N` tag (see [`EngineStats::open_tags`]).
+    tag: Option<u64>,
 }
 
 const UNLIMITED: u64 = u64::MAX;
@@ -397,6 +403,7 @@ impl Conn {
             failed: false,
             pipe: None,
             acked: None,
+            tag: None,
         }
     }
 }
@@ -933,6 +940,7 @@ impl Engine {
             Parsed::Request(req, n) => {
                 c.head.drain(..n);
                 c.since = Instant::now();
+                c.tag = req_tag(&req);
                 let rate = req_rate(&req);
                 self.boundary_seq += 1;
                 let boundary = format!("ictus-{:016x}-{}", self.boundary_salt, self.boundary_seq);
@@ -1891,6 +1899,8 @@ impl Engine {
         s.rt_streams = self.admission.len() as u64;
         s.reserved = self.admission.reserved() as u64;
         s.reservable = self.admission.reservable() as u64;
+        s.open_tags =
+            self.conns.iter().flatten().filter(|c| c.http && c.phase == Phase::Sending).filter_map(|c| c.tag).collect();
         s
     }
 }
@@ -1943,6 +1953,11 @@ fn req_rate(req: &http::RequestHead) -> Option<f64> {
             .filter(|&r| r > 0)
             .map(|r| r as f64)
     })
+}
+
+/// `?stream=N` on a request: the director's id of the stream (reported back, not used).
+fn req_tag(req: &http::RequestHead) -> Option<u64> {
+    req.query.as_deref()?.split('&').find_map(|kv| kv.strip_prefix("stream=")).and_then(|v| v.parse().ok())
 }
 
 struct Catalog<'a>(&'a dyn Storage);

@@ -14,6 +14,8 @@
 //! - [`measure`]: the volume's capability, for admission control;
 //! - [`fallback`]: HTTP without io_uring;
 //! - [`bench`]: `ictus bench mars` (001 Tables 1–3, HTTP beside nginx and a splice loop);
+//! - [`cluster_bench`]: `ictus bench mars-cluster` (issue 20: nodes over Ceph beside
+//!   nginx nodes behind a round-robin front);
 //! - [`cli`]: `ictus mars …`.
 //!
 //! See `doc/mars.md`.
@@ -23,6 +25,7 @@ pub mod api;
 pub mod bench;
 pub mod ceph;
 pub mod cli;
+pub mod cluster_bench;
 #[allow(unsafe_code)]
 pub mod engine;
 #[allow(unsafe_code)]

@@ -3,7 +3,9 @@
 //! a cache too small for both, so chunks are evicted and fetched again while reads are
 //! pinned), and the director with two stream nodes, each its own process: a client is
 //! redirected to a node, the node is killed with SIGKILL mid-stream, and the client
-//! resumes from the other node at the byte it had reached, with the same bytes.
+//! resumes from the other node at the byte it had reached, with the same bytes; the
+//! other node runs as nobody (the unprivileged path). Players that stop have their
+//! streams closed at the director (the nodes report the streams they send).
 //!
 //! One cluster for the file (10–50 s to start on a loaded 2-core machine). Skipped with
 //! a printed reason where Ceph cannot run; required under CI.
@@ -21,6 +23,8 @@ use ictus_objstore::{Layout, Rados, Striper};
 use ictus_testkit::{Proc, Role};
 
 const ROLE: Role = Role { env: "ICTUS_MARS_CLUSTER_ROLE" };
+/// The user nobody.
+const NOBODY: u32 = 65534;
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -126,7 +130,7 @@ fn node_role(role: &str) {
         addr,
         running.capability as u64,
         Duration::from_millis(100),
-        || (handle.as_ref().and_then(|h| h.stats()).map_or(0, |s| s.connections), Vec::new()),
+        || ictus_mars_server::cli::node_report(handle.as_ref(), None),
         &stop,
     );
 }
@@ -186,6 +190,7 @@ fn nodes_over_a_ceph_cluster() {
         config: ictus_mars_cluster::Config { heartbeat_timeout_ns: 3_000_000_000, store_capacity: 1 << 40 },
         default_rate: 500_000,
         tick: Duration::from_millis(50),
+        close_grace: Duration::from_secs(1),
     };
     let director = RunningDirector::start(
         TcpListener::bind("127.0.0.1:0").expect("bind"),
@@ -195,10 +200,19 @@ fn nodes_over_a_ceph_cluster() {
     )
     .expect("director");
     let dir_http = director.http.to_string();
+    // Node 2 runs unprivileged (as nobody, when the test runs as root): the cluster
+    // path needs no privilege — the client library, the stripe cache (a memfd), io_uring,
+    // the engine timesharing.
+    let root = rustix::process::geteuid().is_root();
     let mut nodes: Vec<Proc> = (1..=2)
         .map(|id| {
             let role = format!("node {id} {} {} {}", cluster.conf().display(), cluster.pool(), director.nodes);
-            Proc::spawn(&format!("node {id}"), &mut ROLE.command("nodes_over_a_ceph_cluster", &role))
+            let mut cmd = ROLE.command("nodes_over_a_ceph_cluster", &role);
+            if id == 2 && root {
+                std::os::unix::process::CommandExt::uid(&mut cmd, NOBODY);
+                std::os::unix::process::CommandExt::gid(&mut cmd, NOBODY);
+            }
+            Proc::spawn(&format!("node {id}"), &mut cmd)
         })
         .collect();
     ictus_testkit::wait_until_within("both nodes registered", Duration::from_secs(120), || {
@@ -219,6 +233,13 @@ fn nodes_over_a_ceph_cluster() {
     let loc = r.header("location").expect("Location").to_string();
     let stream: u64 = r.header("x-ictus-stream").and_then(|v| v.parse().ok()).expect("X-Ictus-Stream");
     let node: usize = r.header("x-ictus-node").and_then(|v| v.parse().ok()).expect("X-Ictus-Node");
+    // Both empty: the lowest id wins the tie, so the stream moves to node 2 (nobody).
+    assert_eq!(node, 1, "placement breaks ties by the lowest id");
+    if root {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", nodes[1].pid())).expect("node 2's status");
+        let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).expect("Uid line");
+        assert!(uid.split_whitespace().all(|u| u == NOBODY.to_string()), "node 2 runs as nobody: {uid}");
+    }
     let (host, path) = loc.strip_prefix("http://").and_then(|l| l.split_once('/')).expect("an http URL");
     let mut s = get(host, &format!("/{path}"), None).expect("GET from the node");
     assert_eq!(s.status, 200);
@@ -256,7 +277,7 @@ fn nodes_over_a_ceph_cluster() {
         }
     };
     let resume_ms = killed_at.elapsed().as_secs_f64() * 1e3;
-    assert_ne!(status.as_deref(), Some(node.to_string().as_str()), "sent back to the dead node");
+    assert_eq!(status.as_deref(), Some("2"), "resumed on the other node (the unprivileged one)");
     assert_eq!(resumed.status, 206);
     let mut rest = resumed.body.clone();
     let mut sock = resumed.sock;
@@ -269,7 +290,14 @@ fn nodes_over_a_ceph_cluster() {
     let snap = director.snapshot();
     assert_eq!(snap.nodes.len(), 1, "the dead node is gone: {snap:?}");
     eprintln!("failover: resumed at byte {} after {resume_ms:.0} ms; director: {snap:?}", got.len());
+    // The player stops: node 2 no longer reports the stream open, and the director
+    // closes it (well before its schedule would reach the clip's end, ~4 s on).
     drop(sock);
+    ictus_testkit::wait_until_within("the stopped player's stream closed", Duration::from_secs(60), || {
+        let s = director.snapshot();
+        s.streams == 0 && s.closed >= 1
+    });
+    assert_eq!(director.snapshot().nodes[0].2, 0, "its rate is free again");
     for mut n in nodes {
         n.kill9();
     }

@@ -110,6 +110,12 @@ pub enum ConnectError {
     /// The server is not registered.
     #[error("looking up the Tactus server: {0} (is `ictus tactus serve` running?)")]
     Lookup(#[from] ictus_name_api::ClientError),
+    /// The server died, or dropped the request, before answering.
+    #[error("the Tactus server died before answering (is `ictus tactus serve` running?)")]
+    ServerDied,
+    /// The server did not answer, or had no room for the request, in time.
+    #[error("the Tactus server did not answer within {0:?}")]
+    TimedOut(Duration),
     /// The server refused or failed.
     #[error("asking the Tactus server: {0}")]
     Call(String),
@@ -119,6 +125,21 @@ pub enum ConnectError {
     /// The socket could not be opened.
     #[error("the Tactus socket: {0}")]
     Socket(#[from] std::io::Error),
+}
+
+impl ConnectError {
+    /// A call to the service port that failed, classified as every client's are
+    /// ([`ictus_idl::CallFailure`]); `timeout` is the one the call had.
+    fn stub<E: std::fmt::Debug>(e: ictus_idl::ClientError<E>, timeout: Duration) -> ConnectError {
+        match e {
+            ictus_idl::ClientError::Call(e) => match ictus_idl::CallFailure::from(e) {
+                ictus_idl::CallFailure::ServerDied => ConnectError::ServerDied,
+                ictus_idl::CallFailure::TimedOut => ConnectError::TimedOut(timeout),
+                ictus_idl::CallFailure::Other(e) => ConnectError::Call(e.to_string()),
+            },
+            e => ConnectError::Call(e.to_string()),
+        }
+    }
 }
 
 /// Why a request could not be sent or an answer read.
@@ -278,14 +299,14 @@ impl Tactus {
         let stubs = TactusServiceClient::new(space, service).with_timeout(opts.timeout);
         let conn = match opts.transport {
             Transport::Shm => {
-                let svc = stubs.channel(proto::VERSION).map_err(|e| ConnectError::Call(e.to_string()))?;
+                let svc = stubs.channel(proto::VERSION).map_err(|e| ConnectError::stub(e, opts.timeout))?;
                 let copts = ClientOptions { geometry: opts.geometry, wait: opts.wait, timeout: opts.timeout };
                 let c = ictus_shm::Client::connect(space, svc.name, copts);
                 let _ = space.deallocate(svc.name);
                 Conn::Shm(Box::new(c?))
             }
             Transport::Socket => {
-                let path = stubs.socket(proto::VERSION).map_err(|e| ConnectError::Call(e.to_string()))?;
+                let path = stubs.socket(proto::VERSION).map_err(|e| ConnectError::stub(e, opts.timeout))?;
                 let stream = UnixStream::connect(path)?;
                 Conn::Socket { stream, inbuf: Vec::new(), out: Vec::new() }
             }

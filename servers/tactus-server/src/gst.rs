@@ -211,8 +211,18 @@ fn pull(sink: &gst_app::AppSink, playbin: &gst::Element, eos: &mut bool) -> Resu
     }
 }
 
+/// Where a sample sits in the clip: its stream time, through the segment it came
+/// in, not its raw timestamp. They differ where a container says so: an MP4 with an
+/// edit list (every H.264 clip with B-frames: x264 and FFmpeg delay the first picture
+/// by the reordering depth and list the track from there) has video timestamps that
+/// start 67 ms or so in, audio ones at 0, and only the segment lines them up. A frame
+/// before the segment's start (none a decoder lets through) sits at its start.
 fn pts(s: &gst::Sample) -> i64 {
-    s.buffer().and_then(|b| b.pts()).map_or(0, |t| t.nseconds() as i64)
+    let Some(t) = s.buffer().and_then(|b| b.pts()) else { return 0 };
+    match s.segment().and_then(|seg| seg.downcast_ref::<gst::ClockTime>()) {
+        Some(seg) => seg.to_stream_time(t).map_or(0, |st| st.nseconds() as i64),
+        None => t.nseconds() as i64,
+    }
 }
 
 struct GstVideo {

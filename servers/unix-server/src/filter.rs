@@ -53,6 +53,9 @@ pub struct FilterPolicy {
     /// `AF_UNIX` datagram sockets allowed (the view is the host's tree: see
     /// [`Policy::confines_paths`](crate::policy::Policy::confines_paths)).
     pub unix_datagrams: bool,
+    /// Directory listings (`getdents`, `getdents64`) are served, so the names the
+    /// view hides are left out of them (the policy hides something).
+    pub served_listings: bool,
     /// Calls the policy refuses besides the table's own refusals (trapped, so the
     /// server can count them and answer the policy's errno).
     pub refused: Vec<u32>,
@@ -75,6 +78,10 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
             Class::Native | Class::NativeIf(_) | Class::Library => Act::Lib,
             Class::Server | Class::Refused(_) => Act::Trap,
         };
+    }
+    if p.served_listings && (nr == sysno::GETDENTS || nr == sysno::GETDENTS64) {
+        // Trapped from anywhere, the library's code included, like every served call.
+        return Act::Trap;
     }
     if nr == sysno::EXECVEAT {
         // The library execs the loader itself (by descriptor); Landlock confines
@@ -409,7 +416,7 @@ mod tests {
 
     #[test]
     fn every_number_gets_the_tables_answer() {
-        let p = FilterPolicy { network: true, unix_datagrams: true, refused: vec![] };
+        let p = FilterPolicy { network: true, unix_datagrams: true, served_listings: false, refused: vec![] };
         let f = build(&p);
         for n in 0..sysno::MAX_KNOWN + 20 {
             let got = run(&f, n, PROG, [0; 6]);
@@ -492,8 +499,9 @@ mod tests {
     fn unix_datagram_sockets_only_where_the_view_is_the_hosts() {
         const NONBLOCK_CLOEXEC: u64 = 0o4000 | 0o2000000;
         for network in [false, true] {
-            let confined = build(&FilterPolicy { network, unix_datagrams: false, refused: vec![] });
-            let open = build(&FilterPolicy { network, unix_datagrams: true, refused: vec![] });
+            let confined =
+                build(&FilterPolicy { network, unix_datagrams: false, served_listings: false, refused: vec![] });
+            let open = build(&FilterPolicy { network, unix_datagrams: true, served_listings: false, refused: vec![] });
             for n in [nr::SOCKET, nr::SOCKETPAIR] {
                 for (ty, datagram) in [(1u64, false), (5, false), (2, true), (3, true), (10, true), (0xf, true)] {
                     for t in [ty, ty | NONBLOCK_CLOEXEC] {
@@ -513,8 +521,26 @@ mod tests {
     }
 
     #[test]
+    fn listings_are_served_only_where_something_is_hidden() {
+        let plain = build(&FilterPolicy::default());
+        let hiding = build(&FilterPolicy { served_listings: true, ..FilterPolicy::default() });
+        for n in [nr::GETDENTS, nr::GETDENTS64] {
+            assert_eq!(run(&plain, n, PROG, [3, 0x1000, 4096, 0, 0, 0]), RET_ALLOW, "{n}");
+            assert_eq!(run(&hiding, n, PROG, [3, 0x1000, 4096, 0, 0, 0]), TRAP, "{n}");
+            // Not even the library's code lists a directory by itself.
+            assert_eq!(run(&hiding, n, LIB, [3, 0x1000, 4096, 0, 0, 0]), TRAP, "{n}");
+        }
+        assert_eq!(run(&hiding, nr::READ, PROG, [3, 0x1000, 4096, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
     fn policy_refusals_trap_and_the_network_opens() {
-        let f = build(&FilterPolicy { network: true, unix_datagrams: true, refused: vec![nr::GETPID, nr::OPENAT] });
+        let f = build(&FilterPolicy {
+            network: true,
+            unix_datagrams: true,
+            served_listings: false,
+            refused: vec![nr::GETPID, nr::OPENAT],
+        });
         assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);
         assert_eq!(run(&f, nr::GETPID, LIB, [0; 6]), RET_ALLOW);
         assert_eq!(run(&f, nr::OPENAT, LIB, [0; 6]), TRAP);

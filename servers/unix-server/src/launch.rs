@@ -197,6 +197,7 @@ pub fn prepare(
     let filter_bytes = filter::build(&FilterPolicy {
         network: policy.network,
         unix_datagrams: !policy.confines_paths(),
+        served_listings: !policy.hidden.is_empty(),
         refused: policy.refused.iter().map(|r| r.0).collect(),
     });
     let argv0 = argv.first().ok_or(RunError::NoProgram)?;
@@ -413,16 +414,11 @@ fn run_inner(opts: &RunOptions, settle: bool) -> Result<(Ended, Snapshot), RunEr
     // Processes the program left running still need their server: like proot, wait
     // until the last one is gone (every process of the session holds the session
     // socket, so its hang-up says so), then return the first process's status.
-    while server.programs() > 0 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    server.wait_programs();
     // Their connections hang up as they go; give the pool a moment to see it before
     // counting.
-    for _ in 0..if settle { 1000 } else { 0 } {
-        if server.connections() == 0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    if settle {
+        server.wait_connections(std::time::Duration::from_secs(10));
     }
     let snap = snapshot(server.session());
     drop(server);
@@ -443,7 +439,9 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
     if let Some(out) = &opts.stdout {
         cmd.stdout(std::fs::File::create(out).map_err(RunError::Setup)?);
     }
-    cmd.arg0(OsString::from_vec(handler_argv0()));
+    // The loader names the process after its argv[0] (the kernel named it after the
+    // loader): the program as the caller named it, as a shell's exec would.
+    cmd.arg0(opts.argv.first().cloned().unwrap_or_else(|| OsString::from_vec(handler_argv0())));
     cmd.args(&p.args[..]);
     let (c_end, p_fd, i_fd, f_fd, gen_fd) = (
         p.session.as_raw_fd(),

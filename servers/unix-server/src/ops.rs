@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use ictus_unix_emul::elf;
 use ictus_unix_emul::sysno::{self as nr, errno, Class};
-use ictus_unix_emul::wire::Request;
+use ictus_unix_emul::wire::{self, Request};
 
 use crate::policy::Policy;
 use crate::sys::{self, cpath, Res};
@@ -368,23 +368,109 @@ pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[Ow
     if let Some(e) = s.policy.refusal(h.op) {
         return refuse(s, h.op, e);
     }
-    let reply = serve_op(s, pid, cwd, req, &fd_of);
+    // Read before serving, as the libraries do: a lookup that races with a change is
+    // kept under what the change makes stale.
+    let shared = shared_missing_key(req).map(|(key, p)| (key, s.generation.generation_for(p)));
+    let mut reply = serve_op(s, pid, cwd, req, &fd_of);
     // A name may have appeared (or gone): the libraries' cached failed lookups and
-    // "not a link" answers are stale. (Bumped
-    // after the change, so a lookup that raced with it is cached under the old
-    // generation and dropped.)
-    let changes_names = match h.op {
-        nr::OPENAT => a[2] & O_CREAT != 0,
-        nr::OPENAT2 => true,
-        nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => true,
-        // A name gone: the libraries' "not a link" answers for it are stale.
-        nr::UNLINKAT => true,
-        _ => false,
-    };
-    if changes_names && reply.result >= 0 {
-        s.generation.bump();
+    // "not a link" answers are stale. (Bumped after the change, so a lookup that
+    // raced with it is cached under the old generation and dropped.) Where the view
+    // is the host's tree, a file create bumps only its name's bucket and an unlink
+    // only the unlink count (see `ictus_unix_emul::cache`).
+    const AT_REMOVEDIR: u64 = 0x200;
+    let identity = identity_view(s);
+    if reply.result >= 0 {
+        match h.op {
+            nr::OPENAT if a[2] & O_CREAT != 0 && identity => {
+                if let Some(p) = req.path1 {
+                    s.generation.bump_name(last_name(p));
+                }
+                // Through a final link, the file made has the link target's name.
+                match reply.fds.first().map(|f| sys::readlink(Path::new(&format!("/proc/self/fd/{}", f.as_raw_fd())))) {
+                    Some(Ok(real)) => s.generation.bump_name(last_name(&real)),
+                    _ => s.generation.bump(),
+                }
+            }
+            nr::UNLINKAT if a[2] & AT_REMOVEDIR == 0 && identity => s.generation.bump_unlinks(),
+            nr::OPENAT if a[2] & O_CREAT != 0 => s.generation.bump(),
+            nr::OPENAT2 | nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => {
+                s.generation.bump()
+            }
+            nr::UNLINKAT => {
+                s.generation.bump();
+                s.generation.bump_unlinks();
+            }
+            _ => {}
+        }
+    }
+    // A failed walk that went through a symbolic link must not be kept: the link's
+    // target is not among the path's names, so making it would not bump their buckets.
+    if identity && reply.result == -(errno::ENOENT as i64) && reply.data.is_empty() && walked_a_link(pid, cwd, req) {
+        reply.data = vec![1];
+    }
+    // ... and one that may be kept is published to every library of the session.
+    if let (true, Some((key, generation))) =
+        (identity && reply.result == -(errno::ENOENT as i64) && reply.data.is_empty(), shared)
+    {
+        s.generation.remember_missing(key, generation);
     }
     reply
+}
+
+/// The key under which a failed lookup is published to every library of the session
+/// (the shared table on the generation memfd), with its path: an absolute path
+/// looked up by a call the libraries cache, keyed as they key it
+/// ([`ictus_unix_emul::cache::key`]). Per-process answers stay per process: no
+/// component that could name `/proc` or `/dev` however the path is spelled.
+fn shared_missing_key<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8])> {
+    const NOFOLLOW: u64 = 0x100;
+    const O_NOFOLLOW: u64 = 0o400000;
+    let a = req.header.args;
+    let follow = match req.header.op {
+        nr::OPENAT if a[2] & (O_CREAT | 0o20000000) == 0 => a[2] & O_NOFOLLOW == 0,
+        nr::NEWFSTATAT | nr::FACCESSAT2 => a[3] & NOFOLLOW == 0,
+        nr::STATX => a[2] & NOFOLLOW == 0,
+        nr::READLINKAT => false,
+        _ => return None,
+    };
+    let path = req.path1?;
+    if path.first() != Some(&b'/') || path.split(|&b| b == b'/').any(|c| c == b"proc" || c == b"dev") {
+        return None;
+    }
+    Some((ictus_unix_emul::cache::key(path, follow)?, path))
+}
+
+/// The last component of a path.
+fn last_name(p: &[u8]) -> &[u8] {
+    p.split(|&b| b == b'/').rev().find(|c| !c.is_empty()).unwrap_or(b"")
+}
+
+/// For a lookup the libraries cache (the calls and paths `Req::missing_before` takes)
+/// that failed: whether its walk met a symbolic link before the missing name (a walk
+/// without links fails the same way; one with a link fails with `ELOOP`). Anything
+/// unexpected counts as a link: the failure is then not cached.
+fn walked_a_link(pid: i32, cwd: &CwdCache, req: &Request<'_>) -> bool {
+    let h = &req.header;
+    let cacheable = match h.op {
+        nr::OPENAT => h.args[2] & (O_CREAT | 0o20000000) == 0,
+        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT => true,
+        _ => false,
+    };
+    let Some(path) = req.path1 else { return false };
+    if !cacheable || path.is_empty() || h.fd_args != 0 {
+        return false;
+    }
+    let Ok(c) = CString::new(path) else { return true };
+    let dir = if path[0] == b'/' {
+        None
+    } else {
+        match cwd.get(pid, h.cwd) {
+            Ok(d) => Some(d),
+            Err(_) => return true,
+        }
+    };
+    let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    !matches!(sys::openat2(dir.as_deref().map(|d| d.as_fd()), &c, fl, 0, sys::NO_LINKS), Err(errno::ENOENT))
 }
 
 fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
@@ -677,6 +763,7 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             let p = cpath(&r.host)?;
             raw(libc::SYS_inotify_add_watch, [fdl(fd), cs(&p), (a[2] | 0x0200_0000) as _, 0, 0, 0])
         })()),
+        nr::GETDENTS | nr::GETDENTS64 => listing(s, h.op, fd_of[0], a[2]),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
         nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID
@@ -692,6 +779,80 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             _ => refuse(s, n, errno::ENOSYS),
         },
     }
+}
+
+/// `getdents64`/`getdents` on the program's directory `fd` (the filter sends them
+/// here when the policy hides something), without the entries the view hides: the
+/// names of hidden view paths whose parent is this directory, found by the host
+/// directory's device and inode (so a directory reached by another view path hides
+/// the same names: a listing shows less, never more). A batch that was all hidden
+/// is read on, so an empty answer still means the end.
+fn listing(s: &Session, op: u32, fd: Option<&OwnedFd>, count: u64) -> Reply {
+    let Some(fd) = fd else { return Reply::err(errno::EBADF) };
+    let cap = (count as u32 as usize).min(wire::MAX_REPLY - wire::REPLY_HEADER);
+    let hidden = match hidden_names_in(s, fd) {
+        Ok(h) => h,
+        Err(e) => return Reply::err(e),
+    };
+    let mut buf = vec![0u8; cap];
+    loop {
+        let n = match raw(op as libc::c_long, [fdl(fd), buf.as_mut_ptr() as _, cap as _, 0, 0, 0]) {
+            Ok(n) => (n as usize).min(cap),
+            Err(e) => return Reply::err(e),
+        };
+        let kept = drop_entries(&mut buf[..n], op == nr::GETDENTS64, &hidden);
+        if kept > 0 || n == 0 {
+            buf.truncate(kept);
+            return Reply { result: kept as i64, data: buf, fds: vec![] };
+        }
+    }
+}
+
+/// The names the view hides directly inside the directory open as `dir`.
+fn hidden_names_in(s: &Session, dir: &OwnedFd) -> Res<Vec<Vec<u8>>> {
+    use std::os::unix::fs::MetadataExt;
+    if s.policy.hidden.is_empty() {
+        return Ok(Vec::new());
+    }
+    let st = std::fs::File::from(dir.try_clone().map_err(|e| e.raw_os_error().unwrap_or(errno::EBADF))?)
+        .metadata()
+        .map_err(|e| e.raw_os_error().unwrap_or(errno::EIO))?;
+    let mut names = Vec::new();
+    for h in &s.policy.hidden {
+        let (Some(parent), Some(name)) = (h.parent(), h.file_name()) else { continue };
+        let Some((host, _)) = s.view.host_of(parent) else { continue };
+        if let Ok(m) = std::fs::metadata(&host) {
+            if m.dev() == st.dev() && m.ino() == st.ino() {
+                names.push(name.as_bytes().to_vec());
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Remove the records named in `hidden` from a `getdents64` (`is64`) or `getdents`
+/// buffer, in place; returns the bytes kept. Records are the kernel's; a malformed
+/// one ends the walk there (what follows is dropped, never read past the buffer).
+pub fn drop_entries(buf: &mut [u8], is64: bool, hidden: &[Vec<u8>]) -> usize {
+    if hidden.is_empty() {
+        return buf.len();
+    }
+    let name_at = if is64 { 19 } else { 18 };
+    let (mut at, mut kept) = (0usize, 0usize);
+    while at + name_at <= buf.len() {
+        let reclen = u16::from_le_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        if reclen < name_at || at + reclen > buf.len() {
+            break;
+        }
+        let field = &buf[at + name_at..at + reclen];
+        let name = &field[..field.iter().position(|&b| b == 0).unwrap_or(field.len())];
+        if !hidden.iter().any(|h| h.as_slice() == name) {
+            buf.copy_within(at..at + reclen, kept);
+            kept += reclen;
+        }
+        at += reclen;
+    }
+    kept
 }
 
 /// The identity calls change nothing here: the server acts with the session's one
@@ -1201,5 +1362,34 @@ mod tests {
         );
         assert_eq!(shebang(b"#!\n"), None);
         assert_eq!(shebang(b"\x7fELF"), None);
+    }
+
+    fn dirent64(ino: u64, name: &[u8]) -> Vec<u8> {
+        let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
+        let mut r = vec![0u8; reclen];
+        r[0..8].copy_from_slice(&ino.to_le_bytes());
+        r[16..18].copy_from_slice(&(reclen as u16).to_le_bytes());
+        r[18] = 4;
+        r[19..19 + name.len()].copy_from_slice(name);
+        r
+    }
+
+    #[test]
+    fn hidden_entries_leave_a_listing() {
+        let names: [&[u8]; 4] = [b".", b"secret", b"keep", b"secret2"];
+        let mut buf: Vec<u8> = names.iter().enumerate().flat_map(|(i, n)| dirent64(i as u64 + 1, n)).collect();
+        let all = buf.len();
+        assert_eq!(drop_entries(&mut buf, true, &[]), all);
+        let kept = drop_entries(&mut buf, true, &[b"secret".to_vec()]);
+        let want: Vec<u8> =
+            [&names[0], &names[2], &names[3]].iter().enumerate().flat_map(|(i, n)| dirent64([1, 3, 4][i], n)).collect();
+        assert_eq!(&buf[..kept], &want[..]);
+        // A record claiming more than the buffer ends the walk, within bounds.
+        let mut bad = dirent64(9, b"x");
+        bad[16..18].copy_from_slice(&1000u16.to_le_bytes());
+        assert_eq!(drop_entries(&mut bad, true, &[b"y".to_vec()]), 0);
+        let mut short = dirent64(9, b"x");
+        short[16..18].copy_from_slice(&3u16.to_le_bytes());
+        assert_eq!(drop_entries(&mut short, true, &[b"y".to_vec()]), 0);
     }
 }

@@ -14,6 +14,9 @@
 //!   dies wakes a worker with its hang-up, or fails the reply's send: either drops
 //!   the connection. When every worker is busy (a blocking open of a FIFO,
 //!   a connect) the pool grows, up to [`MAX_WORKERS`].
+//! - At stop, an eventfd in the epoll (level-triggered, never read) wakes every
+//!   worker at once; `ictus unix run` waits for its program's last hang-up on a
+//!   condition variable ([`Server::wait_programs`]), not by polling.
 //! - A process that exits or is killed (even by `kill -9`) closes its connections:
 //!   the kernel hangs them up, the server drops them. Nothing else is kept per process
 //!   but the path of its last exec (for `/proc/PID/exe`), dropped with it.
@@ -21,8 +24,10 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Condvar;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use ictus_unix_emul::wire::{self, Request};
 
@@ -33,6 +38,8 @@ use crate::sys;
 pub const MAX_WORKERS: usize = 64;
 /// Workers started at once.
 pub const MIN_WORKERS: usize = 2;
+/// The epoll token of the stop signal.
+const STOP_TOKEN: u64 = u64::MAX;
 
 struct Conn {
     fd: OwnedFd,
@@ -52,7 +59,20 @@ struct Shared {
     idle: AtomicUsize,
     workers: AtomicUsize,
     stop: AtomicBool,
+    /// Level-triggered in the epoll, signalled once at stop: wakes every worker.
+    stop_fd: OwnedFd,
+    /// Wakes the generation thread at stop.
+    stop_gate: (Mutex<()>, Condvar),
+    /// Notified whenever a program or a connection goes (see [`Server::wait_programs`]).
+    changed: (Mutex<()>, Condvar),
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn notify_changed(&self) {
+        let _g = self.changed.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.changed.1.notify_all();
+    }
 }
 
 /// A running server.
@@ -70,6 +90,8 @@ impl Server {
     /// Serve `session`; programs join it through [`Server::add_session_socket`].
     pub fn start(session: Arc<Session>) -> Result<Server, i32> {
         let ep = sys::epoll()?;
+        let stop_fd = sys::eventfd()?;
+        sys::epoll_add_level(ep.as_fd(), stop_fd.as_fd(), STOP_TOKEN)?;
         let shared = Arc::new(Shared {
             session,
             ep,
@@ -79,6 +101,9 @@ impl Server {
             idle: AtomicUsize::new(0),
             workers: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
+            stop_fd,
+            stop_gate: (Mutex::new(()), Condvar::new()),
+            changed: (Mutex::new(()), Condvar::new()),
             threads: Mutex::new(Vec::new()),
         });
         for _ in 0..MIN_WORKERS {
@@ -91,13 +116,16 @@ impl Server {
         let t = std::thread::Builder::new()
             .name("unix-generation".into())
             .spawn(move || {
-                let mut ticks = 0;
+                let mut gate = s.stop_gate.0.lock().unwrap_or_else(|p| p.into_inner());
+                let mut next = Instant::now() + Duration::from_secs(1);
                 while !s.stop.load(Ordering::Acquire) {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                    ticks += 1;
-                    if ticks % 10 == 0 {
+                    let now = Instant::now();
+                    if now >= next {
                         s.session.generation.bump();
+                        next = now + Duration::from_secs(1);
+                        continue;
                     }
+                    gate = s.stop_gate.1.wait_timeout(gate, next - now).unwrap_or_else(|p| p.into_inner()).0;
                 }
             })
             .expect("spawning the generation thread");
@@ -138,11 +166,40 @@ impl Server {
     pub fn workers(&self) -> usize {
         self.shared.workers.load(Ordering::Relaxed)
     }
+
+    /// Wait until every program's processes are gone ([`Server::programs`] is 0).
+    pub fn wait_programs(&self) {
+        let mut g = self.shared.changed.0.lock().unwrap_or_else(|p| p.into_inner());
+        while self.programs() > 0 {
+            g = self.shared.changed.1.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Wait up to `limit` until no connection is open; whether none is.
+    pub fn wait_connections(&self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        let mut g = self.shared.changed.0.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.connections() == 0 {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return false;
+            }
+            g = self.shared.changed.1.wait_timeout(g, end - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
+        sys::eventfd_signal(self.shared.stop_fd.as_fd());
+        {
+            let _g = self.shared.stop_gate.0.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.stop_gate.1.notify_all();
+        }
         let threads = std::mem::take(&mut *self.shared.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for t in threads {
             let _ = t.join();
@@ -165,11 +222,14 @@ fn spawn_worker(shared: &Arc<Shared>) {
 fn worker(s: &Arc<Shared>) {
     let mut buf = vec![0u8; wire::MAX_REQUEST];
     while !s.stop.load(Ordering::Acquire) {
-        let ev = match sys::epoll_wait_one(s.ep.as_fd(), 100) {
+        let ev = match sys::epoll_wait_one(s.ep.as_fd(), 1000) {
             Ok(Some(ev)) => ev,
             Ok(None) => continue,
             Err(_) => break,
         };
+        if ev.0 == STOP_TOKEN {
+            break;
+        }
         if s.idle.fetch_sub(1, Ordering::AcqRel) == 1
             && s.workers.load(Ordering::Acquire) < MAX_WORKERS
             && !s.stop.load(Ordering::Acquire)
@@ -215,6 +275,7 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
             Ok(None) | Err(_) => {
                 // Every process of this program is gone (or the socket broke).
                 s.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
+                s.notify_changed();
                 return;
             }
         }
@@ -232,6 +293,7 @@ fn drop_conn(s: &Arc<Shared>, token: u64) {
         if !still {
             s.session.exes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
         }
+        s.notify_changed();
     }
 }
 

@@ -239,6 +239,15 @@ pub fn epoll_arm(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64, add: bool) 
     check(r as libc::c_long).map(|_| ())
 }
 
+/// Add `fd` to `ep`, level-triggered, for input, with `token`: every waiter sees it
+/// until it is read (the server's stop signal, which nobody reads).
+pub fn epoll_add_level(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res<()> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+    // SAFETY: ev is a valid event (epoll_ctl(2)).
+    let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+    check(r as libc::c_long).map(|_| ())
+}
+
 /// Add `fd` to `ep`, edge-triggered, for input and hang-up, with `token`: one event
 /// per arrival, never re-armed (see the server's connections).
 pub fn epoll_add_edge(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res<()> {
@@ -246,6 +255,21 @@ pub fn epoll_add_edge(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res
     // SAFETY: ev is a valid event (epoll_ctl(2)).
     let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
     check(r as libc::c_long).map(|_| ())
+}
+
+/// A non-blocking, close-on-exec eventfd.
+pub fn eventfd() -> Res<OwnedFd> {
+    // SAFETY: no pointers (eventfd(2)).
+    let r = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Add one to an eventfd's counter (wakes its waiters).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64 (eventfd(2)).
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
 }
 
 /// Wait for one event: `(token, events)`, or `None` on timeout.
@@ -285,6 +309,9 @@ pub fn memfd_with(name: &CStr, bytes: &[u8]) -> Res<OwnedFd> {
 pub struct GenerationPage {
     fd: OwnedFd,
     page: ictus_sys::mm::Mapping,
+    /// One writer of the shared table at a time (a reader pairs a key with the
+    /// generation words around it; two writers of one slot could mix theirs).
+    writing: std::sync::Mutex<()>,
 }
 
 impl GenerationPage {
@@ -292,18 +319,54 @@ impl GenerationPage {
     pub fn new() -> Res<GenerationPage> {
         use ictus_sys::memfd::{self, SealFlags};
         use ictus_sys::mm::{Mapping, Protection};
-        let fd = memfd::create("ictus-unix-generation", 4096).map_err(|e| e.raw_os_error())?;
+        use ictus_unix_emul::wire::GEN_SIZE;
+        let fd = memfd::create("ictus-unix-generation", GEN_SIZE as u64).map_err(|e| e.raw_os_error())?;
         // The server's writable mapping first: F_SEAL_FUTURE_WRITE keeps it and
         // refuses every later one.
-        let page = Mapping::shared(fd.as_fd(), 4096, Protection::ReadWrite).map_err(|e| e.raw_os_error())?;
+        let page = Mapping::shared(fd.as_fd(), GEN_SIZE, Protection::ReadWrite).map_err(|e| e.raw_os_error())?;
         memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
             .map_err(|e| e.raw_os_error())?;
-        Ok(GenerationPage { fd, page })
+        Ok(GenerationPage { fd, page, writing: std::sync::Mutex::new(()) })
     }
 
     /// Something may have appeared: every cached failure is stale.
     pub fn bump(&self) {
         self.page.atomic_u64(0).fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A file named `name` was made: failures of paths with a component of that name
+    /// are stale (see `ictus_unix_emul::cache`).
+    pub fn bump_name(&self, name: &[u8]) {
+        use ictus_unix_emul::wire::GEN_BUCKETS_AT;
+        let at = GEN_BUCKETS_AT + 4 * ictus_unix_emul::cache::bucket_of(name);
+        self.page.atomic_u32(at).fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// What a failed lookup of `path` is kept under now (as the libraries compute it).
+    pub fn generation_for(&self, path: &[u8]) -> u64 {
+        use ictus_unix_emul::wire::GEN_BUCKETS_AT;
+        use std::sync::atomic::Ordering::Acquire;
+        let g = self.page.atomic_u64(0).load(Acquire);
+        let sum =
+            ictus_unix_emul::cache::bucket_sum(path, |i| self.page.atomic_u32(GEN_BUCKETS_AT + 4 * i).load(Acquire));
+        (g << 32) | sum as u64
+    }
+
+    /// Publish that the lookup `key` failed under `generation` (read before it).
+    pub fn remember_missing(&self, key: u64, generation: u64) {
+        use ictus_unix_emul::wire::GEN_MISSING_AT;
+        use std::sync::atomic::Ordering::Release;
+        let _g = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let at = GEN_MISSING_AT + 16 * ictus_unix_emul::cache::shared_slot(key);
+        let (k, g) = (self.page.atomic_u64(at), self.page.atomic_u64(at + 8));
+        g.store(u64::MAX, Release);
+        k.store(key, Release);
+        g.store(generation, Release);
+    }
+
+    /// A name went: "not a link" answers are stale.
+    pub fn bump_unlinks(&self) {
+        self.page.atomic_u64(ictus_unix_emul::wire::GEN_UNLINKS_AT).fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Mark the calls the policy refuses (a bit each at

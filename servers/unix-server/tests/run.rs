@@ -261,7 +261,7 @@ fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
     assert_eq!(ended, Ended::Code(0));
     let text = read(&out);
     assert_eq!(
-        text, "hidden\n1\nreadonly\nnot-w\ninet Permission denied\nunix ok\nabstract Permission denied\ngetpid refused with EACCES\n",
+        text, "hidden\n0\nreadonly\nnot-w\ninet Permission denied\nunix ok\nabstract Permission denied\ngetpid refused with EACCES\n",
         "{text}"
     );
     assert!(snap.refused.get("socket").copied().unwrap_or(0) >= 1, "{snap:?}");
@@ -422,6 +422,39 @@ fn cached_readlink_answers_follow_every_change() {
     assert!(got.ends_with("x -> t3\nD/x -> t3\n".replace('D', &i.to_string_lossy()).as_str()), "{got}");
 }
 
+/// The failed-lookup cache is kept per name (a file create bumps only its name's
+/// bucket): every change that makes a cached failure wrong must still reach it —
+/// creates here and in a child, through a final link, at an intermediate name, a
+/// dangling link's target, an unlink under a cached "not a link".
+#[test]
+fn cached_failures_follow_every_change() {
+    let d = scratch();
+    let prog = c_program(&d, "missing", false);
+    let (n, i) = (d.join("n"), d.join("i"));
+    std::fs::create_dir_all(&n).unwrap();
+    std::fs::create_dir_all(&i).unwrap();
+    // Then the same across processes (the server's table shared by the session): each
+    // stat a new process, the change made by another.
+    let script = |dir: &Path, out: &str| {
+        format!(
+            "{p} {d} > {o} && cd {d} && for step in 1 2; do \
+               for f in {d}/new {d}/lnk {d}/dir/f {d}/new/x; do stat -L -c ok $f 2>/dev/null || echo no; done >> {o}; \
+               if [ $step = 1 ]; then : > {d}/new; ln -s tgt {d}/lnk; : > tgt; mkdir dir; echo > dir/f; fi; \
+             done",
+            p = prog.display(),
+            d = dir.display(),
+            o = d.join(out).display()
+        )
+    };
+    assert_eq!(native(&script(&n, "out")), 0);
+    let (ended, _) = sh_under(None, &d, &script(&i, "out-i"));
+    assert_eq!(ended, Ended::Code(0));
+    let (want, got) = (read(&d.join("out")), read(&d.join("out-i")));
+    assert_eq!(want, got);
+    assert!(got.contains("u after create through M stat ok\nh/x before"), "{got}");
+    assert!(got.ends_with("no\nno\nno\nno\nok\nok\nok\nno\n"), "{got}");
+}
+
 /// `cd` through links to directories (an absolute and a relative link, a chain, the
 /// caller's own `/proc/self/cwd`), and `truncate` and `statfs` through links, as
 /// natively, in the identity view and in a view the walk serves.
@@ -453,6 +486,30 @@ fn chdir_follows_links_to_directories() {
         assert_eq!(ended, Ended::Code(0));
         assert_eq!(read(&d.join("ictus.txt")), want, "policy {policy:?}");
     }
+}
+
+/// `/proc/PID/comm` (what `ps`, `pgrep` and `killall` go by) names the program, not
+/// the loader every image runs in: the first process, an exec'd program found on
+/// `$PATH`, a script by its own name, a program exec'd by an absolute path.
+#[test]
+fn processes_are_named_after_their_programs_as_natively() {
+    let d = scratch();
+    let s = d.join("named.sh");
+    std::fs::write(&s, "#!/bin/sh\ncat /proc/$$/comm\n").unwrap();
+    std::fs::set_permissions(&s, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = |tag: &str| {
+        format!(
+            "{{ cat /proc/$$/comm; cat /proc/self/comm; {s}; /bin/cat /proc/self/comm; env cat /proc/self/comm; }} > {d}/comm-{tag}.txt",
+            s = s.display(),
+            d = d.display()
+        )
+    };
+    assert_eq!(native(&script("n")), 0);
+    let (ended, _) = sh_under(None, &d, &script("i"));
+    assert_eq!(ended, Ended::Code(0));
+    let (n, i) = (read(&d.join("comm-n.txt")), read(&d.join("comm-i.txt")));
+    assert_eq!(n, i);
+    assert_eq!(i, "sh\ncat\nnamed.sh\ncat\ncat\n");
 }
 
 #[test]

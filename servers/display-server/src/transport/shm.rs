@@ -43,6 +43,9 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
         }
         loop {
             let mut close = None;
+            // A client whose batch was executed: its answers go out before the next
+            // look at the rings (see `deliver`).
+            let mut answer = None;
             let event = match server.try_next() {
                 None => break,
                 Some(Next::Event(e)) => Some(e),
@@ -66,6 +69,8 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
                                 drop(r);
                                 if s.execute(&core, &batch).is_err() {
                                     close = Some(id);
+                                } else {
+                                    answer = Some(id);
                                 }
                             }
                             _ => close = Some(id),
@@ -100,30 +105,22 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
                 }
                 None => {}
             }
+            if let Some(id) = answer {
+                if sessions.get(&id).is_some_and(|s| !deliver(&mut server, &core, id, s)) {
+                    close = Some(id);
+                }
+            }
             if let Some(id) = close {
                 core.stats.cut_off.fetch_add(1, Ordering::Relaxed);
                 server.close(id);
             }
         }
-        // Deliver what waits.
+        // Deliver what waits (what other threads queued: frames shown, fenced syncs,
+        // X events).
         let mut cut = Vec::new();
         for (id, s) in &sessions {
-            loop {
-                let bytes = take_msgs(&s.outbox, SHM_OUT_MAX);
-                if bytes.is_empty() {
-                    break;
-                }
-                match server.send_to(*id, 1, &bytes) {
-                    Ok(()) => {}
-                    Err(ictus_shm::ReplyError::Full) => {
-                        put_back(&s.outbox, bytes);
-                        if lock(&s.outbox.q).len() > core.limits.outbox {
-                            cut.push(*id);
-                        }
-                        break;
-                    }
-                    Err(_) => break,
-                }
+            if !deliver(&mut server, &core, *id, s) {
+                cut.push(*id);
             }
         }
         for id in cut {
@@ -133,5 +130,31 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
     }
     for (_, s) in sessions.drain() {
         s.close(&core);
+    }
+}
+
+/// Send what waits in `s`'s outbox to its reply ring; `false` if the client is to be
+/// cut off (its ring stays full while its outbox overflows).
+///
+/// Called right after a batch is executed, not only after every ring is drained: the
+/// answer to a sync then goes out (and wakes the client) before the ring's next look,
+/// whose wake-up "for room" would otherwise reach a client that sleeps for its answer,
+/// which, if it then ran at once, found nothing and slept again (an extra context
+/// switch pair in about one muncher iteration in eight; doc/display.md). With the
+/// answer first, that later wake-up belongs to the sleep already woken and is not sent.
+fn deliver(server: &mut ictus_shm::Server, core: &Core, id: ClientId, s: &Session) -> bool {
+    loop {
+        let bytes = take_msgs(&s.outbox, SHM_OUT_MAX);
+        if bytes.is_empty() {
+            return true;
+        }
+        match server.send_to(id, 1, &bytes) {
+            Ok(()) => {}
+            Err(ictus_shm::ReplyError::Full) => {
+                put_back(&s.outbox, bytes);
+                return lock(&s.outbox.q).len() <= core.limits.outbox;
+            }
+            Err(_) => return true,
+        }
     }
 }

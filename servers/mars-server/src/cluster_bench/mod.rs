@@ -1,0 +1,936 @@
+//! `ictus bench mars-cluster` (issue 20): MARS across machines — stream nodes over one
+//! Ceph cluster, placed by the director — against what a user would build without
+//! ictus: nginx nodes, each with its own copy of the clips, behind an nginx
+//! round-robin front.
+//!
+//! - **Scaling**: with 1, 2 and 4 nodes, each node is offered the streams its capacity
+//!   holds (`per_node` players at `rate`, each from its own place in one of the clips);
+//!   the aggregate is the sum of what the players received per second. Headlines
+//!   `mars_cluster_scaling_4n` (4 nodes / 4 × 1 node, goal ≥ 0.9) and
+//!   `mars_cluster_vs_nginx` (4 nodes, ours / nginx's, goal ≥ 1.0). Ours and nginx
+//!   alternate at each node count (A B A B), and the order of the counts rotates by
+//!   round.
+//! - **Failover**: two nodes, a few streams; the node of the first stream is killed with
+//!   SIGKILL mid-stream; each player cut off asks again (ours: the director, with its
+//!   stream's id; nginx: the front) from the byte it reached. Resume = from the player
+//!   seeing the cut to its first byte from the new node. Repeated, rounds of ours and
+//!   nginx alternating. Headline `mars_failover_resume_ms` (p50; p99 in the rows).
+//! - **Placement**: the director's redirect as the player sees it (HDR), and the core's
+//!   time per placement.
+//!
+//! What stands in for machines: every node, the Ceph daemons, nginx and the players
+//! share this machine's cores and loopback. Our nodes are separate processes (each
+//! with its own engine, stripe cache and cluster connection); a node's capacity is its
+//! admission limit, told to the director.
+//!
+//! Everything started — the Ceph cluster (`scripts/ceph.sh`, which also goes by its
+//! own watcher if this process is killed), nodes, nginx, files — is stopped and
+//! removed when the run ends, fails or is interrupted.
+
+pub mod netns;
+pub mod play;
+pub mod procs;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ictus_bench::plot::{Axis, Plot, Scale, Series, TickFormat};
+use ictus_bench::report::{Better, Headline, Notes, Report};
+use ictus_bench::{BenchError, Conditions, Experiment, LatencyRecorder, Options, Outcome};
+use ictus_mars_cluster::service::{Catalog, DirectorOptions, RunningDirector};
+use ictus_objstore::testcluster::TestCluster;
+use ictus_objstore::{Layout, Rados, Striper};
+use serde_json::{json, Value};
+
+use crate::bench::client::judge;
+use crate::bench::rig::{self, check_stop, err, nap};
+use play::{KillClock, Played, Stream, Via};
+use procs::{NodeSpec, Place, Procs, NODE_ROLE};
+
+/// `ictus bench mars-cluster`.
+pub static MARS_CLUSTER: Experiment = Experiment {
+    name: "mars-cluster",
+    about: "MARS across machines (issue 20): stream nodes over one Ceph cluster behind the director, 1/2/4 \
+            nodes' aggregate stream throughput, resume time after kill -9 of a node, placement cost, against \
+            nginx nodes with their own copies behind an nginx round-robin front",
+    figures: &[],
+    quick_s: 150.0,
+    full_s: 900.0,
+    roles: &[&NODE_ROLE],
+    args: ictus_bench::experiment::no_args,
+    run,
+};
+
+/// Where in the papers.
+pub const PAPER: &str = "001 §1-2 (a cluster of PCs), issue 20";
+
+/// The run's sizes.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    rate: u64,
+    per_node: usize,
+    chunk: u64,
+    window: u64,
+    clips: usize,
+    clip_len: usize,
+    rounds: usize,
+    failover_rounds: usize,
+    failover_streams: usize,
+    /// A failover stream's window (long: nginx's buffers must not hold its rest).
+    failover_window: u64,
+    /// Players stop this long after the kill.
+    after_kill: Duration,
+    cache: u64,
+    ahead: u64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                rate: 2_000_000,
+                per_node: 4,
+                chunk: 64 << 10,
+                window: 6_000_000,
+                clips: 3,
+                clip_len: 20 << 20,
+                rounds: 1,
+                failover_rounds: 2,
+                failover_streams: 4,
+                failover_window: 16_000_000,
+                after_kill: Duration::from_secs(2),
+                cache: 64 << 20,
+                ahead: 4 << 20,
+            }
+        } else {
+            Plan {
+                rate: 3_000_000,
+                per_node: 6,
+                chunk: 64 << 10,
+                window: 36_000_000,
+                clips: 4,
+                clip_len: 48 << 20,
+                rounds: 3,
+                failover_rounds: 10,
+                failover_streams: 4,
+                failover_window: 40_000_000,
+                after_kill: Duration::from_secs(3),
+                cache: 128 << 20,
+                ahead: 6 << 20,
+            }
+        }
+    }
+
+    /// A node's capacity: its streams, with the engine's real-time reserve (80 %) and
+    /// a margin.
+    fn capacity(&self) -> u64 {
+        (self.per_node as f64 * self.rate as f64 / 0.8 * 1.1) as u64
+    }
+}
+
+/// Deterministic clip bytes.
+fn clip_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v = vec![0u8; len];
+    for w in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        w.copy_from_slice(&b[..w.len()]);
+    }
+    v
+}
+
+struct CatalogOf(Striper);
+
+impl Catalog for CatalogOf {
+    fn len(&self, name: &str) -> Option<u64> {
+        self.0.stat(name).ok()
+    }
+}
+
+/// A directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Everything a phase needs.
+struct Bed<'a> {
+    plan: Plan,
+    clips: &'a [(String, Vec<u8>)],
+    striper: Striper,
+    conf: PathBuf,
+    pool: String,
+    dir: PathBuf,
+    /// nginx nodes' addresses (ids 1..=4).
+    nginx: Vec<SocketAddr>,
+    /// Node `i`'s network namespace (index `i - 1`), ours and nginx's, if they have
+    /// their own.
+    places: Vec<Place>,
+    /// Where the director listens (the bridge's address with namespaces).
+    host: std::net::Ipv4Addr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    Ours,
+    Nginx,
+}
+
+impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Ours => "ictus mars nodes over Ceph + director",
+            Who::Nginx => "nginx nodes (own copies) + nginx round-robin front",
+        }
+    }
+}
+
+fn run(opts: &Options) -> Result<Outcome, BenchError> {
+    rig::stop_flag().store(false, std::sync::atomic::Ordering::Relaxed);
+    let mut sig_ids = Vec::new();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        if let Ok(id) = signal_hook::flag::register(sig, Arc::clone(rig::stop_flag())) {
+            sig_ids.push(id);
+        }
+    }
+    let conditions = Conditions::capture_before();
+    let mut notes = Notes::new();
+    let mut rows = Vec::new();
+    let mut headline = Vec::new();
+    let mut plots = Vec::new();
+    let result = measure(opts, &mut notes, &mut rows, &mut headline, &mut plots);
+    for id in sig_ids {
+        signal_hook::low_level::unregister(id);
+    }
+    result?;
+    let mut report = Report::new(MARS_CLUSTER.name, PAPER, opts.quick, conditions.finish());
+    report.rows = rows;
+    report.headline = headline;
+    report.add_notes(notes);
+    Ok(plots.into_iter().fold(Outcome { report, plots: Vec::new() }, |o, (suffix, svg)| o.with_plot(suffix, svg)))
+}
+
+fn measure(
+    opts: &Options,
+    notes: &mut Notes,
+    rows: &mut Vec<Value>,
+    headline: &mut Vec<Headline>,
+    plots: &mut Vec<(&'static str, String)>,
+) -> Result<(), BenchError> {
+    let plan = Plan::new(opts.quick);
+    if let Some(why) = ictus_objstore::testcluster::unavailable() {
+        notes.not_measured("everything (no Ceph cluster)", format!("Ceph cannot run here: {why}"));
+        return Ok(());
+    }
+    let have_nginx = rig::have("nginx", "-v");
+    if !have_nginx {
+        notes.not_measured("nginx rows", "nginx is not installed (scripts/setup.sh installs nginx-light)");
+    }
+    crate::cli::raise_nofile();
+    let base = std::env::var_os("ICTUS_MARS_BENCH_DIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
+    let base = if base.is_dir() { base } else { std::env::temp_dir() };
+    rig::sweep_stale(&base);
+    netns::sweep_stale();
+    // Namespaces first: the Ceph daemons listen on the bridge's address.
+    let mut net = match netns::Net::make() {
+        Ok(n) => Some(n),
+        Err(why) => {
+            notes.not_measured(
+                "nodes in network namespaces",
+                format!("{why}: every node runs in the host's namespace, on the loopback"),
+            );
+            None
+        }
+    };
+    let mut places = Vec::new();
+    if let Some(n) = net.as_mut() {
+        for id in 1..=4 {
+            match n.node(id) {
+                Ok(p) => places.push(p),
+                Err(why) => {
+                    notes.not_measured("nodes in network namespaces", format!("{why}: nodes on the loopback"));
+                    places.clear();
+                    net = None;
+                    break;
+                }
+            }
+        }
+    }
+    let host = net.as_ref().map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host);
+    if net.is_some() {
+        notes.push(format!(
+            "network: each node (ours, and nginx's) in its own network namespace, a veth pair to a bridge at {host} in the host's namespace, where the Ceph daemons, the director and nginx's front listen and the players run"
+        ));
+    }
+    let scratch = Scratch(base.join(format!("{}{}-cluster", rig::PREFIX, std::process::id())));
+    std::fs::create_dir_all(&scratch.0).map_err(|e| err("scratch directory", e))?;
+
+    opts.say("mars-cluster: starting a Ceph cluster (scripts/ceph.sh, 1 OSD, BlueStore)");
+    let t = Instant::now();
+    let cluster = TestCluster::start_at(1, std::process::id(), net.as_ref().map(|n| n.host))
+        .map_err(|e| err("starting the Ceph cluster", e))?;
+    notes.push(format!(
+        "Ceph 1 monitor, 1 manager, 1 BlueStore OSD on a sparse file (scripts/ceph.sh): up in {:.1} s",
+        t.elapsed().as_secs_f64()
+    ));
+    // Dropped (stopped) before the cluster.
+    let mut procs = Procs::default();
+    let result = (|| -> Result<(), BenchError> {
+        let striper = Rados::connect(cluster.conf(), 10)
+            .and_then(|r| r.striper(cluster.pool(), Layout::default()))
+            .map_err(|e| err("connecting to the cluster", e))?;
+        opts.say("mars-cluster: uploading the clips");
+        let clips: Vec<(String, Vec<u8>)> =
+            (0..plan.clips).map(|i| (format!("films/c{i}.bin"), clip_bytes(plan.clip_len, 1 + i as u64))).collect();
+        let t = Instant::now();
+        for (name, data) in &clips {
+            striper.put(name, &mut &data[..], data.len() as u64).map_err(|e| err("uploading a clip", e))?;
+        }
+        notes.push(format!(
+            "{} clips of {} MiB uploaded through libradosstriper at {:.0} MB/s",
+            plan.clips,
+            plan.clip_len >> 20,
+            (plan.clips * plan.clip_len) as f64 / t.elapsed().as_secs_f64() / 1e6
+        ));
+        let mut bed = Bed {
+            plan,
+            clips: &clips,
+            striper,
+            conf: cluster.conf().to_path_buf(),
+            pool: cluster.pool().to_string(),
+            dir: scratch.0.clone(),
+            nginx: Vec::new(),
+            places,
+            host,
+        };
+        if have_nginx {
+            start_nginx_nodes(&mut bed, &mut procs)?;
+        }
+        let whos: &[Who] = if have_nginx { &[Who::Ours, Who::Nginx] } else { &[Who::Ours] };
+        let r = scaling(opts, &bed, &mut procs, whos, notes, rows, headline, plots)
+            .and_then(|()| failover(opts, &bed, &mut procs, whos, notes, rows, headline, plots));
+        let said = node_warnings(&bed);
+        if !said.is_empty() {
+            notes.push(format!("our nodes said (each a process; once each): {}", said.join(" | ")));
+        }
+        r
+    })();
+    drop(procs);
+    let down = cluster.stop();
+    drop(net);
+    let left = netns::leftovers();
+    if !left.is_empty() {
+        return Err(err("tearing down", format!("left behind: {}", left.join("; "))));
+    }
+    result?;
+    down.map_err(|e| err("stopping the Ceph cluster", e))?;
+    notes.push(format!(
+        "each of our nodes: its own process (this binary), engine timesharing like nginx, stripe cache {} MiB of 1 MiB chunks, {} MiB read ahead per stream, capacity {:.1} MB/s told to the director; nginx 1.22: one process per node (master_process off), sendfile on, files in the page cache; front: proxy_pass to an upstream of the nodes (round robin), proxy_buffering off, proxy_buffer_size 64k, keepalive to the nodes",
+        plan.cache >> 20,
+        plan.ahead >> 20,
+        plan.capacity() as f64 / 1e6
+    ));
+    Ok(())
+}
+
+/// Four nginx nodes, each with its own copy of the clips.
+fn start_nginx_nodes(bed: &mut Bed<'_>, procs: &mut Procs) -> Result<(), BenchError> {
+    for id in 1..=4u32 {
+        let root = bed.dir.join(format!("nginx{id}"));
+        std::fs::create_dir_all(root.join("films")).map_err(|e| err("nginx copy", e))?;
+        for (name, data) in bed.clips {
+            std::fs::write(root.join(name), data).map_err(|e| err("nginx copy", e))?;
+        }
+        std::fs::write(root.join("probe.txt"), b"ok").map_err(|e| err("nginx copy", e))?;
+        let port = rig::free_port()?;
+        let ip = bed.places.get(id as usize - 1).map_or(std::net::Ipv4Addr::LOCALHOST, |p| p.1);
+        bed.nginx.push(SocketAddr::from((ip, port)));
+        start_nginx_node(bed, procs, id)?;
+    }
+    Ok(())
+}
+
+fn start_nginx_node(bed: &Bed<'_>, procs: &mut Procs, id: u32) -> Result<(), BenchError> {
+    let addr = bed.nginx[id as usize - 1];
+    let root = bed.dir.join(format!("nginx{id}"));
+    let name = format!("nginx{id}");
+    let conf = procs::nginx_conf(
+        &bed.dir,
+        &name,
+        &format!("server {{ listen {addr} reuseport; root {}; add_header X-Node {id} always; }}", root.display()),
+    )?;
+    procs.nginx(&name, &bed.dir, &conf, bed.places.get(id as usize - 1).map(|p| p.0.as_str()))?;
+    procs::wait_nginx(&bed.dir, &name, addr, "probe.txt", Some(id))
+}
+
+/// Starts nginx's front over nginx nodes `1..=n`; its address.
+fn start_front(bed: &Bed<'_>, procs: &mut Procs, n: usize) -> Result<SocketAddr, BenchError> {
+    let port = rig::free_port()?;
+    let servers: String = bed.nginx[..n].iter().map(|a| format!("server {a}; ")).collect();
+    let conf = procs::nginx_conf(
+        &bed.dir,
+        "front",
+        &format!(
+            "upstream nodes {{ {servers}keepalive 64; }}\n  server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://nodes; \
+             proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; proxy_buffer_size 64k; proxy_buffers 4 64k; }} }}"
+        ),
+    )?;
+    procs.nginx("front", &bed.dir, &conf, None)?;
+    procs::wait_nginx(&bed.dir, "front", SocketAddr::from(([127, 0, 0, 1], port)), "probe.txt", None)?;
+    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// A director in this process, its nodes `1..=n` as processes; returns once all
+/// registered.
+fn start_ours(bed: &Bed<'_>, procs: &mut Procs, n: u32) -> Result<RunningDirector, BenchError> {
+    let bind = || TcpListener::bind((bed.host, 0)).map_err(|e| err("director", e));
+    let d = RunningDirector::start(
+        bind()?,
+        bind()?,
+        Box::new(CatalogOf(bed.striper.clone())),
+        DirectorOptions {
+            config: ictus_mars_cluster::Config { heartbeat_timeout_ns: 2_000_000_000, store_capacity: 1 << 40 },
+            default_rate: bed.plan.rate,
+            tick: Duration::from_millis(50),
+            close_grace: Duration::from_secs(1),
+        },
+    )
+    .map_err(|e| err("starting the director", e))?;
+    for id in 1..=n {
+        procs.node(&spec(bed, d.nodes), id, bed.places.get(id as usize - 1), &node_log(bed, id))?;
+    }
+    wait_nodes(bed, &d, procs, n as usize)?;
+    Ok(d)
+}
+
+/// Where node `id`'s standard error goes.
+fn node_log(bed: &Bed<'_>, id: u32) -> PathBuf {
+    bed.dir.join(format!("node{id}.err"))
+}
+
+/// The distinct lines the nodes wrote to standard error (their warnings: what was not
+/// granted), for one note.
+fn node_warnings(bed: &Bed<'_>) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for id in 1..=4 {
+        let text = std::fs::read_to_string(node_log(bed, id)).unwrap_or_default();
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !lines.iter().any(|x| x == l) {
+                lines.push(l.to_string());
+            }
+        }
+    }
+    lines
+}
+
+fn spec(bed: &Bed<'_>, director: SocketAddr) -> NodeSpec {
+    NodeSpec {
+        conf: bed.conf.clone(),
+        pool: bed.pool.clone(),
+        director,
+        capacity: bed.plan.capacity(),
+        cache: bed.plan.cache,
+        ahead: bed.plan.ahead,
+    }
+}
+
+fn wait_nodes(bed: &Bed<'_>, d: &RunningDirector, procs: &mut Procs, n: usize) -> Result<(), BenchError> {
+    let end = Instant::now() + Duration::from_secs(90);
+    while d.snapshot().nodes.len() < n {
+        for id in 1..=n {
+            if let Some(st) = procs.exited(&format!("node {id}")) {
+                let log = std::fs::read_to_string(node_log(bed, id as u32)).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                return Err(err(
+                    "a stream node",
+                    format!("node {id} exited ({st}) before registering: {}", tail.join(" / ")),
+                ));
+            }
+        }
+        if Instant::now() > end {
+            return Err(err("stream nodes", format!("{} of {n} registered within 90 s", d.snapshot().nodes.len())));
+        }
+        nap(Duration::from_millis(20))?;
+    }
+    Ok(())
+}
+
+/// The `i`-th stream of a phase: its clip and where in it.
+fn pick(bed: &Bed<'_>, i: usize, seed: u64, window: u64) -> (usize, u64) {
+    let c = i % bed.clips.len();
+    let room = bed.clips[c].1.len() as u64 - window - (1 << 20);
+    let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add(i as u64 * 0x9e37_79b9) | 1;
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 32;
+    (c, (x % room) & !0xfff)
+}
+
+/// Plays `n` streams through `via` at once (started 20 ms apart); the main thread
+/// runs `during` meanwhile (a failover's kill).
+fn play_all(
+    bed: &Bed<'_>,
+    via: Via,
+    n: usize,
+    seed: u64,
+    failover: bool,
+    resume: Option<&KillClock>,
+    during: impl FnOnce(&[Mutex<Option<u32>>]) -> Result<(), BenchError>,
+) -> Result<Vec<Played>, BenchError> {
+    let plan = bed.plan;
+    let window = if failover { plan.failover_window } else { plan.window };
+    let nodes: Vec<Mutex<Option<u32>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let limit = Duration::from_secs_f64(window as f64 / plan.rate as f64 * 3.0 + 20.0);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (c, offset) = pick(bed, i, seed, window);
+                let (name, data) = &bed.clips[c];
+                let node = &nodes[i];
+                std::thread::sleep(Duration::from_millis(20));
+                s.spawn(move || {
+                    let st = Stream {
+                        via,
+                        clip: name,
+                        expect: &data[offset as usize..],
+                        offset,
+                        rate: plan.rate,
+                        chunk: plan.chunk,
+                        window,
+                        limit,
+                        after_kill: failover.then_some(plan.after_kill),
+                    };
+                    play::play(&st, resume, node)
+                })
+            })
+            .collect();
+        let during = during(&nodes);
+        let played: Vec<Played> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+        during?;
+        check_stop()?;
+        if played.len() < n {
+            return Err(err("players", "a player thread panicked"));
+        }
+        Ok(played)
+    })
+}
+
+/// What a set of streams added up to.
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    aggregate: f64,
+    held: usize,
+    streams: usize,
+    late: u64,
+    slots: u64,
+    wrong: usize,
+    errors: Vec<String>,
+}
+
+/// Sums up streams; a failover round's streams are judged over what they played (they
+/// stop a while after the kill).
+fn tally(bed: &Bed<'_>, played: &[Played], failover: bool) -> Tally {
+    let mut t = Tally { streams: played.len(), ..Tally::default() };
+    for p in played {
+        let window = if failover { p.received.bytes.max(1) } else { bed.plan.window };
+        let j = judge(&p.received, bed.plan.rate as f64, bed.plan.chunk, window);
+        t.aggregate +=
+            j.achieved.min(2.0 * bed.plan.rate as f64) * (p.received.bytes.min(window) as f64) / window as f64;
+        t.held += usize::from(j.held && !p.wrong);
+        t.late += j.late;
+        t.slots += j.slots;
+        t.wrong += usize::from(p.wrong);
+        if let Some(e) = &p.error {
+            t.errors.push(e.clone());
+        }
+    }
+    t
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scaling(
+    opts: &Options,
+    bed: &Bed<'_>,
+    procs: &mut Procs,
+    whos: &[Who],
+    notes: &mut Notes,
+    rows: &mut Vec<Value>,
+    headline: &mut Vec<Headline>,
+    plots: &mut Vec<(&'static str, String)>,
+) -> Result<(), BenchError> {
+    let counts = [1usize, 2, 4];
+    // (who, nodes) → aggregate per round
+    let mut runs: Vec<((Who, usize), Vec<Tally>)> = Vec::new();
+    let mut redirect = LatencyRecorder::new();
+    let mut first_byte: Vec<(Who, LatencyRecorder)> = whos.iter().map(|&w| (w, LatencyRecorder::new())).collect();
+    let mut placements = (0u64, 0u64);
+    for round in 0..bed.plan.rounds {
+        for k in 0..counts.len() {
+            let n = counts[(k + round) % counts.len()];
+            for (w, &who) in whos.iter().enumerate() {
+                let who = if round % 2 == 1 { whos[(w + 1) % whos.len()] } else { who };
+                check_stop()?;
+                opts.say(format!("mars-cluster: {n} node(s), {}, round {}", who.name(), round + 1));
+                let streams = n * bed.plan.per_node;
+                let seed = (round * 10 + n) as u64;
+                let played = match who {
+                    Who::Ours => {
+                        let d = start_ours(bed, procs, n as u32)?;
+                        let r = play_all(bed, Via::Director(d.http), streams, seed, false, None, |_| Ok(()));
+                        let snap = d.snapshot();
+                        placements.0 += snap.placements.0;
+                        placements.1 += snap.placements.1;
+                        for id in 1..=n {
+                            procs.stop(&format!("node {id}"));
+                        }
+                        d.stop();
+                        r?
+                    }
+                    Who::Nginx => {
+                        let front = start_front(bed, procs, n)?;
+                        let r = play_all(bed, Via::Front(front), streams, seed, false, None, |_| Ok(()));
+                        procs.stop("front");
+                        r?
+                    }
+                };
+                for p in &played {
+                    redirect.record_all(&p.redirect_ns);
+                    if let (Some(first), Some(e)) =
+                        (p.received.first_byte_ns(), first_byte.iter_mut().find(|e| e.0 == who))
+                    {
+                        e.1.record(first);
+                    }
+                }
+                let t = tally(bed, &played, false);
+                if !t.errors.is_empty() {
+                    notes.push(format!(
+                        "{} with {n} node(s), round {}: {} of {} streams stopped early, first: {}",
+                        who.name(),
+                        round + 1,
+                        t.errors.len(),
+                        streams,
+                        t.errors[0]
+                    ));
+                }
+                match runs.iter_mut().find(|(k, _)| *k == (who, n)) {
+                    Some((_, v)) => v.push(t),
+                    None => runs.push(((who, n), vec![t])),
+                }
+            }
+        }
+    }
+    let med = |who: Who, n: usize| -> Option<f64> {
+        let v = &runs.iter().find(|(k, _)| *k == (who, n))?.1;
+        ictus_bench::stats::median(v.iter().map(|t| t.aggregate))
+    };
+    for &who in whos {
+        for n in counts {
+            let Some((_, v)) = runs.iter().find(|(k, _)| *k == (who, n)) else { continue };
+            let agg: Vec<f64> = v.iter().map(|t| t.aggregate / 1e6).collect();
+            let sum = |f: fn(&Tally) -> u64| v.iter().map(f).sum::<u64>();
+            rows.push(json!({
+                "case": format!("{n} node(s): {}", who.name()),
+                "part": "scaling", "implementation": who.name(), "nodes": n,
+                "aggregate_mb_s": med(who, n).unwrap_or(f64::NAN) / 1e6,
+                "min_mb_s": agg.iter().copied().fold(f64::INFINITY, f64::min),
+                "max_mb_s": agg.iter().copied().fold(0.0, f64::max),
+                "offered_mb_s": (n * bed.plan.per_node) as f64 * bed.plan.rate as f64 / 1e6,
+                "streams": sum(|t| t.streams as u64), "held": sum(|t| t.held as u64),
+                "late_slots": sum(|t| t.late), "slots": sum(|t| t.slots), "wrong_bytes_streams": sum(|t| t.wrong as u64),
+                "rounds": v.len(),
+            }));
+        }
+    }
+    if let (Some(one), Some(four)) = (med(Who::Ours, 1), med(Who::Ours, 4)) {
+        headline.push(
+            Headline::new(
+                "mars_cluster_scaling_4n",
+                four / 1e6,
+                4.0 * one / 1e6,
+                "4 × the aggregate of 1 node, same run",
+                "MB/s",
+                Better::Higher,
+            )
+            .with_target(0.9),
+        );
+    }
+    if let (Some(ours), Some(nginx)) = (med(Who::Ours, 4), med(Who::Nginx, 4)) {
+        headline.push(
+            Headline::new(
+                "mars_cluster_vs_nginx",
+                ours / 1e6,
+                nginx / 1e6,
+                "4 nginx 1.22 nodes with their own copies behind an nginx round-robin front",
+                "MB/s",
+                Better::Higher,
+            )
+            .with_target(1.0),
+        );
+    }
+    for (who, r) in &first_byte {
+        if r.count() > 0 {
+            rows.push(
+                r.row(format!("start: request → first byte ({})", who.name()))
+                    .with("part", "scaling")
+                    .with("implementation", who.name())
+                    .to_value(),
+            );
+        }
+    }
+    if redirect.count() > 0 {
+        rows.push(
+            redirect
+                .row("director: ask → 302 (as the player sees it)")
+                .with("part", "placement")
+                .with("placements", placements.0)
+                .with("core_ns_per_placement", placements.1 as f64 / placements.0.max(1) as f64)
+                .to_value(),
+        );
+    }
+    notes.push(format!(
+        "scaling: each node offered {} players at {:.1} MB/s ({:.1} s each, from pseudo-random places in {} clips), started 20 ms apart; a player reads at most {} KiB ahead of its playback clock; aggregate = Σ over streams of bytes/s from its first byte (a stream cut short counts its share); {} round(s), node counts rotated, ours and nginx alternating",
+        bed.plan.per_node,
+        bed.plan.rate as f64 / 1e6,
+        bed.plan.window as f64 / bed.plan.rate as f64,
+        bed.plan.clips,
+        bed.plan.chunk >> 10,
+        bed.plan.rounds
+    ));
+    let series = whos
+        .iter()
+        .map(|&who| Series {
+            name: match who {
+                Who::Ours => "ours: nodes over Ceph".to_string(),
+                Who::Nginx => "nginx: own copies".to_string(),
+            },
+            points: counts.iter().filter_map(|&n| Some((n as f64, med(who, n)? / 1e6))).collect(),
+        })
+        .chain(med(Who::Ours, 1).map(|one| Series {
+            name: "ours: n × 1 node".into(),
+            points: counts.iter().map(|&n| (n as f64, n as f64 * one / 1e6)).collect(),
+        }))
+        .collect();
+    plots.push((
+        "",
+        Plot {
+            title: "Aggregate stream throughput by nodes (one Ceph cluster)".into(),
+            x: Axis { label: "stream nodes".into(), scale: Scale::Linear, ticks: TickFormat::Plain },
+            y: Axis { label: "MB/s received by the players".into(), scale: Scale::Linear, ticks: TickFormat::Plain },
+            series,
+        }
+        .render(),
+    ));
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn failover(
+    opts: &Options,
+    bed: &Bed<'_>,
+    procs: &mut Procs,
+    whos: &[Who],
+    notes: &mut Notes,
+    rows: &mut Vec<Value>,
+    headline: &mut Vec<Headline>,
+    plots: &mut Vec<(&'static str, String)>,
+) -> Result<(), BenchError> {
+    let plan = bed.plan;
+    // (who, resume, kill → resume, tally, resumes for the plot, stalls of the killed node's streams)
+    type Entry = (Who, LatencyRecorder, LatencyRecorder, Tally, Vec<u64>, LatencyRecorder);
+    let mut resume: Vec<Entry> = whos
+        .iter()
+        .map(|&w| {
+            (w, LatencyRecorder::new(), LatencyRecorder::new(), Tally::default(), Vec::new(), LatencyRecorder::new())
+        })
+        .collect();
+    let mut director: Option<RunningDirector> = None;
+    let mut front: Option<SocketAddr> = None;
+    let result = (|| -> Result<(), BenchError> {
+        for round in 0..plan.failover_rounds {
+            for &who in whos {
+                check_stop()?;
+                opts.say(format!(
+                    "mars-cluster: failover round {} of {}, {}",
+                    round + 1,
+                    plan.failover_rounds,
+                    who.name()
+                ));
+                let via = match who {
+                    Who::Ours => {
+                        if director.is_none() {
+                            director = Some(start_ours(bed, procs, 2)?);
+                        }
+                        Via::Director(director.as_ref().map(|d| d.http).expect("started"))
+                    }
+                    Who::Nginx => {
+                        if front.is_none() {
+                            front = Some(start_front(bed, procs, 2)?);
+                        }
+                        Via::Front(front.expect("started"))
+                    }
+                };
+                let clock: KillClock = Arc::new(Mutex::new(None));
+                let mut killed = None;
+                let played =
+                    play_all(bed, via, plan.failover_streams, 100 + round as u64, true, Some(&clock), |nodes| {
+                        // Every stream playing for a while, then the first one's node dies.
+                        let t = Instant::now();
+                        while nodes.iter().any(|n| n.lock().map_or(true, |n| n.is_none())) {
+                            if t.elapsed() > Duration::from_secs(30) {
+                                return Err(err("failover", "the streams did not all start within 30 s"));
+                            }
+                            nap(Duration::from_millis(10))?;
+                        }
+                        nap(Duration::from_secs_f64(plan.window as f64 / plan.rate as f64 / 3.0))?;
+                        let victim = nodes[0].lock().ok().and_then(|n| *n).unwrap_or(1);
+                        if let Ok(mut c) = clock.lock() {
+                            *c = Some((Instant::now(), victim));
+                        }
+                        procs.kill9(&match who {
+                            Who::Ours => format!("node {victim}"),
+                            Who::Nginx => format!("nginx{victim}"),
+                        });
+                        killed = Some(victim);
+                        Ok(())
+                    })?;
+                let entry = resume.iter_mut().find(|e| e.0 == who).expect("listed");
+                for p in &played {
+                    // The stall its player saw (with a one-chunk buffer): the worst
+                    // lateness of a slot, over what it played.
+                    if p.nodes.0.is_some() && p.nodes.0 == killed {
+                        let j = judge(&p.received, plan.rate as f64, plan.chunk, p.received.bytes);
+                        entry.5.record(j.worst);
+                    }
+                    for &r in &p.resume_ns {
+                        entry.1.record(r);
+                        entry.4.push(r);
+                    }
+                    entry.2.record_all(&p.kill_to_resume_ns);
+                }
+                let t = tally(bed, &played, true);
+                if !t.errors.is_empty() {
+                    notes.push(format!(
+                        "failover, {} round {}: {} of {} streams did not finish, first: {}",
+                        who.name(),
+                        round + 1,
+                        t.errors.len(),
+                        t.streams,
+                        t.errors[0]
+                    ));
+                }
+                entry.3.streams += t.streams;
+                entry.3.held += t.held;
+                entry.3.late += t.late;
+                entry.3.slots += t.slots;
+                entry.3.wrong += t.wrong;
+                // The killed node comes back for the next round.
+                if let Some(v) = killed {
+                    match who {
+                        Who::Ours => {
+                            let d = director.as_ref().expect("started");
+                            procs.node(&spec(bed, d.nodes), v, bed.places.get(v as usize - 1), &node_log(bed, v))?;
+                            wait_nodes(bed, d, procs, 2)?;
+                        }
+                        Who::Nginx => start_nginx_node(bed, procs, v)?,
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    if let Some(d) = director.take() {
+        let snap = d.snapshot();
+        notes.push(format!(
+            "failover (ours): the director moved {} stream(s), dropped {}, closed {} whose players had stopped",
+            snap.moved, snap.dropped, snap.closed
+        ));
+        for id in 1..=2 {
+            procs.stop(&format!("node {id}"));
+        }
+        d.stop();
+    }
+    if front.is_some() {
+        procs.stop("front");
+    }
+    result?;
+    for (who, r, k, t, _, stall) in &resume {
+        rows.push(
+            stall
+                .row(format!("failover stall (worst slot lateness, streams of the killed node): {}", who.name()))
+                .with("part", "failover")
+                .with("implementation", who.name())
+                .to_value(),
+        );
+        rows.push(
+            r.row(format!("failover resume (cut seen → first byte from another node): {}", who.name()))
+                .with("part", "failover")
+                .with("implementation", who.name())
+                .with("kill_to_resume_p50_ns", k.quantile(0.5))
+                .with("kill_to_resume_p99_ns", k.quantile(0.99))
+                .with("streams", t.streams as u64)
+                .with("held", t.held as u64)
+                .with("late_slots", t.late)
+                .with("slots", t.slots)
+                .with("wrong_bytes_streams", t.wrong as u64)
+                .to_value(),
+        );
+    }
+    let p50 = |w: Who| resume.iter().find(|e| e.0 == w && e.1.count() > 0).map(|e| e.1.quantile(0.5) as f64 / 1e6);
+    if let Some(ours) = p50(Who::Ours) {
+        let peer = p50(Who::Nginx);
+        headline.push(Headline::new(
+            "mars_failover_resume_ms",
+            ours,
+            peer.unwrap_or(f64::NAN),
+            "nginx front re-asked with Range after its node died (proxy_next_upstream)",
+            "ms",
+            Better::Lower,
+        ));
+    }
+    notes.push(format!(
+        "failover: 2 nodes, {} streams at {:.1} MB/s per round ({:.0} MB windows, longer than nginx's socket buffers hold); once all play, after {:.1} s, the first stream's node gets SIGKILL; a player cut off asks again from the byte it reached (ours: the director with stream=S; nginx: the front); players stop {:.0} s after the kill, those of the killed node once resumed (nginx's: once the buffered rest ran out, the cut seen, and resumed) or at the window's end; the node is restarted before the next round; {} round(s) each, alternating; resume p50 in the headline, p99 in the rows; stall = the worst lateness of a 64 KiB slot of the killed node's streams (nginx's unpaced sends leave megabytes in socket buffers, which can carry a player past a cut)",
+        plan.failover_streams,
+        plan.rate as f64 / 1e6,
+        plan.failover_window as f64 / 1e6,
+        plan.window as f64 / plan.rate as f64 / 3.0,
+        plan.after_kill.as_secs_f64(),
+        plan.failover_rounds
+    ));
+    let series = resume
+        .iter()
+        .filter(|e| !e.4.is_empty())
+        .map(|(who, _, _, _, v, _)| {
+            let mut v = v.clone();
+            v.sort_unstable();
+            let n = v.len();
+            Series {
+                name: match who {
+                    Who::Ours => "ours (director)".to_string(),
+                    Who::Nginx => "nginx front".to_string(),
+                },
+                points: v.iter().enumerate().map(|(i, &ns)| ((i + 1) as f64 / n as f64 * 100.0, ns as f64)).collect(),
+            }
+        })
+        .collect::<Vec<_>>();
+    if !series.is_empty() {
+        plots.push((
+            "-failover",
+            Plot {
+                title: "Resume after kill -9 of a node: cut seen → first byte from another node".into(),
+                x: Axis { label: "percent of resumes".into(), scale: Scale::Linear, ticks: TickFormat::Plain },
+                y: Axis { label: "resume time".into(), scale: Scale::Log10, ticks: TickFormat::Nanoseconds },
+                series,
+            }
+            .render(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! The processes the experiment starts and always stops: our stream nodes (this binary
+//! re-executed as the role `mars-cluster-node`) and nginx (nodes and the front).
+//!
+//! Every child is started with `PR_SET_PDEATHSIG` = SIGKILL (it dies with the
+//! experiment, even if the experiment is killed with SIGKILL) and recorded in [`Procs`],
+//! which stops what is left (SIGTERM, SIGKILL after 2 s) when dropped.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use ictus_bench::experiment::Role;
+use ictus_bench::sys::GuardedCommand;
+use ictus_bench::BenchError;
+use rustix::process::Signal;
+
+use crate::bench::rig::{err, nap};
+use crate::{EngineConfig, StartOptions};
+
+/// A stream node: `CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD LISTEN_IP`.
+pub static NODE_ROLE: Role = Role { name: "mars-cluster-node", run: node_main };
+
+/// How a node is started.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    /// The cluster's configuration file.
+    pub conf: PathBuf,
+    /// The pool of the clips.
+    pub pool: String,
+    /// The director's nodes' port.
+    pub director: SocketAddr,
+    /// The engine's capability (bytes/s); the director is told the real-time share of
+    /// it, what the engine admits for paced streams.
+    pub capacity: u64,
+    /// Its stripe cache.
+    pub cache: u64,
+    /// Read ahead of each stream.
+    pub ahead: u64,
+}
+
+fn node_main(args: &[String]) -> i32 {
+    let [conf, pool, director, id, cap, cache, ahead, listen] = args else {
+        eprintln!("mars-cluster-node: expected CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD LISTEN_IP");
+        return 2;
+    };
+    let (Ok(director), Ok(id), Ok(cap), Ok(cache), Ok(ahead), Ok(listen)) = (
+        director.parse::<SocketAddr>(),
+        id.parse::<u32>(),
+        cap.parse::<u64>(),
+        cache.parse::<u64>(),
+        ahead.parse::<u64>(),
+        listen.parse::<std::net::Ipv4Addr>(),
+    ) else {
+        eprintln!("mars-cluster-node: bad arguments {args:?}");
+        return 2;
+    };
+    crate::cli::raise_nofile();
+    let mut c = crate::ceph::CephOptions::new(PathBuf::from(conf), pool.clone());
+    c.cache_bytes = cache;
+    c.ahead = ahead;
+    let opts = StartOptions {
+        volume: Vec::new(),
+        listen: Some(format!("{listen}:0")),
+        capability: Some(cap as f64),
+        // Timesharing, as nginx runs: the comparison is of designs, not of priorities.
+        engine: EngineConfig { fifo: None, ..EngineConfig::default() },
+        force_fallback: false,
+    };
+    let (running, ceph) = match crate::start_cluster(&c, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mars-cluster-node {id}: {e}");
+            return 1;
+        }
+    };
+    let Some(http) = running.addr else { return 1 };
+    let handle = running.handle.clone();
+    // What the director may place here: what the engine admits for paced streams.
+    let admits = (running.capability * opts.engine.rt_reserve) as u64;
+    // Runs until the experiment stops it (SIGTERM) or kills it (SIGKILL).
+    let stop = AtomicBool::new(false);
+    ictus_mars_cluster::service::node_agent(
+        director,
+        id,
+        http,
+        admits,
+        Duration::from_millis(100),
+        || crate::cli::node_report(handle.as_ref(), Some(&ceph)),
+        &stop,
+    );
+    0
+}
+
+/// A network namespace's name and the address of the node in it.
+pub type Place = (String, std::net::Ipv4Addr);
+
+/// Children, stopped when dropped.
+#[derive(Debug, Default)]
+pub struct Procs {
+    children: Vec<(String, Child)>,
+}
+
+impl Procs {
+    /// Starts node `id`, in network namespace `place` (its name and the node's address)
+    /// if given, else on the host's loopback; its standard error goes to `log`
+    /// (appended).
+    pub fn node(&mut self, spec: &NodeSpec, id: u32, place: Option<&Place>, log: &Path) -> Result<(), BenchError> {
+        let args = [
+            spec.conf.display().to_string(),
+            spec.pool.clone(),
+            spec.director.to_string(),
+            id.to_string(),
+            spec.capacity.to_string(),
+            spec.cache.to_string(),
+            spec.ahead.to_string(),
+            place.map_or("127.0.0.1".to_string(), |p| p.1.to_string()),
+        ];
+        let mut cmd = match place {
+            None => ictus_bench::child::child_command(&NODE_ROLE, &args, &[]).map_err(|e| err("node", e))?,
+            Some((ns, _)) => {
+                // `ip netns exec` enters the namespace and execs the node (same pid, so
+                // the death signal holds).
+                let exe = std::env::current_exe().map_err(|e| err("node", e))?;
+                let mut c = GuardedCommand::new("ip", Signal::KILL).check_parent();
+                c.command()
+                    .args(["netns", "exec", ns])
+                    .arg(exe)
+                    .arg(ictus_bench::child::CHILD_FLAG)
+                    .arg(NODE_ROLE.name)
+                    .args(&args);
+                c
+            }
+        };
+        let log = fs::OpenOptions::new().create(true).append(true).open(log).map_err(|e| err("node log", e))?;
+        cmd.command().stdout(Stdio::null()).stderr(log);
+        let child = cmd.spawn().map_err(|e| err("starting a node", e))?;
+        self.children.push((format!("node {id}"), child));
+        Ok(())
+    }
+
+    /// Starts nginx with `conf` (its `-p` prefix `dir`), recorded as `name`, in
+    /// network namespace `ns` if given.
+    pub fn nginx(&mut self, name: &str, dir: &Path, conf: &Path, ns: Option<&str>) -> Result<(), BenchError> {
+        let mut cmd = match ns {
+            None => GuardedCommand::new("nginx", Signal::KILL).check_parent(),
+            Some(ns) => {
+                let mut c = GuardedCommand::new("ip", Signal::KILL).check_parent();
+                c.command().args(["netns", "exec", ns, "nginx"]);
+                c
+            }
+        };
+        cmd.command().arg("-p").arg(dir).arg("-c").arg(conf).arg("-e").arg(dir.join(format!("{name}.err")));
+        cmd.command().stdout(Stdio::null()).stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| err("starting nginx", e))?;
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// Kills `name` with SIGKILL (a failure) and reaps it.
+    pub fn kill9(&mut self, name: &str) {
+        if let Some(i) = self.children.iter().position(|(n, _)| n == name) {
+            let (_, mut c) = self.children.remove(i);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops `name` (SIGTERM, SIGKILL after 2 s).
+    pub fn stop(&mut self, name: &str) {
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.children).into_iter().partition(|(n, _)| n == name);
+        self.children = rest;
+        stop_all(mine);
+    }
+
+    /// Whether `name` exited (and why), reaping it.
+    pub fn exited(&mut self, name: &str) -> Option<String> {
+        let i = self.children.iter().position(|(n, _)| n == name)?;
+        match self.children[i].1.try_wait() {
+            Ok(Some(st)) => {
+                self.children.remove(i);
+                Some(st.to_string())
+            }
+            _ => None,
+        }
+    }
+}
+
+fn stop_all(mut children: Vec<(String, Child)>) {
+    for (_, c) in &children {
+        // Our own children, by pid.
+        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+            let _ = rustix::process::kill_process(pid, Signal::TERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    for (_, c) in &mut children {
+        while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        stop_all(std::mem::take(&mut self.children));
+    }
+}
+
+/// Writes an nginx configuration: one process (`master_process off`), sendfile on,
+/// with `body` (its `server` blocks, an `upstream`) inside `http`.
+pub fn nginx_conf(dir: &Path, name: &str, body: &str) -> Result<PathBuf, BenchError> {
+    let tmp = dir.join(format!("{name}-tmp"));
+    fs::create_dir_all(&tmp).map_err(|e| err("nginx dir", e))?;
+    let text = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/{name}.pid;\nerror_log {d}/{name}.err warn;\n\
+         events {{ worker_connections 4096; }}\nhttp {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  \
+         client_body_temp_path {t}/body;\n  proxy_temp_path {t}/proxy;\n  fastcgi_temp_path {t}/fcgi;\n  uwsgi_temp_path {t}/uwsgi;\n  \
+         scgi_temp_path {t}/scgi;\n  {body}\n}}\n",
+        d = dir.display(),
+        t = tmp.display(),
+    );
+    let conf = dir.join(format!("{name}.conf"));
+    fs::write(&conf, text).map_err(|e| err("nginx conf", e))?;
+    Ok(conf)
+}
+
+/// Waits until `port` answers `/probe` with `X-Node: id` (a node) or at all (the
+/// front), for at most 10 s; else the end of its error log (`dir/name.err`).
+pub fn wait_nginx(dir: &Path, name: &str, addr: SocketAddr, probe: &str, node: Option<u32>) -> Result<(), BenchError> {
+    let port = addr.port();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(head) = small_get(addr, probe) {
+            let ok = head.starts_with("HTTP/1.1 200")
+                && node.map_or(true, |n| head.to_ascii_lowercase().contains(&format!("\r\nx-node: {n}\r\n")));
+            if ok {
+                return Ok(());
+            }
+        }
+        if Instant::now() > end {
+            let log = fs::read_to_string(dir.join(format!("{name}.err"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(3).collect();
+            return Err(err(
+                "nginx",
+                format!("{name} on port {port} does not answer as the nginx this run started: {}", tail.join(" / ")),
+            ));
+        }
+        nap(Duration::from_millis(20))?;
+    }
+}
+
+fn small_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET /{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").ok()?;
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).ok()?;
+    Some(String::from_utf8_lossy(&all).into_owned())
+}
