@@ -19,5 +19,6 @@
 
 pub mod director;
 pub mod service;
+pub mod wire;
 
 pub use director::{Config, Director, Moved, NodeId, NodeState, Placement, Refused, StreamId};

@@ -32,10 +32,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::wire::{self, NodeLine};
 use crate::{Config, Director, NodeId, Refused, StreamId};
 
-/// Longest line a node may send (its cached clips' names).
-pub const MAX_LINE: usize = 64 << 10;
+pub use crate::wire::MAX_LINE;
 /// Longest HTTP request head.
 const MAX_HEAD: usize = 16 << 10;
 
@@ -297,18 +297,10 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
         if n == 0 || line.len() > MAX_LINE || !line.ends_with(b"\n") || sh.stop.load(Ordering::Acquire) {
             break;
         }
-        let Ok(text) = std::str::from_utf8(&line[..line.len() - 1]) else { break };
-        let mut words = text.split(' ');
-        match (words.next(), node) {
-            (Some("HELLO"), None) => {
-                let (Some(id), Some(http), Some(cap), None) = (words.next(), words.next(), words.next(), words.next())
-                else {
-                    break;
-                };
-                let (Ok(id), Ok(cap)) = (id.parse::<u32>(), cap.parse::<u64>()) else { break };
-                if http.parse::<SocketAddr>().is_err() || cap == 0 {
-                    break;
-                }
+        // A malformed line ends the node's connection (wire::parse says what was wrong).
+        let Ok(parsed) = wire::parse(&line[..line.len() - 1]) else { break };
+        match (parsed, node) {
+            (NodeLine::Hello { id, http, capacity }, None) => {
                 let now = sh.now();
                 let mut st = sh.lock();
                 st.next_gen += 1;
@@ -319,13 +311,12 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
                     let moved = st.core.node_lost(NodeId(id), now);
                     account_moves(&mut st, &moved, now);
                 }
-                st.core.register(NodeId(id), cap, Vec::<String>::new(), now);
+                st.core.register(NodeId(id), capacity, Vec::<String>::new(), now);
                 st.nodes.insert(NodeId(id), NodeInfo { http: http.to_string(), connections: 0 });
                 node = Some((NodeId(id), gen));
             }
-            (Some("BEAT"), Some((id, gen))) => {
-                let Some(Ok(conns)) = words.next().map(str::parse::<u64>) else { break };
-                let clips: Vec<String> = words.filter(|w| !w.is_empty()).map(str::to_string).collect();
+            (NodeLine::Beat { connections, clips }, Some((id, gen))) => {
+                let clips: Vec<String> = clips.into_iter().map(str::to_string).collect();
                 let now = sh.now();
                 let mut st = sh.lock();
                 if st.conn_gen.get(&id) != Some(&gen) || !st.core.heartbeat(id, clips, now) {
@@ -333,13 +324,10 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
                     break;
                 }
                 if let Some(i) = st.nodes.get_mut(&id) {
-                    i.connections = conns;
+                    i.connections = connections;
                 }
             }
-            (Some("OPEN"), Some((id, gen))) => {
-                let open: Result<Vec<StreamId>, _> =
-                    words.filter(|w| !w.is_empty()).map(|w| w.parse::<u64>().map(StreamId)).collect();
-                let Ok(open) = open else { break };
+            (NodeLine::Open(open), Some((id, gen))) => {
                 let now = sh.now();
                 let grace = sh.opts.close_grace.as_nanos() as u64;
                 let mut st = sh.lock();
@@ -546,30 +534,13 @@ pub fn node_agent(
             continue;
         };
         let _ = s.set_nodelay(true);
-        if writeln!(s, "HELLO {id} {http} {}", capacity.max(1)).is_err() {
+        if s.write_all(wire::hello(id, http, capacity).as_bytes()).is_err() {
             continue;
         }
         while !stop.load(Ordering::Acquire) {
             let r = report();
-            let mut line = format!("BEAT {}", r.connections);
-            for c in r.clips {
-                if line.len() + c.len() + 2 > MAX_LINE {
-                    break;
-                }
-                line.push(' ');
-                line.push_str(&c);
-            }
-            line.push_str("\nOPEN");
-            let start = line.len();
-            for o in r.open {
-                // An OPEN cut short would close the streams left out: send none then.
-                if line.len() - start + 22 > MAX_LINE {
-                    line.truncate(start - 5);
-                    break;
-                }
-                line.push_str(&format!(" {o}"));
-            }
-            line.push('\n');
+            let mut line = wire::beat(r.connections, &r.clips);
+            line.extend(wire::open(&r.open));
             if s.write_all(line.as_bytes()).is_err() {
                 break;
             }
