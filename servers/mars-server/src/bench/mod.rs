@@ -38,7 +38,6 @@ pub mod rig;
 pub mod tables;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use ictus_bench::report::{Headline, PaperFigure, Report};
 use ictus_bench::{BenchError, Conditions, Experiment, Options, Outcome};
@@ -99,17 +98,9 @@ fn args() -> Vec<clap::Arg> {
 }
 
 fn run(opts: &Options) -> Result<Outcome, BenchError> {
-    rig::stop_flag().store(false, std::sync::atomic::Ordering::Relaxed);
-    let mut sig_ids = Vec::new();
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        if let Ok(id) = signal_hook::flag::register(sig, Arc::clone(rig::stop_flag())) {
-            sig_ids.push(id);
-        }
-    }
+    let signals = rig::StopOnSignals::register();
     let result = run_parts(opts);
-    for id in sig_ids {
-        signal_hook::low_level::unregister(id);
-    }
+    drop(signals);
     let report = result?;
     Ok(Outcome { report, plots: Vec::new() })
 }

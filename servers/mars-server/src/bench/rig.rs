@@ -30,6 +30,31 @@ pub fn stop_flag() -> &'static Arc<AtomicBool> {
     F.get_or_init(|| Arc::new(AtomicBool::new(false)))
 }
 
+/// SIGINT, SIGTERM and SIGHUP set [`stop_flag`] (cleared here) while this lives, so an
+/// interrupted run still tears its rig down; the handlers go with it.
+#[derive(Debug)]
+pub struct StopOnSignals(Vec<signal_hook::SigId>);
+
+impl StopOnSignals {
+    /// Clears the flag and registers the handlers.
+    pub fn register() -> Self {
+        stop_flag().store(false, Ordering::Relaxed);
+        let ids = [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP]
+            .into_iter()
+            .filter_map(|sig| signal_hook::flag::register(sig, Arc::clone(stop_flag())).ok())
+            .collect();
+        StopOnSignals(ids)
+    }
+}
+
+impl Drop for StopOnSignals {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
 /// Whether the run was interrupted.
 pub fn stopped() -> bool {
     stop_flag().load(Ordering::Relaxed)
@@ -141,7 +166,9 @@ impl Rig {
 #[derive(Clone, Copy, Debug)]
 pub struct ChildId(usize);
 
-fn stop_children(children: &mut [Child]) {
+/// Stops our own children: SIGTERM to each, up to 2 s for all to go, then SIGKILL; reaps
+/// them.
+pub fn stop_children(children: &mut [Child]) {
     for c in children.iter() {
         // Our own children, by pid.
         if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {

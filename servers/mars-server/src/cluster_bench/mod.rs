@@ -194,22 +194,14 @@ impl Who {
 }
 
 fn run(opts: &Options) -> Result<Outcome, BenchError> {
-    rig::stop_flag().store(false, std::sync::atomic::Ordering::Relaxed);
-    let mut sig_ids = Vec::new();
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        if let Ok(id) = signal_hook::flag::register(sig, Arc::clone(rig::stop_flag())) {
-            sig_ids.push(id);
-        }
-    }
+    let signals = rig::StopOnSignals::register();
     let conditions = Conditions::capture_before();
     let mut notes = Notes::new();
     let mut rows = Vec::new();
     let mut headline = Vec::new();
     let mut plots = Vec::new();
     let result = measure(opts, &mut notes, &mut rows, &mut headline, &mut plots);
-    for id in sig_ids {
-        signal_hook::low_level::unregister(id);
-    }
+    drop(signals);
     result?;
     let mut report = Report::new(MARS_CLUSTER.name, PAPER, opts.quick, conditions.finish());
     report.rows = rows;

@@ -190,21 +190,9 @@ impl Procs {
     }
 }
 
-fn stop_all(mut children: Vec<(String, Child)>) {
-    for (_, c) in &children {
-        // Our own children, by pid.
-        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-            let _ = rustix::process::kill_process(pid, Signal::TERM);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    for (_, c) in &mut children {
-        while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+fn stop_all(children: Vec<(String, Child)>) {
+    let mut children: Vec<Child> = children.into_iter().map(|(_, c)| c).collect();
+    crate::bench::rig::stop_children(&mut children);
 }
 
 impl Drop for Procs {
