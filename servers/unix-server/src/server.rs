@@ -51,13 +51,16 @@ struct Conn {
     session: Arc<Session>,
 }
 
+/// A program's session socket (the server's end) and the session it is served in.
+type Program = (Arc<OwnedFd>, Arc<Session>);
+
 struct Shared {
     /// The session [`Server::add_session_socket`] adds programs to.
     session: Arc<Session>,
     ep: OwnedFd,
     /// Session sockets (server ends), one per program started, by token, each with
     /// the session its connections are served in.
-    listeners: Mutex<HashMap<u64, (Arc<OwnedFd>, Arc<Session>)>>,
+    listeners: Mutex<HashMap<u64, Program>>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     next: AtomicU64,
     idle: AtomicUsize,
