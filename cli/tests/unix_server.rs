@@ -194,3 +194,20 @@ fn unix_server_registers_serves_changes_its_policy_and_leaves_no_name_after_kill
     assert!(!names(&ns_sock).iter().any(|n| n == "unix"));
     assert!(ns.terminate().success());
 }
+
+#[test]
+fn unix_server_without_a_name_server_says_so_and_leaves_nothing() {
+    let dir = TempDir::new("unix-server");
+    let out = run(ictus()
+        .arg("unix-server")
+        .arg("--name-server")
+        .arg(dir.join("none.sock"))
+        .arg("--socket")
+        .arg(dir.join("run.sock")));
+    assert!(!out.status.success());
+    assert!(text(&out).contains("start `ictus name-server` first"), "{}", text(&out));
+    assert!(!dir.join("run.sock").exists(), "no run socket left behind");
+    let stats = run(ictus().args(["unix", "stats", "--name-server"]).arg(dir.join("none.sock")));
+    assert!(!stats.status.success());
+    assert!(text(&stats).contains("start `ictus name-server` first"), "{}", text(&stats));
+}
