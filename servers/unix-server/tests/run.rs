@@ -785,3 +785,33 @@ fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
     daemon.join().unwrap().unwrap();
     assert!(!sock.exists(), "the run socket is removed at stop");
 }
+
+/// The long-lived server's policy changes: only its user and root (the uid given is
+/// the kernel-stamped one the control port passes), checked before use, numbered.
+#[test]
+fn policy_changes_are_checked_numbered_and_only_for_the_servers_user() {
+    use ictus_unix_server::control_api::{PolicyChange, UnixError, MAX_POLICY};
+    use ictus_unix_server::daemon::Daemon;
+    let me = euid_of_this_process();
+    let d = Daemon::start(ictus_unix_server::policy::Policy::default(), String::new()).unwrap();
+    assert_eq!(d.policy(), (1, String::new()));
+    let other = if me == 0 { 65534 } else { me + 1 };
+    assert_eq!(d.set_policy(other, "network off\n"), Err(UnixError::NotAllowed));
+    assert_eq!(d.set_policy(me, &"#".repeat(MAX_POLICY + 1)), Err(UnixError::TooLong));
+    match d.set_policy(me, "network sideways\n") {
+        Ok(PolicyChange::Invalid(why)) => assert!(why.contains("policy line 1"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(d.policy().0, 1, "refusals change nothing");
+    assert_eq!(d.set_policy(me, "network off\n"), Ok(PolicyChange::Installed(2)));
+    assert_eq!(d.set_policy(0, "refuse getpid\n"), Ok(PolicyChange::Installed(3)));
+    assert_eq!(d.policy(), (3, "refuse getpid\n".to_string()));
+    let s = d.stats();
+    assert_eq!((s.policy, s.programs_started, s.programs_running, s.uid), (3, 0, 0, me));
+    assert!(d.programs().is_empty());
+}
+
+/// The effective uid (the owner of /proc/self), without unsafe code.
+fn euid_of_this_process() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap()
+}
