@@ -131,7 +131,7 @@ impl Plan {
                 after_kill: Duration::from_secs(3),
                 cache: 128 << 20,
                 ahead: 6 << 20,
-                ramp: &[6, 10, 14, 18, 24, 32, 40],
+                ramp: &[2, 4, 6, 10, 14, 18, 24, 32, 40],
                 buffer: Duration::from_secs(1),
             }
         }
@@ -872,6 +872,11 @@ fn capacity(
             )
             .with_target(1.0),
         );
+        if ours == 0.0 && nginx == 0.0 {
+            notes.push(
+                "capacity: neither side held every stream of the first rung (its ratio is undefined): the machine, not either design, was the limit; the rows say how many each held",
+            );
+        }
         for (who, c) in [(Who::Ours, ours), (Who::Nginx, nginx)] {
             if ceiling(who) {
                 notes.push(format!(
