@@ -125,6 +125,14 @@ pub fn generation() -> Option<u64> {
     (!p.is_null()).then(|| unsafe { (*p).load(Ordering::Acquire) })
 }
 
+/// The session's flags on the page ([`crate::wire::GEN_FLAGS_AT`]); 0 without it.
+pub fn flags() -> u64 {
+    let p = PAGE.load(Ordering::Acquire);
+    // SAFETY: the page is mapped read-only for the life of the image; an aligned u64
+    // inside it (checked in wire).
+    (!p.is_null()).then(|| unsafe { (*p.add(crate::wire::GEN_FLAGS_AT / 8)).load(Ordering::Acquire) }).unwrap_or(0)
+}
+
 /// Whether the policy refuses call `n` (the server's bitmap on the page).
 pub fn refused(n: u32) -> bool {
     let p = PAGE.load(Ordering::Acquire);
@@ -146,6 +154,7 @@ pub fn cwd_generation() -> u64 {
 /// The working directory changed: relative entries no longer apply.
 pub fn cwd_changed() {
     CWD.fetch_add(1, Ordering::AcqRel);
+    crate::lookup::cwd_changed();
 }
 
 /// The key of a lookup, or `None` if it must not be cached.

@@ -638,6 +638,10 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
     if let Some(r) = known_missing(n, a) {
         return r;
     }
+    // SAFETY: as dispatch's.
+    if let Some(r) = unsafe { crate::lookup::try_native(n, a) } {
+        return r;
+    }
     if n == nr::EXECVEAT {
         // SAFETY: as dispatch's.
         return match unsafe { exec(a) } {

@@ -146,6 +146,10 @@ pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
         sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
     let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
     generation.set_refused(policy.refused.iter().map(|r| r.0));
+    if native_lookups(&policy) {
+        generation.set_flags(wire::GEN_FLAG_NATIVE_LOOKUPS);
+    }
+    let counts = sys::CountPage::new().map_err(|e| RunError::Setup(io(e)))?;
     let session = Arc::new(Session {
         view: View::new(&policy),
         policy,
@@ -153,9 +157,17 @@ pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
         stats: Stats::default(),
         exes: Default::default(),
         generation,
+        counts,
     });
     let server = Server::start(session).map_err(|e| RunError::Setup(io(e)))?;
     Ok((server, loader_path))
+}
+
+/// Whether the libraries may do read-only lookups natively: the view confines
+/// nothing such a lookup could reveal (no `hide`, no bind mount, no other root; `ro`
+/// lines restrict only writes, and writes stay served). See `ictus_unix_emul::lookup`.
+pub fn native_lookups(policy: &Policy) -> bool {
+    !policy.confines_paths()
 }
 
 /// Everything the first process of a program needs: its descriptors (moved to the
@@ -172,6 +184,8 @@ pub struct Prepared {
     pub filter: OwnedFd,
     /// The generation page.
     pub generation: OwnedFd,
+    /// The count page (without it the libraries do every lookup through the server).
+    pub counts: Option<OwnedFd>,
     /// The loader file.
     pub loader: PathBuf,
     /// The argv after the loader's own `argv[0]`.
@@ -198,6 +212,7 @@ pub fn prepare(
         network: policy.network,
         unix_datagrams: !policy.confines_paths(),
         served_listings: !policy.hidden.is_empty(),
+        native_lookups: native_lookups(policy),
         refused: policy.refused.iter().map(|r| r.0).collect(),
     });
     let argv0 = argv.first().ok_or(RunError::NoProgram)?;
@@ -225,6 +240,7 @@ pub fn prepare(
         Some(session.view.host_of(Path::new("/")).map(|h| h.0).unwrap_or_else(|| PathBuf::from("/")))
     };
     let generation = session.generation.fd().try_clone_to_owned().map_err(RunError::Setup)?;
+    let counts = Some(session.counts.fd().try_clone_to_owned().map_err(RunError::Setup)?);
     let session_socket = server.add_session_socket().map_err(|e| RunError::Setup(io(e)))?;
     Ok(Prepared {
         session: session_socket,
@@ -232,6 +248,7 @@ pub fn prepare(
         interp,
         filter,
         generation,
+        counts,
         loader: loader.to_path_buf(),
         args,
         chdir_to,
@@ -365,6 +382,17 @@ pub struct Snapshot {
     pub open: u64,
     /// Refused calls, by name (or number).
     pub refused: std::collections::BTreeMap<String, u64>,
+    /// Read-only lookups the libraries did natively, without a request (when the
+    /// view allows it: `ictus_unix_emul::lookup`), as they reported them: opens,
+    /// `newfstatat`, `statx`, `faccessat2`, `readlinkat`.
+    pub native_lookups: [u64; ictus_unix_emul::wire::COUNT_KINDS],
+}
+
+impl Snapshot {
+    /// All native lookups.
+    pub fn native_total(&self) -> u64 {
+        self.native_lookups.iter().sum()
+    }
 }
 
 /// The counters of a session now.
@@ -384,6 +412,7 @@ pub fn snapshot(session: &Session) -> Snapshot {
         connections: session.stats.connections.load(Relaxed),
         open: session.stats.open.load(Relaxed),
         refused,
+        native_lookups: session.counts.native_lookups(),
     }
 }
 
@@ -443,12 +472,13 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
     // loader): the program as the caller named it, as a shell's exec would.
     cmd.arg0(opts.argv.first().cloned().unwrap_or_else(|| OsString::from_vec(handler_argv0())));
     cmd.args(&p.args[..]);
-    let (c_end, p_fd, i_fd, f_fd, gen_fd) = (
+    let (c_end, p_fd, i_fd, f_fd, gen_fd, count_fd) = (
         p.session.as_raw_fd(),
         p.prog.as_raw_fd(),
         p.interp.as_ref().map_or(-1, |f| f.as_raw_fd()),
         p.filter.as_raw_fd(),
         p.generation.as_raw_fd(),
+        p.counts.as_ref().map_or(-1, |f| f.as_raw_fd()),
     );
     // While the program runs, a terminal's SIGINT and SIGQUIT are for it, not us
     // (as system(3) does); the program gets them as they were before (ignored only if
@@ -467,12 +497,12 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if i_fd >= 0 {
-                if libc::dup2(i_fd, wire::INTERP_FD) < 0 {
+            for (from, to) in [(i_fd, wire::INTERP_FD), (count_fd, wire::COUNT_FD)] {
+                if from < 0 {
+                    libc::close(to);
+                } else if libc::dup2(from, to) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-            } else {
-                libc::close(wire::INTERP_FD);
             }
             if let Some(d) = &chdir_to {
                 if libc::chdir(d.as_ptr()) < 0 {

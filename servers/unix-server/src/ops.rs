@@ -37,6 +37,8 @@ pub struct Session {
     pub exes: Mutex<HashMap<i32, PathBuf>>,
     /// The namespace generation the libraries' failed-lookup caches follow.
     pub generation: sys::GenerationPage,
+    /// What the libraries did natively.
+    pub counts: sys::CountPage,
 }
 
 /// The server's counters.
