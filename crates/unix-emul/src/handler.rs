@@ -667,6 +667,9 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
         nr::NEWFSTATAT | nr::FACCESSAT2 => (a[1], a[0], a[3] & NOFOLLOW == 0),
         nr::STATX => (a[1], a[0], a[2] & NOFOLLOW == 0),
         nr::READLINKAT => (a[1], a[0], false),
+        // execvp's search of $PATH: a program path that failed before (the server
+        // publishes only a missing path, not a missing interpreter).
+        nr::EXECVEAT => (a[1], a[0], a[4] & NOFOLLOW == 0),
         _ => return None,
     };
     let mut buf = [0u8; wire::PATH_MAX + 1];

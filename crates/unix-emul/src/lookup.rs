@@ -5,8 +5,8 @@
 //! `hide`, no bind mount, no other root; `ro` lines restrict only writes — the server
 //! says so on the generation page ([`GEN_FLAG_NATIVE_LOOKUPS`]) and the session's
 //! filter allows, from the library's code only, `openat` without a write, create,
-//! truncate or `O_TMPFILE` flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`
-//! and `readlinkat`. The library then makes those calls itself, with the path it
+//! truncate or `O_TMPFILE` flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`,
+//! `readlinkat` and `getcwd`. The library then makes those calls itself, with the path it
 //! copied, and answers from the kernel. Not a policy decision: a hostile program
 //! that jumps to the library's `syscall` with arguments of its choosing gets what
 //! this policy lets it see anyway, and a write, a create, a truncation, any other
@@ -41,6 +41,7 @@ const SYS_STATX: u32 = 332;
 const SYS_FACCESSAT2: u32 = 439;
 const SYS_READLINKAT: u32 = 267;
 const SYS_FSTATFS: u32 = 138;
+const SYS_GETCWD: u32 = 79;
 
 static COUNTS: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 /// What the kernel shows that the server shows differently, learned once per image:
@@ -89,8 +90,9 @@ enum Kind {
     Statx = 2,
     Access = 3,
     Readlink = 4,
+    Getcwd = 5,
 }
-const _: () = assert!(Kind::Readlink as usize + 1 == COUNT_KINDS);
+const _: () = assert!(Kind::Getcwd as usize + 1 == COUNT_KINDS);
 
 /// `st_dev` of a `struct stat` as (major, minor) folded into one word.
 fn dev_of_stat(st_dev: u64) -> u64 {
@@ -180,6 +182,14 @@ fn cwd_on_proc() -> Option<bool> {
 /// `a` are the program's arguments to `n` (normalized to the `*at` form).
 pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
     let counts = enabled()?;
+    if n == nr::GETCWD {
+        // The view's root is the host's: the kernel's answer is the view's.
+        // SAFETY: the program's buffer and size, which the kernel checks.
+        let r = unsafe { syscall6(SYS_GETCWD, a[0], a[1], 0, 0, 0, 0) };
+        // SAFETY: the count page is mapped for the life of the image.
+        unsafe { (*counts.add(Kind::Getcwd as usize)).fetch_add(1, Ordering::Relaxed) };
+        return Some(r);
+    }
     let (kind, path_arg) = match n {
         nr::OPENAT if a[2] & NATIVE_OPEN_WRITE_BITS == 0 => (Kind::Open, a[1]),
         nr::NEWFSTATAT => (Kind::Stat, a[1]),
@@ -247,6 +257,7 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
                 r
             }
             Kind::Access => syscall6(SYS_FACCESSAT2, d, p, a[2], a[3], 0, 0),
+            Kind::Getcwd => return None,
             Kind::Readlink => {
                 let mut t = [0u8; wire::PATH_MAX + 1];
                 let r = syscall6(SYS_READLINKAT, d, p, t.as_mut_ptr() as u64, t.len() as u64, 0, 0);

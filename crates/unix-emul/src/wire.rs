@@ -79,13 +79,13 @@ pub const NATIVE_OPEN_WRITE_BITS: u64 = 0o3 | 0o100 | 0o1000 | 0o20000000;
 pub const NATIVE_ACCESS_WRITE_BIT: u64 = 2;
 
 /// The count page ([`COUNT_FD`]): one `u64` per kind of lookup the libraries did
-/// natively — opens, `newfstatat`, `statx`, `faccessat2`, `readlinkat` — at
-/// `COUNT_NATIVE_AT + 8 * kind`. The libraries add to it; the server reads it for
+/// natively — opens, `newfstatat`, `statx`, `faccessat2`, `readlinkat`, `getcwd` —
+/// at `COUNT_NATIVE_AT + 8 * kind`. The libraries add to it; the server reads it for
 /// the session's counts. A program can write it too: it can only misreport its own
 /// session's numbers.
 pub const COUNT_NATIVE_AT: usize = 0;
 /// Kinds of native lookups counted.
-pub const COUNT_KINDS: usize = 5;
+pub const COUNT_KINDS: usize = 6;
 /// Size of the count memfd.
 pub const COUNT_SIZE: usize = 4096;
 

@@ -57,7 +57,8 @@ pub struct FilterPolicy {
     /// view hides are left out of them (the policy hides something).
     pub served_listings: bool,
     /// Read-only lookups (`openat` without a write, create, truncate or `O_TMPFILE`
-    /// flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`, `readlinkat`) are
+    /// flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`, `readlinkat`,
+    /// `getcwd`) are
     /// allowed from the library's code: the view confines nothing they could reveal
     /// (see `ictus_unix_emul::lookup`). From anywhere else, and in every other form,
     /// they are trapped as before.
@@ -102,7 +103,7 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
     }
     if p.native_lookups {
         match nr {
-            sysno::NEWFSTATAT | sysno::STATX | sysno::READLINKAT => return Act::Lib,
+            sysno::NEWFSTATAT | sysno::STATX | sysno::READLINKAT | sysno::GETCWD => return Act::Lib,
             sysno::OPENAT => return Act::LibIf(Lookup::OpenReadOnly),
             sysno::FACCESSAT2 => return Act::LibIf(Lookup::AccessNoWrite),
             _ => {}
@@ -614,7 +615,7 @@ mod tests {
         {
             assert_eq!(run(&native, nr::OPENAT, LIB, [3, 0x1000, fl, 0o644, 0, 0]), TRAP, "{fl:#o}");
         }
-        for n in [nr::NEWFSTATAT, nr::STATX, nr::READLINKAT] {
+        for n in [nr::NEWFSTATAT, nr::STATX, nr::READLINKAT, nr::GETCWD] {
             assert_eq!(run(&native, n, LIB, [3, 0x1000, 0x2000, 0x100, 0, 0]), RET_ALLOW, "{n}");
             assert_eq!(run(&native, n, PROG, [3, 0x1000, 0x2000, 0x100, 0, 0]), TRAP, "{n}");
             assert_eq!(run(&native, n, wire::LIB_HI, [3, 0x1000, 0x2000, 0x100, 0, 0]), TRAP, "{n}");

@@ -384,7 +384,7 @@ pub struct Snapshot {
     pub refused: std::collections::BTreeMap<String, u64>,
     /// Read-only lookups the libraries did natively, without a request (when the
     /// view allows it: `ictus_unix_emul::lookup`), as they reported them: opens,
-    /// `newfstatat`, `statx`, `faccessat2`, `readlinkat`.
+    /// `newfstatat`, `statx`, `faccessat2`, `readlinkat`, `getcwd`.
     pub native_lookups: [u64; ictus_unix_emul::wire::COUNT_KINDS],
 }
 

@@ -422,7 +422,7 @@ impl CountPage {
     }
 
     /// The native lookups of each kind (opens, `newfstatat`, `statx`, `faccessat2`,
-    /// `readlinkat`).
+    /// `readlinkat`, `getcwd`).
     pub fn native_lookups(&self) -> [u64; ictus_unix_emul::wire::COUNT_KINDS] {
         use ictus_unix_emul::wire::COUNT_NATIVE_AT;
         std::array::from_fn(|k| {

@@ -820,3 +820,22 @@ fn read_only_lookups_are_native_only_where_the_view_hides_nothing() {
     assert_eq!(snap.native_total(), 0, "{snap:?}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
+
+/// A program path that execvp found missing is remembered for the session (every
+/// gcc tries each `$PATH` directory for `as`), and found as soon as it is made.
+#[test]
+fn missing_programs_are_remembered_until_they_are_made() {
+    let d = scratch();
+    let bin = d.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let out = d.join("out.txt");
+    let script = format!(
+        "PATH={b}:$PATH; export PATH; for i in 1 2 3; do tool 2>/dev/null || echo missing; done > {o}; \
+         printf '#!/bin/sh\\necho found\\n' > {b}/tool; chmod +x {b}/tool; sh -c tool >> {o}; tool >> {o}",
+        b = bin.display(),
+        o = out.display()
+    );
+    let (ended, _) = sh_under(None, &d, &script);
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "missing\nmissing\nmissing\nfound\nfound\n");
+}
