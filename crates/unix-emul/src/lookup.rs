@@ -180,6 +180,7 @@ fn cwd_on_proc() -> Option<bool> {
 ///
 /// # Safety
 /// `a` are the program's arguments to `n` (normalized to the `*at` form).
+#[inline(never)]
 pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
     let counts = enabled()?;
     if n == nr::GETCWD {
@@ -202,11 +203,24 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
     // Errors in the path itself are the server's to answer (as the kernel would).
     let len = sys::copy_str(&mut buf[..wire::PATH_MAX], path_arg).ok()?;
     let path = &buf[..len];
+    if let Some(r) = crate::handler::known_missing_path(n, a, path) {
+        return Some(r);
+    }
     if path.split(|&b| b == b'/').any(|c| c == b"proc") || !known() {
         return None;
     }
     let dirfd = a[0] as i32 as i64;
     let absolute = path.first() == Some(&b'/');
+    // A "not a link" answer is kept as the server's is, under the generation and
+    // the unlink count read before the call (every rename, link, symlink, unlink
+    // and rmdir is served and bumps them): the kernel's answer here is the one the
+    // server would have given.
+    let not_link = match kind {
+        Kind::Readlink if absolute || dirfd == AT_FDCWD => {
+            crate::cache::key(path, false).zip(crate::cache::not_link_generation())
+        }
+        _ => None,
+    };
     if !absolute {
         let on_proc = if dirfd == AT_FDCWD { cwd_on_proc() } else { fd_differs(dirfd) };
         if on_proc != Some(false) {
@@ -227,31 +241,32 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
                 }
                 fd
             }
+            // The kernel fills the program's buffer (EFAULT if it cannot), then the
+            // device and inode are read back from it: memory the kernel just wrote
+            // (another thread of the program may unmap it meanwhile: its own doing,
+            // as under the kernel's copy). If the server must answer, its answer
+            // overwrites the buffer.
             Kind::Stat => {
-                let mut st = [0u64; 18];
-                let r = syscall6(SYS_NEWFSTATAT, d, p, st.as_mut_ptr() as u64, a[3], 0, 0);
+                let r = syscall6(SYS_NEWFSTATAT, d, p, a[2], a[3], 0, 0);
                 if r == 0 {
-                    if differs(dev_of_stat(st[0]), st[1]) {
+                    let st = a[2] as *const u64;
+                    let (dev, ino) = (core::ptr::read_unaligned(st), core::ptr::read_unaligned(st.add(1)));
+                    if differs(dev_of_stat(dev), ino) {
                         return None;
-                    }
-                    if sys::write_own(a[2], &bytes_of(&st)[..144]) != 144 {
-                        return Some(-(errno::EFAULT as i64));
                     }
                 }
                 r
             }
             Kind::Statx => {
-                let mut stx = [0u64; 32];
-                let r = syscall6(SYS_STATX, d, p, a[2], a[3], stx.as_mut_ptr() as u64, 0);
+                let r = syscall6(SYS_STATX, d, p, a[2], a[3], a[4], 0);
                 if r == 0 {
                     // stx_ino at 32; stx_dev_major, stx_dev_minor (u32s) at 136, 140.
-                    let ino = stx[4];
-                    let dev = ((stx[17] & 0xffff_ffff) << 32) | (stx[17] >> 32);
-                    if differs(dev, ino) {
+                    let stx = a[4] as *const u8;
+                    let ino = core::ptr::read_unaligned(stx.add(32) as *const u64);
+                    let major = core::ptr::read_unaligned(stx.add(136) as *const u32) as u64;
+                    let minor = core::ptr::read_unaligned(stx.add(140) as *const u32) as u64;
+                    if differs((major << 32) | minor, ino) {
                         return None;
-                    }
-                    if sys::write_own(a[4], bytes_of(&stx)) != 256 {
-                        return Some(-(errno::EFAULT as i64));
                     }
                 }
                 r
@@ -278,6 +293,9 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
             }
         }
     };
+    if let (Some((key, generation)), true) = (not_link, r == -(errno::EINVAL as i64)) {
+        crate::cache::remember_missing(crate::cache::not_link(key), generation);
+    }
     if r == -(errno::ENOENT as i64) && (absolute || dirfd == AT_FDCWD) {
         // May be cached: only the server's failures are (it knows whether the walk
         // went through a link, and publishes them to the session).
@@ -299,9 +317,4 @@ fn loader_named(target: &[u8]) -> bool {
     stat_at(AT_FDCWD, &c, 0, &mut st) == 0
         && dev_of_stat(st[0]) == LOADER_DEV.load(Ordering::Relaxed)
         && st[1] == LOADER_INO.load(Ordering::Relaxed)
-}
-
-fn bytes_of<const N: usize>(w: &[u64; N]) -> &[u8] {
-    // SAFETY: u64s are plain bytes; the slice covers exactly the array.
-    unsafe { core::slice::from_raw_parts(w.as_ptr() as *const u8, N * 8) }
 }
