@@ -128,9 +128,12 @@ pub fn generation() -> Option<u64> {
 /// The session's flags on the page ([`crate::wire::GEN_FLAGS_AT`]); 0 without it.
 pub fn flags() -> u64 {
     let p = PAGE.load(Ordering::Acquire);
+    if p.is_null() {
+        return 0;
+    }
     // SAFETY: the page is mapped read-only for the life of the image; an aligned u64
     // inside it (checked in wire).
-    (!p.is_null()).then(|| unsafe { (*p.add(crate::wire::GEN_FLAGS_AT / 8)).load(Ordering::Acquire) }).unwrap_or(0)
+    unsafe { (*p.add(crate::wire::GEN_FLAGS_AT / 8)).load(Ordering::Acquire) }
 }
 
 /// Whether the policy refuses call `n` (the server's bitmap on the page).

@@ -112,11 +112,11 @@ fn known() -> bool {
         return true;
     }
     let mut st = [0u64; 18];
-    if stat_at(AT_FDCWD, b"/proc\0", 0, &mut st) != 0 {
+    if stat_at(AT_FDCWD, c"/proc".to_bytes_with_nul(), 0, &mut st) != 0 {
         return false;
     }
     PROC_DEV.store(dev_of_stat(st[0]), Ordering::Relaxed);
-    if stat_at(AT_FDCWD, b"/proc/self/exe\0", 0, &mut st) != 0 {
+    if stat_at(AT_FDCWD, c"/proc/self/exe".to_bytes_with_nul(), 0, &mut st) != 0 {
         return false;
     }
     LOADER_DEV.store(dev_of_stat(st[0]), Ordering::Relaxed);
@@ -164,7 +164,7 @@ fn cwd_on_proc() -> Option<bool> {
         return Some(w & 2 != 0);
     }
     // SAFETY: an O_PATH open of ".", closed below (open(2)).
-    let fd = unsafe { syscall6(SYS_OPENAT, AT_FDCWD as u64, b".\0".as_ptr() as u64, O_PATH_CLOEXEC, 0, 0, 0) };
+    let fd = unsafe { syscall6(SYS_OPENAT, AT_FDCWD as u64, c".".as_ptr() as u64, O_PATH_CLOEXEC, 0, 0, 0) };
     if fd < 0 {
         return None;
     }
