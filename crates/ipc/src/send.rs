@@ -38,7 +38,7 @@ use crate::error::SendError;
 use crate::message::{Message, SendOptions};
 use crate::plan::Plan;
 use crate::port::{Ident, RecvPort, DOORBELL};
-use crate::queue::{Place, QueuePage, Settings, RING_EVERY, SMALL_DATAGRAM};
+use crate::queue::{Place, QueuePage, Settings, Words, RING_EVERY, SMALL_DATAGRAM};
 use crate::space::Space;
 use crate::sys::{self, SendOutcome};
 use crate::table::{Entry, PortEntry, SendOnce, Table};
@@ -471,21 +471,46 @@ fn take_place(c: &Counter, end: BorrowedFd<'_>, deadline: Option<Instant>) -> Re
 #[cold]
 #[inline(never)]
 fn wait_for_place(c: &Counter, end: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<bool, Delivery> {
+    sleep_for_place(
+        c,
+        end,
+        deadline,
+        || false,
+        |w, settings| match w.reserve(settings) {
+            Place::Taken { large, .. } => Some(large),
+            Place::Full => None,
+        },
+    )
+}
+
+/// The wait of a sender whose destination's queue is full, for every sender that waits
+/// (the blocking [`wait_for_place`], the async sender's [`RoomWait`]): count as a
+/// waiter, `look` (take a place, or only see one), and sleep on the page's `released`
+/// word until the receiver gives a place back, ringing the port now and then. Ends
+/// with what `look` found, or `QueueFull` at the deadline or once `stop` says so (a
+/// wake-up that came meanwhile is passed on to the next sleeper), or `PortDead`.
+fn sleep_for_place<T>(
+    c: &Counter,
+    end: BorrowedFd<'_>,
+    deadline: Option<Instant>,
+    stop: impl Fn() -> bool,
+    look: impl Fn(&Words<'_>, &Settings) -> Option<T>,
+) -> Result<T, Delivery> {
     let w = c.page().words();
     let settings = c.settings();
     let mut rang: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if deadline.is_some_and(|d| now >= d) || stop() {
             return Err(Delivery::QueueFull);
         }
         w.waiters.fetch_add(1, Ordering::AcqRel);
         let seen = w.released.load(Ordering::Acquire);
         // Look again now that this sender counts as a waiter: a place given back
         // before is seen here, one given back after wakes it.
-        if let Place::Taken { large, .. } = w.reserve(&settings) {
+        if let Some(found) = look(&w, &settings) {
             w.waiters.fetch_sub(1, Ordering::AcqRel);
-            return Ok(large);
+            return Ok(found);
         }
         if rang.is_none_or(|t| now.saturating_duration_since(t) >= RING_EVERY)
             && ictus_sys::socket::outq_len(end).is_ok_and(|n| n == 0)
@@ -499,13 +524,78 @@ fn wait_for_place(c: &Counter, end: BorrowedFd<'_>, deadline: Option<Instant>) -
         if sys::hung_up(end) {
             return Err(Delivery::PortDead);
         }
-        if let Place::Taken { large, .. } = w.reserve(&settings) {
-            return Ok(large);
+        if let Some(found) = look(&w, &settings) {
+            return Ok(found);
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| Instant::now() >= d) || stop() {
             // Giving up: if a wake-up meant for a sender came here, pass it on.
             c.page().wake(1);
             return Err(Delivery::QueueFull);
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+/// What a [`RoomWait`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// The queue shows a free place (not taken: another sender may take it first).
+    Free,
+    /// Still full at the deadline, or the wait was stopped.
+    Full,
+    /// The destination's port is dead.
+    Dead,
+}
+
+#[cfg(feature = "tokio")]
+/// A wait for room in a destination's queue that takes no place: the async sender
+/// (`aio`) runs [`RoomWait::wait`] on a blocking thread of its runtime, then tries its
+/// send without blocking. It sleeps on the same futex word, and counts as a waiter the
+/// same way, as a blocked [`Space::send`]: the receiver's wake-up for the place it gives
+/// back reaches it. (The send end's writability does not do: the kernel makes it
+/// writable when the receiver dequeues, before the receiver gives the place back.)
+pub(crate) struct RoomWait {
+    counter: Counter,
+    end: Arc<OwnedFd>,
+}
+
+#[cfg(feature = "tokio")]
+impl RoomWait {
+    /// Whether the queue is full by the page's count.
+    pub(crate) fn full(&self) -> bool {
+        self.counter.page().words().queued() >= self.counter.settings().qlimit
+    }
+
+    /// Sleep until the queue shows room, its port dies, `deadline` passes, or `stop`
+    /// says so.
+    pub(crate) fn wait(&self, deadline: Option<Instant>, stop: impl Fn() -> bool) -> Room {
+        let look = |w: &Words<'_>, settings: &Settings| (w.queued() < settings.qlimit).then_some(());
+        match sleep_for_place(&self.counter, self.end.as_fd(), deadline, stop, look) {
+            Ok(()) => Room::Free,
+            Err(Delivery::PortDead) => Room::Dead,
+            Err(_) => Room::Full,
+        }
+    }
+
+    /// Pass a wake-up this wait took, and will not use, on to the next sleeper.
+    pub(crate) fn pass_on(&self) {
+        self.counter.page().wake(1);
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Space {
+    /// The wait for room in `dest`'s queue (a send right, or a receive right's own
+    /// port): `None` for a destination no queue page holds back (a send-once right, or
+    /// a port whose page was not found), where the kernel's buffer is the only bound.
+    pub(crate) fn room_wait(&self, dest: Name) -> Result<Option<RoomWait>, SendError> {
+        let target = resolve_target(&mut self.table(), dest)?;
+        match (self.counter(&target), target) {
+            (Some(counter), Target::Shared(end, _)) => Ok(Some(RoomWait { counter, end })),
+            (_, target) => {
+                target.put_back(&mut self.table(), dest);
+                Ok(None)
+            }
         }
     }
 }

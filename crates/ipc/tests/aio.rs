@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use common::*;
@@ -29,6 +30,8 @@ const TESTS: &[&str] = &[
     "receivers_wake_for_messages_sent_from_other_threads",
     "a_port_set_wakes_for_any_member_even_one_added_later",
     "a_send_to_a_full_queue_waits_for_room_or_times_out",
+    "a_send_wakes_for_room_that_no_dequeue_makes",
+    "a_call_wakes_for_room_that_no_dequeue_makes",
     "a_send_to_a_dead_port_fails_at_once",
     "many_callers_and_a_server_share_one_thread",
     "a_call_that_times_out_never_takes_a_late_reply_for_the_next",
@@ -158,6 +161,101 @@ fn a_send_to_a_full_queue_waits_for_room_or_times_out() {
         reader.join().expect("reader");
         let last = recv(&space, port);
         assert_eq!((last.id, last.data()), (3, &b"last"[..]));
+    });
+}
+
+/// Where a port's queue page keeps `sent`, the places senders have taken
+/// (`crates/ipc/src/queue.rs`, `SENT_AT`).
+const PAGE_SENT_AT: u64 = 64;
+
+/// The queue page of the port a send end reaches, from the note at the head of the send
+/// end's queue, as any holder of a send right can get it (peeked: the note stays).
+fn queue_page(send_end: std::os::fd::BorrowedFd<'_>) -> std::os::fd::OwnedFd {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    #[repr(C, align(8))]
+    struct Control([std::mem::MaybeUninit<u8>; rustix::cmsg_space!(ScmRights(1))]);
+    let mut space = Control([std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))]);
+    let mut control = RecvAncillaryBuffer::new(&mut space.0);
+    let mut buf = [0u8; 64];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let flags = RecvFlags::PEEK | RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT;
+    rustix::net::recvmsg(send_end, &mut iov, &mut control, flags).expect("peek the note");
+    let mut fds: Vec<_> = control
+        .drain()
+        .filter_map(|m| match m {
+            RecvAncillaryMessage::ScmRights(r) => Some(r),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(fds.len(), 1, "the note carries the queue page");
+    fds.pop().expect("page")
+}
+
+/// Room that appears with no message taken off the queue — places a holder of a send
+/// right claimed in the queue page and never used, given back by the receiver's audit —
+/// comes with no event on the send end at all, only with the page's wake-up. An async
+/// sender waits for that wake-up and rings the port as a blocked sender does, so it gets
+/// the room; one that waited for the send end's writability would wait for ever (as it
+/// also could when its try landed between a receiver's dequeue, which makes the send end
+/// writable, and that receiver giving the place back).
+#[test]
+fn a_send_wakes_for_room_that_no_dequeue_makes() {
+    let _s = serial();
+    let space = Space::new();
+    let port = space.allocate_port().expect("port");
+    let dest = claim_every_place(&space, port, 1);
+    runtime().block_on(async {
+        let sender = AsyncSender::new(&space, dest).expect("register");
+        let e = sender.send(&mut Message::new(1, b"early".to_vec()), Some(Duration::from_millis(30))).await;
+        assert!(matches!(e, Err(SendError::TimedOut)), "the claimed place fills the queue: {e:?}");
+        // A receiver waits; only the sender's doorbell makes it look at the queue.
+        let s2 = space.clone();
+        let receiver = std::thread::spawn(move || recv(&s2, port));
+        bounded("send", sender.send(&mut Message::new(2, b"after the audit".to_vec()), None))
+            .await
+            .expect("send once the claimed place is given back");
+        let got = receiver.join().expect("receiver");
+        assert_eq!((got.id, got.data()), (2, &b"after the audit"[..]));
+    });
+}
+
+/// A hostile holder of a send right to `port` claims every place of its queue (qlimit
+/// `places`) in the queue page, and never sends: the queue is full with nothing in it.
+fn claim_every_place(space: &Space, port: ictus_ipc::Name, places: u32) -> ictus_ipc::Name {
+    space.set_qlimit(port, places).expect("qlimit");
+    let send_end = space.send_right_fd(port).expect("a send right's descriptor");
+    let page = queue_page(send_end.as_fd());
+    let mut word = [0u8; 4];
+    rustix::io::pread(&page, &mut word, PAGE_SENT_AT).expect("read sent");
+    let claimed = u32::from_le_bytes(word).wrapping_add(places).to_le_bytes();
+    rustix::io::pwrite(&page, &claimed, PAGE_SENT_AT).expect("claim the places");
+    space.insert_send_fd(send_end).expect("send right")
+}
+
+/// As [`a_send_wakes_for_room_that_no_dequeue_makes`], for a call's request.
+#[test]
+fn a_call_wakes_for_room_that_no_dequeue_makes() {
+    let _s = serial();
+    let space = Space::new();
+    let service = space.allocate_port().expect("service");
+    let dest = claim_every_place(&space, service, 2);
+    runtime().block_on(async {
+        let mut caller = AsyncCaller::new(&space, dest).expect("caller");
+        let mut reply = Received::new();
+        let s2 = space.clone();
+        // The server waits; only the caller's doorbell makes it look at the queue.
+        let server = std::thread::spawn(move || {
+            let mut req = recv(&s2, service);
+            let to = req.reply.take().expect("reply right");
+            let mut answer = Message::new(req.id + 100, req.data().to_vec());
+            s2.send(to.name, &mut answer, SendOptions::default()).expect("reply");
+        });
+        bounded("call", caller.call(&mut Message::new(5, b"after the audit".to_vec()), &mut reply, None))
+            .await
+            .expect("call once the claimed places are given back");
+        assert_eq!((reply.id, reply.data()), (105, &b"after the audit"[..]));
+        server.join().expect("server");
     });
 }
 

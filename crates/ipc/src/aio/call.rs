@@ -142,11 +142,11 @@ impl AsyncCaller {
         loop {
             let ready = match wait {
                 true => {
-                    let fd = match &room {
-                        Some(fd) => fd,
-                        None => room.insert(self.sender.watch(Interest::WRITABLE)?),
+                    let watch = match &room {
+                        Some(watch) => watch,
+                        None => room.insert(self.sender.room_watch()?),
                     };
-                    Some(fd.writable().await.map_err(|e| SendError::Os(os(e)))?)
+                    Some((watch, watch.ready(&self.sender, None).await?))
                 }
                 false => None,
             };
@@ -175,9 +175,9 @@ impl AsyncCaller {
                     return Ok(());
                 }
                 Err(SendError::TimedOut) if !carries_ool => {
-                    // Full: wait for the next edge of room.
-                    if let Some(mut r) = ready {
-                        r.clear_ready();
+                    // Full: wait for room (`RoomWatch`).
+                    if let Some((watch, r)) = ready {
+                        watch.still_full(r);
                     }
                     wait = true;
                 }

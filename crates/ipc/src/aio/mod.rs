@@ -6,9 +6,11 @@
 //!   ([`Space::pollable_fd`]) joins the runtime's epoll, and a receive is tried when the
 //!   runtime says it is readable. A set covers the ports moved into it later too.
 //! - [`AsyncSender`] sends without blocking and, while the destination's queue is full,
-//!   waits for its send end to become writable (the kernel's own flow control), up to an
-//!   optional time-out. A destination whose port dies (even by `kill -9`) ends the wait
-//!   with [`SendError::InvalidDest`].
+//!   waits for room as a blocked [`Space::send`] does — on the futex word of the port's
+//!   queue page, from a thread of the runtime's blocking pool — or, while the kernel's
+//!   buffer is what is full, for its send end to become writable; up to an optional
+//!   time-out. A destination whose port dies (even by `kill -9`) ends the wait with
+//!   [`SendError::InvalidDest`].
 //! - [`AsyncCaller`] makes calls (Mach RPC) to one destination over a call channel of
 //!   its own — the same protocol as [`Space::call`]: the channel is offered with the
 //!   first request, later requests name it, plain replies come through its reply pipe —
@@ -37,12 +39,17 @@
 //! ```
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::unix::AsyncFd;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 use tokio::time::Instant;
 
+use crate::send::{Room, RoomWait};
 use crate::{
     Message, Name, ReceiveError, ReceiveOptions, Received, RightKind, RightsError, SendError, SendOptions, Space,
 };
@@ -191,6 +198,14 @@ impl AsyncSender {
     /// out-of-line buffers leave `msg` in every case — so a message that carries them is
     /// sent only once the queue shows room; if another sender takes that room first, the
     /// send fails with [`SendError::TimedOut`] as a blocking send at its time-out would.
+    ///
+    /// A queue full by its count (the queue limit) is waited for as a blocked
+    /// [`Space::send`] waits: on the futex word of the port's queue page, whose wake-up
+    /// the receiver gives with each place it gives back — on a thread of the runtime's
+    /// blocking pool, for as long as the queue stays full. The send end's writability
+    /// says nothing of the count (the kernel makes it writable as the receiver dequeues,
+    /// before that receiver gives the place back); it is waited for only while the
+    /// kernel's own buffer is what is full.
     pub async fn send(&self, msg: &mut Message, timeout: Option<Duration>) -> Result<(), SendError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         if self.once {
@@ -203,13 +218,13 @@ impl AsyncSender {
                 other => return other,
             }
         }
-        let fd = self.watch(Interest::WRITABLE)?;
+        let watch = self.room_watch()?;
         let wait = async {
             loop {
-                let mut ready = fd.writable().await.map_err(|e| SendError::Os(os(e)))?;
+                let ready = watch.ready(self, deadline).await?;
                 let carries_ool = !msg.ool.is_empty();
                 match self.space.send(self.dest, msg, SendOptions::NONBLOCKING) {
-                    Err(SendError::TimedOut) if !carries_ool => ready.clear_ready(),
+                    Err(SendError::TimedOut) if !carries_ool => watch.still_full(ready),
                     other => return other,
                 }
             }
@@ -218,6 +233,12 @@ impl AsyncSender {
             None => wait.await,
             Some(d) => tokio::time::timeout_at(d, wait).await.unwrap_or(Err(SendError::TimedOut)),
         }
+    }
+
+    /// What a send that found the destination's queue full waits on.
+    fn room_watch(&self) -> Result<RoomWatch, SendError> {
+        let room = self.space.room_wait(self.dest)?.map(Arc::new);
+        Ok(RoomWatch { room, fd: self.watch(Interest::WRITABLE)? })
     }
 
     /// Resolves when the destination's port is dead (its receive right destroyed, or
@@ -242,6 +263,95 @@ impl AsyncSender {
             }
         }
     }
+}
+
+/// The wait for room of a send that found its destination's queue full ([`AsyncSender`],
+/// [`AsyncCaller`]): the port's queue page, for a queue full by its count (`None` for a
+/// destination no page holds back), and the send end, registered for writability, for
+/// a kernel buffer that is full.
+struct RoomWatch {
+    room: Option<Arc<RoomWait>>,
+    fd: AsyncFd<Fd>,
+}
+
+impl RoomWatch {
+    /// Wait until a send may find room (then try it, and hand the guard to
+    /// [`RoomWatch::still_full`] if the queue is full again), the destination's port
+    /// dies (the send then says so), or `deadline` passes ([`SendError::TimedOut`]).
+    async fn ready(
+        &self,
+        sender: &AsyncSender,
+        deadline: Option<Instant>,
+    ) -> Result<AsyncFdReadyGuard<'_, Fd>, SendError> {
+        let ready = self.fd.writable().await.map_err(|e| SendError::Os(os(e)))?;
+        if let Some(room) = self.room.as_ref().filter(|r| r.full()) {
+            let found = tokio::select! {
+                found = wait_for_room(room, deadline) => found?,
+                () = sender.dead() => Room::Dead,
+            };
+            if found == Room::Full {
+                return Err(SendError::TimedOut);
+            }
+        }
+        Ok(ready)
+    }
+
+    /// A send tried after [`RoomWatch::ready`] found the queue full again. Full by the
+    /// count (another sender took the place): the next wait sleeps on the page. Full by
+    /// the kernel's buffer: the next waits for its next writability edge (one that came
+    /// since `ready` was given keeps it set).
+    fn still_full(&self, mut ready: AsyncFdReadyGuard<'_, Fd>) {
+        match &self.room {
+            Some(room) if room.full() => {}
+            Some(_) if writable_now(&self.fd) => {}
+            _ => ready.clear_ready(),
+        }
+    }
+}
+
+/// Where a [`wait_for_room`]'s blocking thread stands.
+const WAITING: u8 = 0;
+/// The thread found room; the future has not taken the news yet.
+const FOUND: u8 = 1;
+/// The future was dropped: the thread stops at its next look.
+const STOPPED: u8 = 2;
+/// The future took the news.
+const TAKEN: u8 = 3;
+
+/// Wait on a blocking-pool thread until `room` shows a free place, its port dies, or
+/// `deadline` passes. Dropping the future stops the thread at its next look (at most
+/// `queue::RING_EVERY` later), and a wake-up it took for a place nobody will now use
+/// is passed on to the next sleeper, as a blocked sender that gives up passes it on.
+async fn wait_for_room(room: &Arc<RoomWait>, deadline: Option<Instant>) -> Result<Room, SendError> {
+    struct Stop(Arc<AtomicU8>, Arc<RoomWait>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if self.0.swap(STOPPED, Ordering::AcqRel) == FOUND {
+                self.1.pass_on();
+            }
+        }
+    }
+    let stop = Stop(Arc::new(AtomicU8::new(WAITING)), room.clone());
+    let (state, room) = (stop.0.clone(), room.clone());
+    let deadline = deadline.map(Instant::into_std);
+    let found = tokio::task::spawn_blocking(move || {
+        let found = room.wait(deadline, || state.load(Ordering::Acquire) == STOPPED);
+        if found == Room::Free && state.compare_exchange(WAITING, FOUND, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            room.pass_on();
+        }
+        found
+    })
+    .await
+    .map_err(|_| SendError::Os(rustix::io::Errno::IO))?;
+    stop.0.store(TAKEN, Ordering::Release);
+    Ok(found)
+}
+
+/// Whether the kernel would take a datagram on `fd` now (`POLLOUT`).
+fn writable_now(fd: &AsyncFd<Fd>) -> bool {
+    let mut pfd = [PollFd::new(&fd.get_ref().0, PollFlags::OUT)];
+    matches!(poll(&mut pfd, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+        && pfd[0].revents().contains(PollFlags::OUT)
 }
 
 /// Sends `msg` to `dest` once, as [`AsyncSender::send`] does, for a destination used
