@@ -444,7 +444,9 @@ pub struct Snapshot {
 impl Snapshot {
     /// All native lookups.
     pub fn native_total(&self) -> u64 {
-        self.native_lookups.iter().sum()
+        // Saturating: the libraries write these, and a program can put anything on
+        // its own session's page.
+        self.native_lookups.iter().fold(0u64, |a, b| a.saturating_add(*b))
     }
 }
 
