@@ -32,6 +32,7 @@
 //!   the page cache, and through the `O_DIRECT` buffers), nginx and a splice loop, cold
 //!   and warm. Headlines `mars_http_vs_nginx`, `mars_cpu_per_gb_vs_splice`.
 
+pub mod account;
 pub mod client;
 pub mod http;
 pub mod rig;
