@@ -77,13 +77,19 @@ fn io(e: i32) -> std::io::Error {
 
 /// Load a policy (the default if `None`) with its host paths made canonical.
 pub fn load_policy(path: Option<&Path>) -> Result<Policy, RunError> {
-    let mut p = match path {
+    match path {
         Some(f) => {
             let text = std::fs::read_to_string(f).map_err(|e| RunError::PolicyFile(f.to_path_buf(), e))?;
-            Policy::parse(&text)?
+            policy_from_text(&text)
         }
-        None => Policy::default(),
-    };
+        None => policy_from_text(""),
+    }
+}
+
+/// A policy's text checked as [`load_policy`] checks a file: parsed (an empty text is
+/// the default policy), its bind mounts' host paths existing and made canonical.
+pub fn policy_from_text(text: &str) -> Result<Policy, RunError> {
+    let mut p = Policy::parse(text)?;
     for m in &mut p.mounts {
         m.host = std::fs::canonicalize(&m.host).map_err(|e| RunError::Bind(m.host.clone(), e))?;
     }
@@ -144,18 +150,24 @@ pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
     let c = sys::cpath(&loader_path).map_err(|e| RunError::Setup(io(e)))?;
     let loader =
         sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
-    let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
-    generation.set_refused(policy.refused.iter().map(|r| r.0));
-    let session = Arc::new(Session {
-        view: View::new(&policy),
-        policy,
-        loader,
-        stats: Stats::default(),
-        exes: Default::default(),
-        generation,
-    });
+    let session = Arc::new(new_session(policy, &Arc::new(loader))?);
     let server = Server::start(session).map_err(|e| RunError::Setup(io(e)))?;
     Ok((server, loader_path))
+}
+
+/// A session for `policy`: its view and a generation page of its own (a page holds
+/// the refused calls and the failed look-ups of one view), counts from zero.
+pub fn new_session(policy: Policy, loader: &Arc<OwnedFd>) -> Result<Session, RunError> {
+    let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
+    generation.set_refused(policy.refused.iter().map(|r| r.0));
+    Ok(Session {
+        view: Arc::new(View::new(&policy)),
+        policy: Arc::new(policy),
+        loader: Arc::clone(loader),
+        stats: Stats::default(),
+        exes: Default::default(),
+        generation: Arc::new(generation),
+    })
 }
 
 /// Everything the first process of a program needs: its descriptors (moved to the
@@ -183,16 +195,16 @@ pub struct Prepared {
 }
 
 /// Prepare a program for the process `pid` (whose working directory and `$PATH`
-/// decide where the program is found), as `argv`.
+/// decide where the program is found), as `argv`, to be served in `session`.
 pub fn prepare(
     server: &Server,
+    session: &Arc<Session>,
     loader: &Path,
     pid: i32,
     cwd: &Path,
     path_env: Option<&OsStr>,
     argv: &[OsString],
 ) -> Result<Prepared, RunError> {
-    let session = server.session();
     let policy = &session.policy;
     let filter_bytes = filter::build(&FilterPolicy {
         network: policy.network,
@@ -225,7 +237,7 @@ pub fn prepare(
         Some(session.view.host_of(Path::new("/")).map(|h| h.0).unwrap_or_else(|| PathBuf::from("/")))
     };
     let generation = session.generation.fd().try_clone_to_owned().map_err(RunError::Setup)?;
-    let session_socket = server.add_session_socket().map_err(|e| RunError::Setup(io(e)))?;
+    let session_socket = server.add_program(Arc::clone(session)).map_err(|e| RunError::Setup(io(e)))?;
     Ok(Prepared {
         session: session_socket,
         prog,
@@ -404,7 +416,8 @@ fn run_inner(opts: &RunOptions, settle: bool) -> Result<(Ended, Snapshot), RunEr
     let (server, loader) = start_server(policy)?;
     let me = std::process::id() as i32;
     let cwd = std::env::current_dir().map_err(RunError::Setup)?;
-    let prepared = prepare(&server, &loader, me, &cwd, std::env::var_os("PATH").as_deref(), &opts.argv)?;
+    let prepared =
+        prepare(&server, server.session(), &loader, me, &cwd, std::env::var_os("PATH").as_deref(), &opts.argv)?;
     let ended = spawn_and_wait(prepared, opts, |child| {
         let mut exes = server.session().exes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(host) = exes.remove(&me) {

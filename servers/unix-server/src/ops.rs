@@ -26,17 +26,34 @@ use crate::view::{Lookup, Node, Resolved, View};
 #[derive(Debug)]
 pub struct Session {
     /// The view.
-    pub view: View,
+    pub view: Arc<View>,
     /// The policy.
-    pub policy: Policy,
+    pub policy: Arc<Policy>,
     /// The loader, opened `O_PATH`.
-    pub loader: OwnedFd,
+    pub loader: Arc<OwnedFd>,
     /// Counters.
     pub stats: Stats,
     /// What each process last exec'd (host path), for `/proc/PID/exe`.
     pub exes: Mutex<HashMap<i32, PathBuf>>,
     /// The namespace generation the libraries' failed-lookup caches follow.
-    pub generation: sys::GenerationPage,
+    pub generation: Arc<sys::GenerationPage>,
+}
+
+impl Session {
+    /// A session for one more program under the same policy: the view, the loader
+    /// and the generation page (with its table of failed look-ups, which only
+    /// programs of the same view may share) are this one's; the counts and exec
+    /// records are the new program's own.
+    pub fn sibling(&self) -> Session {
+        Session {
+            view: Arc::clone(&self.view),
+            policy: Arc::clone(&self.policy),
+            loader: Arc::clone(&self.loader),
+            stats: Stats::default(),
+            exes: Mutex::default(),
+            generation: Arc::clone(&self.generation),
+        }
+    }
 }
 
 /// The server's counters.

@@ -465,28 +465,3 @@ pub fn euid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() }
 }
-
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// SIGINT and SIGTERM set a flag and interrupt blocking calls (no `SA_RESTART`).
-pub fn stop_on_int_and_term() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: sigaction is plain data; the handler only stores to an atomic
-        // (async-signal-safe).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-/// Whether SIGINT or SIGTERM came.
-pub fn stopping() -> bool {
-    STOP.load(std::sync::atomic::Ordering::SeqCst)
-}
