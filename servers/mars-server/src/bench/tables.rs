@@ -344,7 +344,8 @@ fn over_window(sent: Instant, got: &client::Received, window: u64, series: &acco
     let (from, to) = (sent + Duration::from_nanos(from), sent + Duration::from_nanos(to));
     let secs = to.saturating_duration_since(from).as_secs_f64().max(1e-9);
     let (background, disk) = series.rates(from, to);
-    Window { stream: got.bytes.min(window) as f64 / secs, background, disk }
+    let sampled = series.covers(from, to) && series.widest_gap(from, to) <= account::MAX_GAP;
+    Window { sampled, stream: got.bytes.min(window) as f64 / secs, background, disk }
 }
 
 /// The stream's share of the disk in Table 2's main sweep, and in its high-rate cells.
@@ -420,8 +421,8 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
                             let port = port_of(&server);
                             let fio =
                                 rig::start_fio(rig, &dev, &Readers { k, ..ours_bg }, Priority::default(), &fio_out)?;
-                            let mut source: Source =
-                                fio.map_or_else(|| Box::new(|| 0u64) as Source, |f| account::tree_reader(rig.pid(f)));
+                            let mut source: Source = fio
+                                .map_or_else(|| Box::new(|| 0u64) as Source, |f| account::tree_reader(rig.pid(f), k));
                             until_reading(k, &mut source)?;
                             let sampler = Sampler::start(source, &lower);
                             let (sent, got) = play_timed(
@@ -494,8 +495,8 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
                             rig::start_nginx(rig, &l.www, port, Priority { fifo: Some(ENGINE_FIFO), io })?;
                             let fio =
                                 rig::start_fio(rig, &dev, &Readers { k, ..www_bg }, Priority::default(), &fio_out)?;
-                            let mut source: Source =
-                                fio.map_or_else(|| Box::new(|| 0u64) as Source, |f| account::tree_reader(rig.pid(f)));
+                            let mut source: Source = fio
+                                .map_or_else(|| Box::new(|| 0u64) as Source, |f| account::tree_reader(rig.pid(f), k));
                             until_reading(k, &mut source)?;
                             let sampler = Sampler::start(source, &lower);
                             let (sent, got) =
@@ -735,7 +736,7 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
     );
     let high_secs = secs.min(0.95 * l.clip_len as f64 / (rate * HIGH));
     out.notes.push(format!(
-        "Table 2: a stream of {:.1} MB/s ({:.0} % of the disk; {:.1} MB/s = {:.0} % in the high-rate cells and {:.0} % for ours through DRR and nginx + BFQ + RT, {kmax} readers, for {high_secs:.1} s: the clip) ({} KiB slots) for {secs} s on a {:.0} MB/s disk, {rounds} run(s) per cell rotating the order; background: fio, one job per reader, sequential 128 KiB O_DIRECT reads, libaio depth 8, at their default I/O priority, from beyond the clips on the same disk (or, for 'through its DRR', that many full-speed downloads from our server), started first and stopped after the stream; background throughput = what the readers read during the stream's window (first body byte to the end of its window: fio's processes' read_bytes, the downloads' bytes received), sampled every 20 ms, beside the throttled device's own count; a run whose stream + background exceeds the measured capability, or whose device count exceeds the throttle, by more than {margin:.0} % is an accounting error and left out; the player (SCHED_FIFO {CLIENT_FIFO}) pulls at the stream rate with one slot of buffer and starts its clock at the first body byte; a slot is late if its last byte came more than one period after the player needed it; a run holds the rate if it delivered its window with at most 1 % of slots late. Our engine and nginx both run at SCHED_FIFO {ENGINE_FIFO}; admission from the volume's measured capability ({:.1} MB/s)",
+        "Table 2: a stream of {:.1} MB/s ({:.0} % of the disk; {:.1} MB/s = {:.0} % in the high-rate cells and {:.0} % for ours through DRR and nginx + BFQ + RT, {kmax} readers, for {high_secs:.1} s: the clip) ({} KiB slots) for {secs} s on a {:.0} MB/s disk, {rounds} run(s) per cell rotating the order; background: fio, one job per reader, sequential 128 KiB O_DIRECT reads, libaio depth 8, at their default I/O priority, from beyond the clips on the same disk (or, for 'through its DRR', that many full-speed downloads from our server), started first and stopped after the stream; background throughput = what the readers read during the stream's window (first body byte to the end of its window: fio's processes' read_bytes, the downloads' bytes received), sampled every 20 ms, beside the throttled device's own count; a run the sampler did not see whole, or whose stream + background exceeds the device's count or the disk (measured capability or throttle, the larger), or whose device count exceeds the throttle, by more than {margin:.0} %, is an accounting error and left out; the player (SCHED_FIFO {CLIENT_FIFO}) pulls at the stream rate with one slot of buffer and starts its clock at the first body byte; a slot is late if its last byte came more than one period after the player needed it; a run holds the rate if it delivered its window with at most 1 % of slots late. Our engine and nginx both run at SCHED_FIFO {ENGINE_FIFO}; admission from the volume's measured capability ({:.1} MB/s)",
         rate * LOW / 1e6,
         LOW * 100.0,
         rate * HIGH / 1e6,
