@@ -175,9 +175,17 @@ pub fn main(a: UnixArgs, quiet: bool) -> Result<(), Box<dyn std::error::Error>> 
                 ictus_unix_server::exit_like(ictus_unix_server::run(&opts)?);
             }
             let (ended, snap) = ictus_unix_server::run_session(&opts)?;
+            let [opens, stat, statx, access, readlink, getcwd] = snap.native_lookups;
             eprintln!(
-                "ictus unix: served {} requests on {} connections ({} still open), {} malformed, refused {:?}",
-                snap.served, snap.connections, snap.open, snap.malformed, snap.refused
+                "ictus unix: served {} requests on {} connections ({} still open), {} malformed, refused {:?}; \
+                 {} read-only lookups done by the library without the server (opens {opens}, stat {stat}, \
+                 statx {statx}, access {access}, readlink {readlink}, getcwd {getcwd}; as the libraries report them)",
+                snap.served,
+                snap.connections,
+                snap.open,
+                snap.malformed,
+                snap.refused,
+                snap.native_total()
             );
             ictus_unix_server::exit_like(ended)
         }

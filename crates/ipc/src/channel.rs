@@ -189,18 +189,27 @@ impl Pool {
     }
 }
 
+/// The token under which a port keeps a hung-up call channel that came with a moved
+/// receive right: the kernel still names the channel's creator (`SO_PEERCRED`) but no
+/// longer the inode of its closed end, so the real token cannot be found again. No
+/// request can name it (a header's token is never zero).
+pub(crate) const UNKNOWN_TOKEN: u32 = 0;
+
 /// The reply right of a request naming a call channel by `token`: the channel the
 /// port keeps under the sender's pid as the kernel stamped it, so a task can name only
-/// channels it offered itself, whatever token it guesses. `None`: the port keeps no
-/// such channel.
+/// channels it offered itself, whatever token it guesses. Failing that, a hung-up
+/// channel of the same pid that came with a moved receive right, whose token is not
+/// known ([`Inner::rekey_moved`]): the request of a caller that hung up before the move
+/// is delivered with a reply right that leads nowhere, as before it. `None`: the port
+/// keeps no such channel.
 #[inline]
 pub(crate) fn kept(port: &RecvPort, sender: Credentials, token: u32) -> Option<SendOnce> {
-    let key = (sender.pid, token);
-    port.lock().channels.get(&key).map(|c| SendOnce {
-        fd: c.fd.clone(),
-        channel: Some((port.id, key)),
-        pipe: c.pipe.clone(),
-    })
+    let st = port.lock();
+    let (&key, c) = st
+        .channels
+        .get_key_value(&(sender.pid, token))
+        .or_else(|| st.channels.get_key_value(&(sender.pid, UNKNOWN_TOKEN)))?;
+    Some(SendOnce { fd: c.fd.clone(), channel: Some((port.id, key)), pipe: c.pipe.clone() })
 }
 
 /// Whether an offered call channel is what it claims, a connection of the client's
@@ -267,17 +276,38 @@ impl Inner {
 
     /// Call channels that came with a moved receive right: find each one's key again
     /// from the kernel (its creator's pid, the inode of the client's end), so the
-    /// clients' requests already queued, and later ones, are answered on them. One the
-    /// kernel cannot place is closed: its client sees the hang-up. Their reply pipes
-    /// stayed behind: the clients see the pipes close and take replies on the
-    /// connection from now on.
+    /// clients' requests already queued, and later ones, are answered on them. Their
+    /// reply pipes stayed behind: the clients see the pipes close and take replies on
+    /// the connection from now on.
+    ///
+    /// A channel whose client's end is closed (`POLLHUP`) has no inode to find, but may
+    /// still have requests queued behind it, which Mach delivers with the port: it is
+    /// kept hung up, exactly as [`Inner::channel_hung_up`] leaves one, under its
+    /// creator's pid and [`UNKNOWN_TOKEN`] (one per pid: they all lead nowhere), until
+    /// nothing sent before the move can be unread ([`Inner::forget_hung_up_channels`]).
+    /// One the kernel cannot place otherwise is closed: its client sees the hang-up.
     pub(crate) fn rekey_moved(&self, space: &Space, port: &Arc<RecvPort>, channels: Vec<OwnedFd>) {
+        let mut hung_up = false;
         for fd in channels {
-            let pid = sys::peer_pid(fd.as_fd());
-            let peer = sys::peer_inode(fd.as_fd()).ok().flatten();
-            if let (Some(pid), Some(ino)) = (pid.filter(|&p| p != 0), peer) {
-                self.keep_channel(space, port, (pid, sys::token_of_inode(ino)), Arc::new(fd), None);
+            let Some(pid) = sys::peer_pid(fd.as_fd()).filter(|&p| p != 0) else { continue };
+            match sys::peer_inode(fd.as_fd()).ok().flatten() {
+                Some(ino) => {
+                    self.keep_channel(space, port, (pid, sys::token_of_inode(ino)), Arc::new(fd), None);
+                }
+                None if sys::hung_up(fd.as_fd()) => {
+                    let mut st = port.lock();
+                    if !st.dead && !st.channels.contains_key(&(pid, UNKNOWN_TOKEN)) {
+                        let c = Channel { fd: Arc::new(fd), pipe: None, watch: None, hung_up: true };
+                        st.add_channel((pid, UNKNOWN_TOKEN), c);
+                        port.hung_up.fetch_add(1, Ordering::SeqCst);
+                        hung_up = true;
+                    }
+                }
+                None => {}
             }
+        }
+        if hung_up {
+            self.forget_hung_up_channels(port);
         }
     }
 

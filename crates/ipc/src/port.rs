@@ -530,10 +530,13 @@ impl RecvState {
         self.channels.insert(key, channel)
     }
 
-    /// Forget the call channel under `key` if it is still `fd`.
+    /// Forget the call channel under `key` if it is still `fd` and its client has not
+    /// hung up. A hung-up channel leads nowhere, and may stand for more than one
+    /// request still unread (`Inner::rekey_moved` keeps one per dead caller): it stays
+    /// until `Inner::forget_hung_up_channels` lets it go.
     pub(crate) fn remove_channel(&mut self, key: ChannelKey, fd: &Arc<OwnedFd>) -> Option<Channel> {
         match self.channels.get(&key) {
-            Some(c) if Arc::ptr_eq(&c.fd, fd) => self.channels.remove(&key),
+            Some(c) if Arc::ptr_eq(&c.fd, fd) && !c.hung_up => self.channels.remove(&key),
             _ => None,
         }
     }
@@ -565,8 +568,8 @@ impl RecvState {
         let mains = count(ConnKind::Main, &mut fds) as u16;
         let onces = count(ConnKind::Once, &mut fds) as u8;
         let channels: Vec<(ChannelKey, Channel)> = self.channels.drain().collect();
-        // Hung-up channels travel too; the new holder cannot find their keys again from
-        // the kernel (the client's end is gone) and closes them (`doc/ipc.md`).
+        // Hung-up channels travel too: requests queued behind them move with the port,
+        // and the new holder keeps them for those (`Inner::rekey_moved`).
         port.hung_up.store(0, Ordering::SeqCst);
         fds.extend(channels.iter().map(|(_, c)| c.fd.clone()));
         let no_senders = self.no_senders.take();

@@ -788,6 +788,106 @@ fn child_dying_caller() {
     panic!("the child was to die blocked in a receive, got {res:?}");
 }
 
+/// The same dying caller, but its requests are received by another task: once the
+/// caller is killed (`kill -9`) with its requests queued and the port has seen its call
+/// channels hang up, the receive right moves to a second child. Mach moves the queued
+/// messages with the port, so the new holder receives every one of them with the dead
+/// caller's credentials; a reply fails cleanly (`InvalidDest`, a dead name), nothing is
+/// refused as malformed, and afterwards the new holder keeps no channel and holds the
+/// descriptors and mappings it held before the right came; the old holder too.
+#[test]
+fn requests_of_a_killed_caller_move_with_the_receive_right() {
+    let _serial = serial();
+    let base = Resources::settled();
+    {
+        let s = Space::new();
+        let boot = s.allocate_port().unwrap();
+        let mut cmd = child_command("child_dying_caller", "dying-caller");
+        s.give_bootstrap(&mut cmd, boot).unwrap();
+        let caller = ChildGuard::spawn(cmd, "dying-caller");
+        let pid = caller.pid();
+        let c = parent_hello(&s, boot, &caller);
+        send(&s, c, with_ports(GIFTS, &[], &[(boot, Disposition::MakeSendOnce)]));
+        let queued = |n: u32| {
+            let s = &s;
+            move || s.port_status(boot).unwrap().msgcount == n
+        };
+        eventually("the first calls queued", queued(CALLERS));
+        for _ in 0..CALLERS {
+            let req = recv(&s, boot);
+            assert_eq!((req.id, req.sender.pid), (REQUEST, pid));
+            send(&s, req.reply.expect("a reply right").name, Message::new(REQUEST + 1, Vec::new()));
+        }
+        eventually("the last sends queued", queued(CALLERS + 2));
+        assert!(wait_all_asleep(pid), "the child's threads never all blocked");
+        assert_eq!(s.port_status(boot).unwrap().channels, CALLERS);
+        caller.kill9();
+        eventually("the hang-ups seen", || s.port_status(boot).unwrap().hung_up_channels == CALLERS);
+
+        let boot2 = s.allocate_port().unwrap();
+        let mut cmd = child_command("child_new_holder", "new-holder");
+        s.give_bootstrap(&mut cmd, boot2).unwrap();
+        let holder = ChildGuard::spawn(cmd, "new-holder");
+        let h = parent_hello(&s, boot2, &holder);
+        send(&s, h, with_ports(MOVED, &pid.to_le_bytes(), &[(boot, Disposition::MoveReceive)]));
+        holder.expect_success();
+        assert!(s.right_kinds(boot).is_err(), "the receive right left, and no other right to it was held");
+        s.deallocate(c).unwrap();
+        s.deallocate(h).unwrap();
+        s.destroy(boot2).unwrap();
+        assert_eq!(s.stats().names, 0);
+    }
+    assert_back_to(&base, "requests of a killed caller moved with the receive right");
+}
+
+#[test]
+fn child_new_holder() {
+    if !child_role("new-holder") {
+        return;
+    }
+    let s = Space::task();
+    let (_boot, mine) = child_hello(&s);
+    let base = Resources::settled();
+    let moved = recv(&s, mine);
+    assert_eq!((moved.id, moved.ports.len()), (MOVED, 1));
+    assert_eq!(moved.ports[0].kind, RightKind::Receive);
+    let pid = u32::from_le_bytes(moved.data().try_into().expect("the dead caller's pid"));
+    let port = moved.ports[0].name;
+    let st = s.port_status(port).unwrap();
+    // The dead caller's hung-up channels came along, kept as one: they all lead nowhere.
+    assert_eq!((st.msgcount, st.channels, st.hung_up_channels), (CALLERS + 2, 1, 1), "{st:?}");
+    let mut calls = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    for _ in 0..CALLERS + 2 {
+        let m = recv(&s, port);
+        assert_eq!(m.sender.pid, pid, "the kernel's word on the sender");
+        match m.id {
+            LAST_CALL => {
+                let reply = m.reply.expect("a reply right");
+                assert_eq!(reply.kind, RightKind::SendOnce);
+                let err = s.send(reply.name, &mut Message::new(LAST_CALL + 1, vec![]), SendOptions::NONBLOCKING);
+                assert!(matches!(err, Err(SendError::InvalidDest(n)) if n == reply.name), "{err:?}");
+                assert_eq!(s.right_kinds(reply.name).unwrap(), vec![RightKind::DeadName]);
+                s.mod_refs(reply.name, RightKind::DeadName, -1).unwrap();
+                assert!(calls.insert(m.data().to_vec()), "a call delivered twice");
+            }
+            ONE_WAY | ON_ONCE => {
+                assert!(m.reply.is_none());
+                assert!(others.insert(m.id));
+            }
+            other => panic!("unexpected message {other}"),
+        }
+    }
+    assert_eq!(calls.len() as u32, CALLERS);
+    assert_eq!(others, BTreeSet::from([ONE_WAY, ON_ONCE]));
+    let st = s.port_status(port).unwrap();
+    assert_eq!((st.channels, st.hung_up_channels, st.msgcount, st.sorights, st.connections), (0, 0, 0, 0, 1), "{st:?}");
+    assert_eq!(s.stats().malformed, 0);
+    assert_empty(&s, port);
+    s.destroy(port).unwrap();
+    assert_back_to(&base, "the new holder, once the moved port is gone");
+}
+
 // ----- 4. threads ---------------------------------------------------------------------------
 
 const SENDERS: u32 = 4;

@@ -505,6 +505,7 @@ pub fn run_remote(socket: Option<&Path>, opts: &RunOptions) -> Result<Ended, Run
                 interp,
                 filter,
                 generation,
+                counts: None,
                 loader: PathBuf::from(std::ffi::OsStr::from_bytes(parts[1])),
                 args: parts[4..].iter().map(|a| OsString::from_vec(a.to_vec())).collect(),
                 chdir_to: (!chdir.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(chdir))),

@@ -37,6 +37,9 @@ pub struct Session {
     pub exes: Mutex<HashMap<i32, PathBuf>>,
     /// The namespace generation the libraries' failed-lookup caches follow.
     pub generation: Arc<sys::GenerationPage>,
+    /// What the libraries did natively (without it they do every lookup through
+    /// the server).
+    pub counts: Option<sys::CountPage>,
 }
 
 impl Session {
@@ -52,6 +55,7 @@ impl Session {
             stats: Stats::default(),
             exes: Mutex::default(),
             generation: Arc::clone(&self.generation),
+            counts: sys::CountPage::new().ok(),
         }
     }
 }
@@ -448,6 +452,9 @@ fn shared_missing_key<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8])> {
         nr::NEWFSTATAT | nr::FACCESSAT2 => a[3] & NOFOLLOW == 0,
         nr::STATX => a[2] & NOFOLLOW == 0,
         nr::READLINKAT => false,
+        // A program path that is missing (execvp tries every $PATH directory): the
+        // walk below tells it from a missing interpreter, which fails the same way.
+        nr::EXECVEAT => a[4] & NOFOLLOW == 0,
         _ => return None,
     };
     let path = req.path1?;
@@ -470,7 +477,7 @@ fn walked_a_link(pid: i32, cwd: &CwdCache, req: &Request<'_>) -> bool {
     let h = &req.header;
     let cacheable = match h.op {
         nr::OPENAT => h.args[2] & (O_CREAT | 0o20000000) == 0,
-        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT => true,
+        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT | nr::EXECVEAT => true,
         _ => false,
     };
     let Some(path) = req.path1 else { return false };

@@ -815,3 +815,106 @@ fn policy_changes_are_checked_numbered_and_only_for_the_servers_user() {
 fn euid_of_this_process() -> u32 {
     std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap()
 }
+
+/// Read-only lookups where the view confines nothing they could reveal are done by
+/// the library natively, and counted apart (`Snapshot::native_lookups`); writes,
+/// creates and truncations stay served, and the filter traps them even from the
+/// library's own code (an `ro` line would be bypassed otherwise). Under a view that
+/// hides something every lookup is served, and a hidden file stays hidden when the
+/// program calls the library's `syscall` instruction directly.
+#[test]
+fn read_only_lookups_are_native_only_where_the_view_hides_nothing() {
+    let d = scratch();
+    let prog = c_program(&d, "native", false);
+    let dir = d.join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("file");
+    std::fs::write(&file, "x").unwrap();
+    let out = d.join("out.txt");
+    let run = |policy: Option<&str>, k: usize, created: &str| {
+        std::fs::write(&file, "x").unwrap();
+        let made = d.join(created);
+        let _ = std::fs::remove_dir_all(&made);
+        std::fs::create_dir(&made).unwrap();
+        let script = format!("{} {} {} {k} > {}", prog.display(), file.display(), made.display(), out.display());
+        let (ended, snap) = sh_under(policy, &d, &script);
+        assert_eq!(ended, Ended::Code(0));
+        (read(&out), snap)
+    };
+    let lines = |text: &str, want: &[(&str, &str)]| {
+        for (what, answer) in want {
+            assert!(text.lines().any(|l| l == format!("{what}: {answer}")), "{what}: not {answer} in:\n{text}");
+        }
+    };
+
+    // The identity view, and a view with an `ro` line: native, but writes served.
+    let ro = format!("ro {}\n", dir.display());
+    for policy in [None, Some(ro.as_str())] {
+        let (_, none) = run(policy, 0, "made0");
+        let (text, some) = run(policy, 30, "made30");
+        let writes_allowed = policy.is_none();
+        let w = if writes_allowed { "ok" } else { "EROFS" };
+        lines(
+            &text,
+            &[
+                ("glibc lookups failed", "0"),
+                ("library-range open read-only", "ok"),
+                ("library-range open for writing", w),
+                ("library-range open truncating", w),
+                ("library-range stat", "ok"),
+                ("library-range statx", "ok"),
+                ("library-range access read", "ok"),
+                ("library-range access write", w),
+                ("library-range readlink", "EINVAL"),
+                ("open", "ok"),
+                ("stat", "ok"),
+            ],
+        );
+        // 30 opens and 30 stats more: native; 30 creates more: served.
+        let (native, served) = (some.native_total() - none.native_total(), some.served - none.served);
+        assert!(native >= 60, "policy {policy:?}: {native} more native lookups ({none:?} / {some:?})");
+        assert!((30..45).contains(&served), "policy {policy:?}: {served} more served ({none:?} / {some:?})");
+        assert!(some.native_lookups[0] >= 30 && some.native_lookups[1] >= 30, "{some:?}");
+    }
+
+    // A view that hides the file: nothing native, and hidden from every direction.
+    let hide = format!("hide {}\n", dir.display());
+    let (text, snap) = run(Some(&hide), 5, "made5");
+    lines(
+        &text,
+        &[
+            ("glibc lookups failed", "10"),
+            ("library-range open read-only", "ENOENT"),
+            ("library-range open for writing", "ENOENT"),
+            ("library-range open truncating", "ENOENT"),
+            ("library-range stat", "ENOENT"),
+            ("library-range statx", "ENOENT"),
+            ("library-range access read", "ENOENT"),
+            ("library-range access write", "ENOENT"),
+            ("library-range readlink", "ENOENT"),
+            ("open", "ENOENT"),
+            ("stat", "ENOENT"),
+        ],
+    );
+    assert_eq!(snap.native_total(), 0, "{snap:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}
+
+/// A program path that execvp found missing is remembered for the session (every
+/// gcc tries each `$PATH` directory for `as`), and found as soon as it is made.
+#[test]
+fn missing_programs_are_remembered_until_they_are_made() {
+    let d = scratch();
+    let bin = d.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let out = d.join("out.txt");
+    let script = format!(
+        "PATH={b}:$PATH; export PATH; for i in 1 2 3; do tool 2>/dev/null || echo missing; done > {o}; \
+         printf '#!/bin/sh\\necho found\\n' > {b}/tool; chmod +x {b}/tool; sh -c tool >> {o}; tool >> {o}",
+        b = bin.display(),
+        o = out.display()
+    );
+    let (ended, _) = sh_under(None, &d, &script);
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "missing\nmissing\nmissing\nfound\nfound\n");
+}

@@ -296,7 +296,10 @@ fn server_alarms(
         }
     }
     let st = receiver.stats();
-    let granted = format!("{granted}; {} early, {} polled, {} blocked", st.early, st.polled, st.blocked);
+    let granted = format!(
+        "{granted}; {} early, {} there on waking, {} polled, {} blocked",
+        st.early, st.on_waking, st.polled, st.blocked
+    );
     Ok((received, sent, granted))
 }
 
