@@ -260,8 +260,10 @@ impl Client {
                 Err(SendError::Full) => {}
                 other => return other,
             }
-            let need = record::record_len(data.len() as u64);
-            match self.wait_for(deadline, true, |c| c.req.free().map_or(true, |f| f >= need)) {
+            // Room for this record where the head is (its pad included): a
+            // corrupt tail ends the wait, and the send says why.
+            let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            match self.wait_for(deadline, true, |c| c.req.has_room(len).unwrap_or(true)) {
                 Ok(()) => {}
                 Err(RecvError::TimedOut) => return Err(SendError::TimedOut),
                 Err(RecvError::Closed(r)) => return Err(SendError::Closed(r)),

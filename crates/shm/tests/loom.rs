@@ -207,8 +207,7 @@ fn no_room_wake_up_is_lost() {
                     // (with the room bit), then the room again.
                     let seen = wake::read_bell(&pm.0.bell);
                     sleeper.announce_for(&pm.0.flag, false, true);
-                    let need = ictus_shm::record::record_len(u64::from(len));
-                    if p.free().expect("a valid tail") < need {
+                    if !p.has_room(len).expect("a valid tail") {
                         pm.0.futex.wait(&pm.0.bell, seen);
                     }
                     sleeper.end(&pm.0.flag);
