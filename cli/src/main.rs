@@ -104,7 +104,8 @@ enum Command {
     /// Unix as an application (004): run a program under a user-level Unix server.
     Unix(unix::UnixArgs),
     /// A long-lived Unix server for several programs at once (`ictus unix run --server`),
-    /// with a control socket for its counts and policy (`ictus unix stats|policy`).
+    /// registered with the name server as "unix", its control port giving its counts,
+    /// its programs and its policy (`ictus unix stats|policy`).
     UnixServer(unix::UnixServerArgs),
     /// The display server (002) and a demo client.
     Display(display::DisplayArgs),

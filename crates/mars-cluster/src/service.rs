@@ -369,6 +369,9 @@ fn close_gone(st: &mut State, node: NodeId, open: &[StreamId], now: u64, grace: 
     }
 }
 
+/// The most of a stream a resume catches up at once (seconds of it).
+const MAX_LEAD_S: u64 = 2;
+
 fn query_param<'a>(q: Option<&'a str>, key: &str) -> Option<&'a str> {
     q?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
@@ -443,10 +446,17 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     let mut st = sh.lock();
     // A stream the director knows (a resume): its node now, moved there by a failover.
     if let Some(id) = stream {
-        if let Some((node, _)) = st.core.stream(id, now) {
+        if let Some((node, position)) = st.core.stream(id, now) {
             if st.streams.get(&id).is_some_and(|(clip, _, _)| clip == name) {
                 if let Some(info) = st.nodes.get(&node) {
-                    let loc = location(&info.http, name, q, id);
+                    // The player is behind its schedule by what it did not get while
+                    // cut off: the node sends that much at once (at most
+                    // `MAX_LEAD_S` of stream), then paces.
+                    let lead = position.saturating_sub(offset).min(rate.saturating_mul(MAX_LEAD_S));
+                    let mut loc = location(&info.http, name, q, id);
+                    if lead > 0 && query_param(q, "rate").is_some() {
+                        loc.push_str(&format!("&lead={lead}"));
+                    }
                     // The client is on its way to the node: the grace starts again.
                     if let Some(s) = st.streams.get_mut(&id) {
                         s.2 = now;
@@ -638,6 +648,36 @@ mod tests {
     /// The stream id of a redirect.
     fn stream_of(r: &str) -> u64 {
         r.lines().find_map(|l| l.strip_prefix("X-Ictus-Stream: ")).and_then(|v| v.trim().parse().ok()).expect(r)
+    }
+
+    /// The `lead=` of a redirect's Location, if any.
+    fn lead_of(r: &str) -> Option<u64> {
+        let loc = r.lines().find_map(|l| l.strip_prefix("Location: "))?;
+        loc.split(['?', '&']).find_map(|kv| kv.strip_prefix("lead=")).and_then(|v| v.trim().parse().ok())
+    }
+
+    #[test]
+    fn a_resume_behind_its_schedule_is_told_to_catch_up_at_most_max_lead() {
+        let d = director();
+        let mut n1 = TcpStream::connect(d.nodes).unwrap();
+        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0\n").unwrap();
+        wait("node 1 registered", || d.snapshot().nodes.len() == 1);
+        let r = ask(&d, "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(lead_of(&r), None, "a new stream has no lead: {r}");
+        let id = stream_of(&r);
+        std::thread::sleep(Duration::from_millis(50));
+        // Its player was cut off at byte 0: it is behind the schedule (5000 B/s since
+        // it was placed), by at most MAX_LEAD_S of stream after any wait.
+        let r = ask(&d, &format!("GET /a.ts?rate=5000&stream={id} HTTP/1.1\r\nHost: x\r\nRange: bytes=0-\r\n\r\n"));
+        assert_eq!(stream_of(&r), id, "{r}");
+        let lead = lead_of(&r).expect("a lead");
+        assert!(lead > 0 && lead <= 5000 * MAX_LEAD_S, "{lead}");
+        // A player ahead of the schedule (it buffered) catches up nothing.
+        let r =
+            ask(&d, &format!("GET /a.ts?rate=5000&stream={id} HTTP/1.1\r\nHost: x\r\nRange: bytes=900000000-\r\n\r\n"));
+        assert_eq!(lead_of(&r), None, "{r}");
+        drop(n1);
+        d.stop();
     }
 
     #[test]

@@ -125,6 +125,17 @@ pub fn generation() -> Option<u64> {
     (!p.is_null()).then(|| unsafe { (*p).load(Ordering::Acquire) })
 }
 
+/// The session's flags on the page ([`crate::wire::GEN_FLAGS_AT`]); 0 without it.
+pub fn flags() -> u64 {
+    let p = PAGE.load(Ordering::Acquire);
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: the page is mapped read-only for the life of the image; an aligned u64
+    // inside it (checked in wire).
+    unsafe { (*p.add(crate::wire::GEN_FLAGS_AT / 8)).load(Ordering::Acquire) }
+}
+
 /// Whether the policy refuses call `n` (the server's bitmap on the page).
 pub fn refused(n: u32) -> bool {
     let p = PAGE.load(Ordering::Acquire);
@@ -146,6 +157,7 @@ pub fn cwd_generation() -> u64 {
 /// The working directory changed: relative entries no longer apply.
 pub fn cwd_changed() {
     CWD.fetch_add(1, Ordering::AcqRel);
+    crate::lookup::cwd_changed();
 }
 
 /// The key of a lookup, or `None` if it must not be cached.
@@ -168,8 +180,18 @@ pub fn key(path: &[u8], follow: bool) -> Option<u64> {
     Some(h | 1)
 }
 
+/// Spread a key over `bits` bits (Fibonacci hashing: the high bits of a multiply).
+/// The keys of one path looked up with and without following (`readlink` and
+/// `open` of the same header, as cc1 does for each) differ by a multiple of FNV's
+/// prime, 2^40 + 435: plain shifts of the key put both in one slot most of the
+/// time, where each pushed the other out and every compile asked again.
+fn spread(key: u64, bits: u32) -> usize {
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+}
+
 fn slot(key: u64) -> &'static Entry {
-    &TABLE[(key >> 7) as usize % ENTRIES]
+    const _: () = assert!(ENTRIES.is_power_of_two());
+    &TABLE[spread(key, ENTRIES.trailing_zeros())]
 }
 
 /// Whether `key` is known to be missing under `generation`: in this process's table,
@@ -197,7 +219,8 @@ pub fn known_missing(key: u64, generation: u64) -> bool {
 
 /// The shared table's slot for `key`.
 pub fn shared_slot(key: u64) -> usize {
-    (key >> 11) as usize % GEN_MISSING_SLOTS
+    const _: () = assert!(GEN_MISSING_SLOTS.is_power_of_two());
+    spread(key ^ 0x5348_4152_4544, GEN_MISSING_SLOTS.trailing_zeros())
 }
 
 /// The key under which a path's "not a link" answer (`readlink`'s `EINVAL`) is kept,
@@ -230,5 +253,20 @@ mod tests {
         assert!(!known_missing(k, 7), "not a link is not missing");
         assert_ne!(key(b"/usr/include", true), Some(k));
         assert_eq!(key(b"/proc/self/exe", false), None);
+    }
+
+    #[test]
+    fn a_paths_lookups_with_and_without_following_do_not_share_a_slot() {
+        // cc1 reads every header candidate as a link, then opens it: both failures
+        // must stay in the tables together.
+        let (mut shared, mut local) = (0, 0);
+        for i in 0..1000 {
+            let p = format!("/usr/local/include/h{i}.h");
+            let (a, b) = (key(p.as_bytes(), true).unwrap(), key(p.as_bytes(), false).unwrap());
+            shared += (shared_slot(a) == shared_slot(b)) as u32;
+            local += core::ptr::eq(slot(a), slot(b)) as u32;
+        }
+        // By chance: about 1000/4096 and 1000/1024.
+        assert!(shared < 10 && local < 10, "{shared} {local} of 1000 share a slot");
     }
 }

@@ -577,6 +577,7 @@ impl Req {
 }
 
 /// Ask the server about a call the library does not serve (a refusal, counted).
+#[inline(never)]
 unsafe fn ask(n: u32, a: [u64; 6]) -> i64 {
     let req = Req::new(n, a);
     let mut buf = [0u8; BUF];
@@ -609,6 +610,7 @@ fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> i64 {
 /// program's directory on its descriptor (the same open file, so the offset moves as
 /// the kernel's would) and leaves out the names the view hides. At most what fits in
 /// one reply per call; a program reads on until 0 as it would anyway.
+#[inline(never)]
 fn listing(n: u32, a: [u64; 6]) -> i64 {
     let cap = (a[2] as u32 as usize).min(BUF - wire::REPLY_HEADER);
     let mut r = Req::new(n, [a[0], 0, cap as u64, 0, 0, 0]);
@@ -635,6 +637,12 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
         Ok(x) => x,
         Err(e) => return e,
     };
+    // The native lookup answers from the failed-lookup cache first (one copy of
+    // the path for both).
+    // SAFETY: as dispatch's.
+    if let Some(r) = unsafe { crate::lookup::try_native(n, a) } {
+        return r;
+    }
     if let Some(r) = known_missing(n, a) {
         return r;
     }
@@ -644,6 +652,16 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
             Ok(r) | Err(r) => r,
         };
     }
+    // SAFETY: as dispatch's.
+    unsafe { ask_server(n, a) }
+}
+
+/// The request to the server. Each function with a request's buffers (~18 KiB) has
+/// a frame of its own, entered from frames without them: the handler may run on a
+/// small stack (Go's signal stacks, glibc's `posix_spawn` child: 32 KiB), so no two
+/// of them may ever be on it at once, nor one with the native lookup's.
+#[inline(never)]
+unsafe fn ask_server(n: u32, a: [u64; 6]) -> i64 {
     let mut r = Req::new(n, a);
     let mut buf = [0u8; BUF];
     // SAFETY: as dispatch's.
@@ -655,19 +673,34 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
 /// The failed-lookup cache's fast path: a lookup already known to fail under the
 /// current generation answers `ENOENT` (or `readlink`'s `EINVAL`) here, before any request is built (the path
 /// copied once, one probe of its page: no trap, no round trip). `None`: not known.
+#[inline(never)]
 fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
+    let (path, _, _) = cached_lookup(n, a)?;
+    let mut buf = [0u8; wire::PATH_MAX + 1];
+    let len = sys::copy_str(&mut buf, path).ok()?;
+    known_missing_path(n, a, &buf[..len])
+}
+
+/// The lookups the failed-lookup cache keeps: (path pointer, directory descriptor,
+/// whether a final link is followed).
+fn cached_lookup(n: u32, a: [u64; 6]) -> Option<(u64, u64, bool)> {
     const O_CREAT_OR_TMPFILE: u64 = 0o100 | 0o20000000;
     const NOFOLLOW: u64 = 0x100;
-    let (path, dirfd, follow) = match n {
+    Some(match n {
         nr::OPENAT if a[2] & O_CREAT_OR_TMPFILE == 0 => (a[1], a[0], a[2] & 0o400000 == 0),
         nr::NEWFSTATAT | nr::FACCESSAT2 => (a[1], a[0], a[3] & NOFOLLOW == 0),
         nr::STATX => (a[1], a[0], a[2] & NOFOLLOW == 0),
         nr::READLINKAT => (a[1], a[0], false),
+        // execvp's search of $PATH: a program path that failed before (the server
+        // publishes only a missing path, not a missing interpreter).
+        nr::EXECVEAT => (a[1], a[0], a[4] & NOFOLLOW == 0),
         _ => return None,
-    };
-    let mut buf = [0u8; wire::PATH_MAX + 1];
-    let len = sys::copy_str(&mut buf, path).ok()?;
-    let p = &buf[..len];
+    })
+}
+
+/// [`known_missing`] of the path `p`, already copied from the program.
+pub(crate) fn known_missing_path(n: u32, a: [u64; 6], p: &[u8]) -> Option<i64> {
+    let (_, dirfd, follow) = cached_lookup(n, a)?;
     if dirfd as i32 as i64 != AT_FDCWD && p.first() != Some(&b'/') {
         return None;
     }
@@ -929,6 +962,7 @@ pub const LOADER_ARGV0: &[u8] = b"ictus-unix-loader\0";
 /// through the view, opens it and its interpreter, and hands them over with the
 /// loader; the library puts them where the loader looks ([`PROG_FD`], [`INTERP_FD`])
 /// and execs the loader, so the new image has the library too.
+#[inline(never)]
 unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
     const AT_EMPTY: u64 = AT_EMPTY_PATH;
     let mut r = Req::new(nr::EXECVEAT, a);

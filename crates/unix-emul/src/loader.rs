@@ -232,6 +232,7 @@ pub unsafe extern "C" fn start(sp: *mut u64) -> ! {
         sys::fatal(&[b"installing the SIGSYS handler failed"], 127);
     }
     crate::cache::map_generation();
+    crate::lookup::map_counts();
     crate::state::map();
     crate::patch::map_table();
     if !is_open(PROG_FD) {

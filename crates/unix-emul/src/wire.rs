@@ -26,10 +26,13 @@ pub const PROG_FD: i32 = 1021;
 pub const INTERP_FD: i32 = 1020;
 /// The seccomp filter for the first loader of a session, or closed.
 pub const FILTER_FD: i32 = 1019;
+/// The session's count page (written by every library: see [`COUNT_NATIVE_AT`]), or
+/// closed: then the library does no lookup natively.
+pub const COUNT_FD: i32 = 1018;
 /// Lowest descriptor the library reserves; `[RESERVED_LO, 1024)` are its own.
 pub const RESERVED_LO: i32 = 960;
 /// Connections live in `[RESERVED_LO, CONN_HI)`.
-pub const CONN_HI: i32 = 1019;
+pub const CONN_HI: i32 = 1018;
 
 /// The library (the loader image) is linked at a fixed address, the same in every
 /// process, so that one seccomp filter installed once can tell its call sites.
@@ -60,6 +63,32 @@ const _: () = assert!(GEN_REFUSED_AT + (crate::sysno::MAX_KNOWN as usize).div_ce
 /// Where, on the generation page, the count of unlinks served is (a `u64`): the
 /// libraries' "not a link" answers are kept under it (see [`crate::cache`]).
 pub const GEN_UNLINKS_AT: usize = 8;
+/// Where, on the generation page, the session's flags are (a `u64` the server writes
+/// before any program runs): [`GEN_FLAG_NATIVE_LOOKUPS`].
+pub const GEN_FLAGS_AT: usize = 16;
+/// The view confines nothing a read-only lookup could reveal (no `hide`, no bind
+/// mount, no other root): the library may do read-only lookups natively (the filter
+/// allows them from its code, with read-only arguments only).
+pub const GEN_FLAG_NATIVE_LOOKUPS: u64 = 1;
+/// `O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | __O_TMPFILE`: an `openat` with none of
+/// these only looks, and may be done natively (the filter tests these bits of the
+/// flags' lower half, which is all the kernel reads).
+pub const NATIVE_OPEN_WRITE_BITS: u64 = 0o3 | 0o100 | 0o1000 | 0o20000000;
+/// `W_OK`: a `faccessat2` asking about writes stays served (an `ro` line answers
+/// `EROFS`).
+pub const NATIVE_ACCESS_WRITE_BIT: u64 = 2;
+
+/// The count page ([`COUNT_FD`]): one `u64` per kind of lookup the libraries did
+/// natively — opens, `newfstatat`, `statx`, `faccessat2`, `readlinkat`, `getcwd` —
+/// at `COUNT_NATIVE_AT + 8 * kind`. The libraries add to it; the server reads it for
+/// the session's counts. A program can write it too: it can only misreport its own
+/// session's numbers.
+pub const COUNT_NATIVE_AT: usize = 0;
+/// Kinds of native lookups counted.
+pub const COUNT_KINDS: usize = 6;
+/// Size of the count memfd.
+pub const COUNT_SIZE: usize = 4096;
+
 /// The name buckets, after the generation page: [`GEN_BUCKETS`] `u32` counters, one
 /// bumped by the server whenever a file is created under a name that hashes there
 /// ([`crate::cache::bucket_of`]).
@@ -77,7 +106,7 @@ pub const GEN_MISSING_AT: usize = GEN_BUCKETS_AT + 4 * GEN_BUCKETS;
 pub const GEN_MISSING_SLOTS: usize = 4096;
 /// Size of the generation memfd: the page, the buckets, the shared table.
 pub const GEN_SIZE: usize = GEN_MISSING_AT + 16 * GEN_MISSING_SLOTS;
-const _: () = assert!(GEN_UNLINKS_AT + 8 <= GEN_REFUSED_AT);
+const _: () = assert!(GEN_UNLINKS_AT + 8 <= GEN_FLAGS_AT && GEN_FLAGS_AT + 8 <= GEN_REFUSED_AT);
 
 /// A system call number no kernel has, for which the session's filter answers
 /// [`PROBE_ERRNO`]: how the loader tells whether the filter is already installed.

@@ -87,6 +87,9 @@ pub struct CephStats {
     pub stall_ns: u64,
     /// Chunk reads that failed.
     pub failures: u64,
+    /// Times the engine was told to wait for a chunk (`ready` said no) rather than
+    /// blocking in a plan.
+    pub waits: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -103,11 +106,16 @@ struct State {
     by_start: BTreeMap<u64, String>,
     next_start: u64,
     missing: HashMap<String, Instant>,
+    /// Chunks a stream's next read needs now (fetched first).
+    urgent: VecDeque<Key>,
+    /// Chunks read ahead.
     queue: VecDeque<Key>,
     pending: HashSet<Key>,
     failed: HashMap<Key, String>,
     stats: CephStats,
     stop: bool,
+    /// `ready` said no since the waker was last called.
+    waiters: bool,
 }
 
 struct Shared {
@@ -116,6 +124,9 @@ struct Shared {
     work: Condvar,
     /// Planners wait here for chunks.
     arrived: Condvar,
+    /// The engine's wake-up, called when a chunk comes while [`Storage::ready`] has said
+    /// no since the last call.
+    waker: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 impl Shared {
@@ -190,14 +201,17 @@ impl CephStorage {
                 by_start: BTreeMap::new(),
                 next_start: 0,
                 missing: HashMap::new(),
+                urgent: VecDeque::new(),
                 queue: VecDeque::new(),
                 pending: HashSet::new(),
                 failed: HashMap::new(),
                 stats: CephStats::default(),
                 stop: false,
+                waiters: false,
             }),
             work: Condvar::new(),
             arrived: Condvar::new(),
+            waker: Mutex::new(None),
         });
         let mut s = CephStorage {
             striper,
@@ -208,11 +222,13 @@ impl CephStorage {
             wait: Duration::from_secs(u64::from(opts.timeout_s.max(1))),
             threads: Vec::new(),
         };
-        for i in 0..opts.fetchers.max(1) {
+        // The fetchers, and one more for urgent chunks only.
+        for i in 0..=opts.fetchers.max(1) {
             let (sh, st, chunk) = (Arc::clone(&s.shared), s.striper.clone(), s.chunk);
+            let urgent_only = i == 0;
             let t = std::thread::Builder::new()
                 .name(format!("ictus-mars-fetch{i}"))
-                .spawn(move || fetcher(&sh, &st, chunk))
+                .spawn(move || fetcher(&sh, &st, chunk, urgent_only))
                 .map_err(CephError::Thread)?;
             s.threads.push(t);
         }
@@ -242,10 +258,11 @@ impl CephStorage {
         let key = (name.to_string(), ci);
         if st.pending.contains(&key) {
             if urgent {
-                // Move it to the front if it is still only queued.
+                // Make it urgent if it is still only queued ahead.
                 if let Some(i) = st.queue.iter().position(|k| *k == key) {
                     if let Some(k) = st.queue.remove(i) {
-                        st.queue.push_front(k);
+                        st.urgent.push_back(k);
+                        self.shared.work.notify_all();
                     }
                 }
             }
@@ -253,12 +270,34 @@ impl CephStorage {
         }
         st.pending.insert(key.clone());
         if urgent {
-            st.queue.push_front(key);
+            st.urgent.push_back(key);
+            // The urgent fetcher among them, whichever is free.
+            self.shared.work.notify_all();
         } else {
             st.queue.push_back(key);
+            self.shared.work.notify_all();
         }
-        self.shared.work.notify_one();
         true
+    }
+
+    /// Asks for the chunks of `[off, off + len)` of clip `name` (urgent) and the
+    /// prefetch window after them; whether any is still missing. A chunk whose fetch
+    /// failed is not missing: the plan reports it.
+    fn request(&self, st: &mut State, name: &str, clip: &Clip, off: u64, len: u64) -> bool {
+        let (first, last) = (off / self.chunk, (off + len - 1) / self.chunk);
+        let mut missing = false;
+        for ci in first..=last {
+            if st.failed.contains_key(&(name.to_string(), ci)) {
+                return false;
+            }
+            missing |= self.want(st, name, ci, true);
+        }
+        // The prefetch window: the chunks after this read, in order.
+        let end_chunk = clip.len.div_ceil(self.chunk);
+        for ci in last + 1..(last + 1 + self.ahead_chunks).min(end_chunk) {
+            self.want(st, name, ci, false);
+        }
+        missing
     }
 
     fn clip_at(st: &State, start: u64) -> Option<(String, Clip)> {
@@ -268,7 +307,10 @@ impl CephStorage {
     }
 }
 
-fn fetcher(shared: &Shared, striper: &Striper, chunk: u64) {
+/// One fetcher: urgent chunks first, then read-ahead ones unless `urgent_only` (one
+/// fetcher is kept for urgent chunks, so a stream starting or resuming never waits
+/// behind the read-ahead of others).
+fn fetcher(shared: &Shared, striper: &Striper, chunk: u64, urgent_only: bool) {
     loop {
         let (key, len) = {
             let mut st = shared.lock();
@@ -276,7 +318,12 @@ fn fetcher(shared: &Shared, striper: &Striper, chunk: u64) {
                 if st.stop {
                     return;
                 }
-                if let Some(k) = st.queue.pop_front() {
+                let next = match st.urgent.pop_front() {
+                    Some(k) => Some(k),
+                    None if urgent_only => None,
+                    None => st.queue.pop_front(),
+                };
+                if let Some(k) = next {
                     let len = st.clips.get(&k.0).map_or(0, |c| c.len.saturating_sub(k.1 * chunk).min(chunk));
                     if len == 0 || st.cache.contains(&k.0, k.1 * chunk) {
                         st.pending.remove(&k);
@@ -315,8 +362,14 @@ fn fetcher(shared: &Shared, striper: &Striper, chunk: u64) {
                 st.failed.insert(key, e);
             }
         }
+        let wake = std::mem::take(&mut st.waiters);
         drop(st);
         shared.arrived.notify_all();
+        if wake {
+            if let Some(w) = shared.waker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+                w();
+            }
+        }
     }
 }
 
@@ -366,10 +419,9 @@ impl Storage for CephStorage {
                 start
             }
         };
-        // The first chunks now: a player's first bytes should not wait for the plan.
-        for ci in 0..len.div_ceil(self.chunk).min(self.ahead_chunks) {
-            self.want(&mut st, name, ci, false);
-        }
+        // Nothing is fetched yet: the stream may start anywhere (a resume, a seek), and
+        // its first plan (or `ready`) follows at once and asks for its own chunks.
+        drop(st);
         Some(StreamInfo { name: name.to_string(), len, etag: tag(name, len), start })
     }
 
@@ -398,20 +450,15 @@ impl Storage for CephStorage {
         let t0 = Instant::now();
         let mut waited = false;
         loop {
-            let mut missing = false;
             for ci in first..=last {
                 if let Some(e) = st.failed.remove(&(name.clone(), ci)) {
                     eprintln!("ictus mars: reading {name} from the cluster: {e}");
                     return Vec::new();
                 }
-                missing |= self.want(&mut st, &name, ci, true);
             }
-            // The prefetch window: the chunks after this read, in order.
-            let end_chunk = clip.len.div_ceil(self.chunk);
-            for ci in last + 1..(last + 1 + self.ahead_chunks).min(end_chunk) {
-                self.want(&mut st, &name, ci, false);
-            }
-            if !missing {
+            // Only when `ready` was not asked first (or the chunk went since): the
+            // engine's thread waits here.
+            if !self.request(&mut st, &name, &clip, off, len) {
                 break;
             }
             waited = true;
@@ -439,6 +486,29 @@ impl Storage for CephStorage {
         if device == 0 {
             self.shared.lock().cache.release_at(offset);
         }
+    }
+
+    fn ready(&self, start: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let mut st = self.shared.lock();
+        let Some((name, clip)) = Self::clip_at(&st, start) else { return true };
+        let off = start - clip.start;
+        if off.checked_add(len).map_or(true, |end| end > clip.len) {
+            // Outside the clip: `plan` says so.
+            return true;
+        }
+        let missing = self.request(&mut st, &name, &clip, off, len);
+        if missing {
+            st.waiters = true;
+            st.stats.waits += 1;
+        }
+        !missing
+    }
+
+    fn set_waker(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        *self.shared.waker.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(wake);
     }
 
     fn devices(&self) -> Vec<BorrowedFd<'_>> {

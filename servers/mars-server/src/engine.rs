@@ -208,6 +208,8 @@ pub enum Command {
     },
     /// The counters.
     Stats(mpsc::Sender<EngineStats>),
+    /// The storage has bytes that [`Storage::ready`] said were not there yet.
+    StorageReady,
     /// Stop the loop.
     Stop,
 }
@@ -368,6 +370,9 @@ struct Conn {
     acked: Option<u64>,
     /// The request's `stream=N` tag (see [`EngineStats::open_tags`]).
     tag: Option<u64>,
+    /// Bytes a paced stream sends at once when it starts, before pacing (`lead=N`: a
+    /// stream resumed behind its player's clock).
+    lead: u64,
 }
 
 const UNLIMITED: u64 = u64::MAX;
@@ -404,6 +409,7 @@ impl Conn {
             pipe: None,
             acked: None,
             tag: None,
+            lead: 0,
         }
     }
 }
@@ -448,6 +454,9 @@ pub struct Engine {
     stopped: Arc<AtomicBool>,
     dirty: Vec<u32>,
     starved: Vec<u32>,
+    /// Connections waiting for the storage to have their next bytes (pumped again on
+    /// [`Command::StorageReady`] and each tick).
+    waiting: Vec<u32>,
     rt: Option<RuntimeHandle>,
     admission: Admission,
     stats: EngineStats,
@@ -576,6 +585,8 @@ impl Engine {
         let queue = Arc::new(Mutex::new(VecDeque::new()));
         let stopped = Arc::new(AtomicBool::new(false));
         let handle = EngineHandle { queue: Arc::clone(&queue), wake: Arc::clone(&wake), stopped: Arc::clone(&stopped) };
+        let waker = handle.clone();
+        storage.set_waker(Box::new(move || waker.post(Command::StorageReady)));
         let direct = storage.direct();
         let n = devices.len();
         let pieces_per_dev = {
@@ -619,6 +630,7 @@ impl Engine {
             stopped,
             dirty: Vec::new(),
             starved: Vec::new(),
+            waiting: Vec::new(),
             rt,
             stats: EngineStats {
                 counters: Stats { direct, registered, zero_copy, ..Stats::default() },
@@ -942,6 +954,7 @@ impl Engine {
                 c.since = Instant::now();
                 c.tag = req_tag(&req);
                 let rate = req_rate(&req);
+                c.lead = req_lead(&req);
                 self.boundary_seq += 1;
                 let boundary = format!("ictus-{:016x}-{}", self.boundary_salt, self.boundary_seq);
                 let catalog = Catalog(&*self.storage);
@@ -1033,6 +1046,9 @@ impl Engine {
         c.window = window;
         c.send_credit = 0;
         c.rate = Some(rate);
+        // A catch-up of at most two read-ahead windows: a resumed stream, not a
+        // download in disguise.
+        c.lead = c.lead.min(2 * window as u64 * chunk as u64);
         c.upcall = Some(upcall);
         // The pacer's clock starts when the first chunk is read (`read_done`): a player
         // starts its clock at the first byte, and the first read may wait behind a busy
@@ -1189,6 +1205,21 @@ impl Engine {
                 }
                 continue;
             }
+            // A backend that fetches from afar (a cluster) says whether the bytes are
+            // here; if not, the connection waits (the engine's thread does not) until
+            // the backend says they came.
+            {
+                let align = self.storage.align().max(1);
+                let first = pos - pos % align;
+                let span_end = (first + self.pool.buf_size() as u64).min(end.next_multiple_of(align));
+                if !self.storage.ready(first, span_end - first) {
+                    if !self.waiting.contains(&slot) {
+                        self.waiting.push(slot);
+                    }
+                    return;
+                }
+            }
+            let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
             // Downloads leave the last buffers to real-time streams.
             if c.class != rt_class && free <= rt_floor {
                 self.starved.push(slot);
@@ -1451,9 +1482,12 @@ impl Engine {
                                 c.read += u64::from(*len);
                                 self.pool.set_state(r.buf, BufState::Full);
                                 if let (Some(rate), None) = (c.rate, &c.pacer) {
-                                    // The first chunk of a paced stream: its clock starts.
-                                    c.pacer = Some(Pacer::new(now, self.cfg.buf_size as u64, rate));
-                                    c.send_credit = 1;
+                                    // The first chunk of a paced stream: its clock starts,
+                                    // its lead (a catch-up) released at once.
+                                    let chunk = self.cfg.buf_size as u64;
+                                    let lead = c.lead / chunk;
+                                    c.pacer = Some(Pacer::with_lead(now, chunk, rate, lead));
+                                    c.send_credit = 1 + lead;
                                 }
                             }
                             break;
@@ -1711,6 +1745,7 @@ impl Engine {
             self.close(slot);
         }
         self.dirty.append(&mut self.starved);
+        self.dirty.append(&mut self.waiting);
         self.settle();
     }
 
@@ -1772,6 +1807,7 @@ impl Engine {
                 Command::Stats(reply) => {
                     let _ = reply.send(self.current_stats());
                 }
+                Command::StorageReady => self.dirty.append(&mut self.waiting),
             }
         }
         self.settle();
@@ -1953,6 +1989,15 @@ fn req_rate(req: &http::RequestHead) -> Option<f64> {
             .filter(|&r| r > 0)
             .map(|r| r as f64)
     })
+}
+
+/// `?lead=N` on a paced request: bytes to send at once before pacing (a director's
+/// resume of a stream behind its player's clock); 0 if absent or not a number.
+fn req_lead(req: &http::RequestHead) -> u64 {
+    req.query
+        .as_deref()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("lead=")).and_then(|v| v.parse::<u64>().ok()))
+        .unwrap_or(0)
 }
 
 /// `?stream=N` on a request: the director's id of the stream (reported back, not used).

@@ -388,6 +388,17 @@ pub trait Storage: Send + Sync {
     /// `device` (completed, failed, or dropped unsubmitted): a backend that pins what it
     /// planned (a cache: `crate::ceph`) may reuse those bytes. A volume pins nothing.
     fn done(&self, _device: u16, _offset: u64) {}
+    /// Whether [`Storage::plan`] of `[start, start + len)` would answer without waiting.
+    /// A backend that fetches from afar (a cluster: `crate::ceph`) starts fetching what
+    /// is missing and says no; the engine then waits for [`Storage::set_waker`]'s call
+    /// instead of blocking its thread in `plan` (every other stream would wait too). A
+    /// volume is always ready.
+    fn ready(&self, _start: u64, _len: u64) -> bool {
+        true
+    }
+    /// The function to call when bytes that [`Storage::ready`] said were missing may
+    /// have come (from any thread; spurious calls are harmless).
+    fn set_waker(&self, _wake: Box<dyn Fn() + Send + Sync>) {}
 }
 
 /// A local striped volume as [`Storage`]: the label read at open, the components opened

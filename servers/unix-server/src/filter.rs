@@ -56,9 +56,25 @@ pub struct FilterPolicy {
     /// Directory listings (`getdents`, `getdents64`) are served, so the names the
     /// view hides are left out of them (the policy hides something).
     pub served_listings: bool,
+    /// Read-only lookups (`openat` without a write, create, truncate or `O_TMPFILE`
+    /// flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`, `readlinkat`,
+    /// `getcwd`) are
+    /// allowed from the library's code: the view confines nothing they could reveal
+    /// (see `ictus_unix_emul::lookup`). From anywhere else, and in every other form,
+    /// they are trapped as before.
+    pub native_lookups: bool,
     /// Calls the policy refuses besides the table's own refusals (trapped, so the
     /// server can count them and answer the policy's errno).
     pub refused: Vec<u32>,
+}
+
+/// The argument tests of the library's native lookups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// `openat(dirfd, path, flags, mode)`: no flag that writes, creates or truncates.
+    OpenReadOnly,
+    /// `faccessat2(dirfd, path, mode, flags)`: no `W_OK` (an `ro` line answers it).
+    AccessNoWrite,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +83,8 @@ enum Act {
     Trap,
     Lib,
     Check(ArgCheck),
+    /// To the library's code only with read-only arguments; else trapped.
+    LibIf(Lookup),
 }
 
 fn action(nr: u32, p: &FilterPolicy) -> Act {
@@ -82,6 +100,14 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
     if p.served_listings && (nr == sysno::GETDENTS || nr == sysno::GETDENTS64) {
         // Trapped from anywhere, the library's code included, like every served call.
         return Act::Trap;
+    }
+    if p.native_lookups {
+        match nr {
+            sysno::NEWFSTATAT | sysno::STATX | sysno::READLINKAT | sysno::GETCWD => return Act::Lib,
+            sysno::OPENAT => return Act::LibIf(Lookup::OpenReadOnly),
+            sysno::FACCESSAT2 => return Act::LibIf(Lookup::AccessNoWrite),
+            _ => {}
+        }
     }
     if nr == sysno::EXECVEAT {
         // The library execs the loader itself (by descriptor); Landlock confines
@@ -202,11 +228,14 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
     .into_iter()
     .map(|c| (c, a.label()))
     .collect();
+    let lookup_labels: Vec<(Lookup, usize)> =
+        [Lookup::OpenReadOnly, Lookup::AccessNoWrite].into_iter().map(|c| (c, a.label())).collect();
     let label_of = |act: Act| match act {
         Act::Allow => allow,
         Act::Trap => trap,
         Act::Lib => lib,
         Act::Check(c) => check_labels.iter().find(|(k, _)| *k == c).map(|(_, l)| *l).unwrap_or(trap),
+        Act::LibIf(c) => lookup_labels.iter().find(|(k, _)| *k == c).map(|(_, l)| *l).unwrap_or(trap),
     };
 
     a.push(Ins::Ld(OFF_ARCH));
@@ -353,6 +382,23 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
         a.at(to_lib);
         a.push(Ins::Ja(lib));
     }
+    for (check, l) in &lookup_labels {
+        // The flags are an `int` (the kernel ignores the upper half); the library's
+        // code range is checked after.
+        let (arg, bits) = match check {
+            Lookup::OpenReadOnly => (2, wire::NATIVE_OPEN_WRITE_BITS as u32),
+            Lookup::AccessNoWrite => (2, wire::NATIVE_ACCESS_WRITE_BIT as u32),
+        };
+        let to_lib = a.label();
+        let no = a.label();
+        a.at(*l);
+        a.push(Ins::Ld(arg_lo(arg)));
+        a.push(Ins::J(JMP_JSET_K, bits, no, to_lib));
+        a.at(no);
+        a.push(Ins::Ret(RET_TRAP | wire::TRAP_DATA as u32));
+        a.at(to_lib);
+        a.push(Ins::Ja(lib));
+    }
     // From the library's own code: allowed; from anywhere else: trapped to it.
     let lib_hi_ok = a.label();
     let lib_lo_ok = a.label();
@@ -416,7 +462,13 @@ mod tests {
 
     #[test]
     fn every_number_gets_the_tables_answer() {
-        let p = FilterPolicy { network: true, unix_datagrams: true, served_listings: false, refused: vec![] };
+        let p = FilterPolicy {
+            network: true,
+            unix_datagrams: true,
+            served_listings: false,
+            native_lookups: false,
+            refused: vec![],
+        };
         let f = build(&p);
         for n in 0..sysno::MAX_KNOWN + 20 {
             let got = run(&f, n, PROG, [0; 6]);
@@ -499,9 +551,20 @@ mod tests {
     fn unix_datagram_sockets_only_where_the_view_is_the_hosts() {
         const NONBLOCK_CLOEXEC: u64 = 0o4000 | 0o2000000;
         for network in [false, true] {
-            let confined =
-                build(&FilterPolicy { network, unix_datagrams: false, served_listings: false, refused: vec![] });
-            let open = build(&FilterPolicy { network, unix_datagrams: true, served_listings: false, refused: vec![] });
+            let confined = build(&FilterPolicy {
+                network,
+                unix_datagrams: false,
+                served_listings: false,
+                native_lookups: false,
+                refused: vec![],
+            });
+            let open = build(&FilterPolicy {
+                network,
+                unix_datagrams: true,
+                served_listings: false,
+                native_lookups: false,
+                refused: vec![],
+            });
             for n in [nr::SOCKET, nr::SOCKETPAIR] {
                 for (ty, datagram) in [(1u64, false), (5, false), (2, true), (3, true), (10, true), (0xf, true)] {
                     for t in [ty, ty | NONBLOCK_CLOEXEC] {
@@ -534,11 +597,52 @@ mod tests {
     }
 
     #[test]
+    fn native_lookups_only_from_the_library_and_only_read_only() {
+        let plain = build(&FilterPolicy::default());
+        let native = build(&FilterPolicy { native_lookups: true, ..FilterPolicy::default() });
+        const O_WRONLY: u64 = 1;
+        const O_RDWR: u64 = 2;
+        const O_CREAT: u64 = 0o100;
+        const O_TRUNC: u64 = 0o1000;
+        const O_TMPFILE: u64 = 0o20200000;
+        const O_CLOEXEC_PATH_DIR_NOFOLLOW: u64 = 0o2000000 | 0o10000000 | 0o200000 | 0o400000;
+        for fl in [0, O_CLOEXEC_PATH_DIR_NOFOLLOW, 0o4000 | 0o2000, 0xffff_ffff_0000_0000] {
+            assert_eq!(run(&native, nr::OPENAT, LIB, [u64::MAX - 99, 0x1000, fl, 0, 0, 0]), RET_ALLOW, "{fl:#o}");
+            assert_eq!(run(&native, nr::OPENAT, PROG, [u64::MAX - 99, 0x1000, fl, 0, 0, 0]), TRAP, "{fl:#o}");
+            assert_eq!(run(&plain, nr::OPENAT, LIB, [u64::MAX - 99, 0x1000, fl, 0, 0, 0]), TRAP, "{fl:#o}");
+        }
+        for fl in [O_WRONLY, O_RDWR, 3, O_CREAT, O_TRUNC, O_TMPFILE, O_WRONLY | O_CREAT | O_TRUNC, O_TRUNC | 0o2000000]
+        {
+            assert_eq!(run(&native, nr::OPENAT, LIB, [3, 0x1000, fl, 0o644, 0, 0]), TRAP, "{fl:#o}");
+        }
+        for n in [nr::NEWFSTATAT, nr::STATX, nr::READLINKAT, nr::GETCWD] {
+            assert_eq!(run(&native, n, LIB, [3, 0x1000, 0x2000, 0x100, 0, 0]), RET_ALLOW, "{n}");
+            assert_eq!(run(&native, n, PROG, [3, 0x1000, 0x2000, 0x100, 0, 0]), TRAP, "{n}");
+            assert_eq!(run(&native, n, wire::LIB_HI, [3, 0x1000, 0x2000, 0x100, 0, 0]), TRAP, "{n}");
+            assert_eq!(run(&plain, n, LIB, [3, 0x1000, 0x2000, 0x100, 0, 0]), TRAP, "{n}");
+        }
+        for (mode, want) in [(0u64, RET_ALLOW), (1, RET_ALLOW), (4, RET_ALLOW), (2, TRAP), (7, TRAP)] {
+            assert_eq!(run(&native, nr::FACCESSAT2, LIB, [3, 0x1000, mode, 0x200, 0, 0]), want, "{mode}");
+            assert_eq!(run(&native, nr::FACCESSAT2, PROG, [3, 0x1000, mode, 0x200, 0, 0]), TRAP, "{mode}");
+        }
+        // Everything else that names a path stays trapped, from the library too.
+        for n in [nr::OPENAT2, nr::OPEN, nr::STAT, nr::ACCESS, nr::FACCESSAT, nr::UNLINKAT, nr::MKDIRAT, nr::EXECVE] {
+            assert_eq!(run(&native, n, LIB, [3, 0x1000, 0, 0, 0, 0]), TRAP, "{n}");
+        }
+        // A refusal wins.
+        let refusing =
+            build(&FilterPolicy { native_lookups: true, refused: vec![nr::OPENAT], ..FilterPolicy::default() });
+        assert_eq!(run(&refusing, nr::OPENAT, LIB, [3, 0x1000, 0, 0, 0, 0]), TRAP);
+        assert_eq!(run(&refusing, nr::NEWFSTATAT, LIB, [3, 0x1000, 0x2000, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
     fn policy_refusals_trap_and_the_network_opens() {
         let f = build(&FilterPolicy {
             network: true,
             unix_datagrams: true,
             served_listings: false,
+            native_lookups: false,
             refused: vec![nr::GETPID, nr::OPENAT],
         });
         assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);

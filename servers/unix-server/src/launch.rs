@@ -77,13 +77,19 @@ fn io(e: i32) -> std::io::Error {
 
 /// Load a policy (the default if `None`) with its host paths made canonical.
 pub fn load_policy(path: Option<&Path>) -> Result<Policy, RunError> {
-    let mut p = match path {
+    match path {
         Some(f) => {
             let text = std::fs::read_to_string(f).map_err(|e| RunError::PolicyFile(f.to_path_buf(), e))?;
-            Policy::parse(&text)?
+            policy_from_text(&text)
         }
-        None => Policy::default(),
-    };
+        None => policy_from_text(""),
+    }
+}
+
+/// A policy's text checked as [`load_policy`] checks a file: parsed (an empty text is
+/// the default policy), its bind mounts' host paths existing and made canonical.
+pub fn policy_from_text(text: &str) -> Result<Policy, RunError> {
+    let mut p = Policy::parse(text)?;
     for m in &mut p.mounts {
         m.host = std::fs::canonicalize(&m.host).map_err(|e| RunError::Bind(m.host.clone(), e))?;
     }
@@ -144,18 +150,36 @@ pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
     let c = sys::cpath(&loader_path).map_err(|e| RunError::Setup(io(e)))?;
     let loader =
         sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
-    let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
-    generation.set_refused(policy.refused.iter().map(|r| r.0));
-    let session = Arc::new(Session {
-        view: View::new(&policy),
-        policy,
-        loader,
-        stats: Stats::default(),
-        exes: Default::default(),
-        generation,
-    });
+    let session = Arc::new(new_session(policy, &Arc::new(loader))?);
     let server = Server::start(session).map_err(|e| RunError::Setup(io(e)))?;
     Ok((server, loader_path))
+}
+
+/// Whether the libraries may do read-only lookups natively: the view confines
+/// nothing such a lookup could reveal (no `hide`, no bind mount, no other root; `ro`
+/// lines restrict only writes, and writes stay served). See `ictus_unix_emul::lookup`.
+pub fn native_lookups(policy: &Policy) -> bool {
+    !policy.confines_paths()
+}
+
+/// A session for `policy`: its view and a generation page of its own (a page holds
+/// the refused calls and the failed look-ups of one view), counts from zero.
+pub fn new_session(policy: Policy, loader: &Arc<OwnedFd>) -> Result<Session, RunError> {
+    let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
+    generation.set_refused(policy.refused.iter().map(|r| r.0));
+    if native_lookups(&policy) {
+        generation.set_flags(wire::GEN_FLAG_NATIVE_LOOKUPS);
+    }
+    let counts = sys::CountPage::new().map_err(|e| RunError::Setup(io(e)))?;
+    Ok(Session {
+        view: Arc::new(View::new(&policy)),
+        policy: Arc::new(policy),
+        loader: Arc::clone(loader),
+        stats: Stats::default(),
+        exes: Default::default(),
+        generation: Arc::new(generation),
+        counts: Some(counts),
+    })
 }
 
 /// Everything the first process of a program needs: its descriptors (moved to the
@@ -172,6 +196,8 @@ pub struct Prepared {
     pub filter: OwnedFd,
     /// The generation page.
     pub generation: OwnedFd,
+    /// The count page (without it the libraries do every lookup through the server).
+    pub counts: Option<OwnedFd>,
     /// The loader file.
     pub loader: PathBuf,
     /// The argv after the loader's own `argv[0]`.
@@ -183,21 +209,22 @@ pub struct Prepared {
 }
 
 /// Prepare a program for the process `pid` (whose working directory and `$PATH`
-/// decide where the program is found), as `argv`.
+/// decide where the program is found), as `argv`, to be served in `session`.
 pub fn prepare(
     server: &Server,
+    session: &Arc<Session>,
     loader: &Path,
     pid: i32,
     cwd: &Path,
     path_env: Option<&OsStr>,
     argv: &[OsString],
 ) -> Result<Prepared, RunError> {
-    let session = server.session();
     let policy = &session.policy;
     let filter_bytes = filter::build(&FilterPolicy {
         network: policy.network,
         unix_datagrams: !policy.confines_paths(),
         served_listings: !policy.hidden.is_empty(),
+        native_lookups: native_lookups(policy),
         refused: policy.refused.iter().map(|r| r.0).collect(),
     });
     let argv0 = argv.first().ok_or(RunError::NoProgram)?;
@@ -225,13 +252,15 @@ pub fn prepare(
         Some(session.view.host_of(Path::new("/")).map(|h| h.0).unwrap_or_else(|| PathBuf::from("/")))
     };
     let generation = session.generation.fd().try_clone_to_owned().map_err(RunError::Setup)?;
-    let session_socket = server.add_session_socket().map_err(|e| RunError::Setup(io(e)))?;
+    let counts = session.counts.as_ref().map(|c| c.fd().try_clone_to_owned()).transpose().map_err(RunError::Setup)?;
+    let session_socket = server.add_program(Arc::clone(session)).map_err(|e| RunError::Setup(io(e)))?;
     Ok(Prepared {
         session: session_socket,
         prog,
         interp,
         filter,
         generation,
+        counts,
         loader: loader.to_path_buf(),
         args,
         chdir_to,
@@ -365,6 +394,17 @@ pub struct Snapshot {
     pub open: u64,
     /// Refused calls, by name (or number).
     pub refused: std::collections::BTreeMap<String, u64>,
+    /// Read-only lookups the libraries did natively, without a request (when the
+    /// view allows it: `ictus_unix_emul::lookup`), as they reported them: opens,
+    /// `newfstatat`, `statx`, `faccessat2`, `readlinkat`, `getcwd`.
+    pub native_lookups: [u64; ictus_unix_emul::wire::COUNT_KINDS],
+}
+
+impl Snapshot {
+    /// All native lookups.
+    pub fn native_total(&self) -> u64 {
+        self.native_lookups.iter().sum()
+    }
 }
 
 /// The counters of a session now.
@@ -384,6 +424,7 @@ pub fn snapshot(session: &Session) -> Snapshot {
         connections: session.stats.connections.load(Relaxed),
         open: session.stats.open.load(Relaxed),
         refused,
+        native_lookups: session.counts.as_ref().map_or([0; ictus_unix_emul::wire::COUNT_KINDS], |c| c.native_lookups()),
     }
 }
 
@@ -404,7 +445,8 @@ fn run_inner(opts: &RunOptions, settle: bool) -> Result<(Ended, Snapshot), RunEr
     let (server, loader) = start_server(policy)?;
     let me = std::process::id() as i32;
     let cwd = std::env::current_dir().map_err(RunError::Setup)?;
-    let prepared = prepare(&server, &loader, me, &cwd, std::env::var_os("PATH").as_deref(), &opts.argv)?;
+    let prepared =
+        prepare(&server, server.session(), &loader, me, &cwd, std::env::var_os("PATH").as_deref(), &opts.argv)?;
     let ended = spawn_and_wait(prepared, opts, |child| {
         let mut exes = server.session().exes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(host) = exes.remove(&me) {
@@ -443,12 +485,13 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
     // loader): the program as the caller named it, as a shell's exec would.
     cmd.arg0(opts.argv.first().cloned().unwrap_or_else(|| OsString::from_vec(handler_argv0())));
     cmd.args(&p.args[..]);
-    let (c_end, p_fd, i_fd, f_fd, gen_fd) = (
+    let (c_end, p_fd, i_fd, f_fd, gen_fd, count_fd) = (
         p.session.as_raw_fd(),
         p.prog.as_raw_fd(),
         p.interp.as_ref().map_or(-1, |f| f.as_raw_fd()),
         p.filter.as_raw_fd(),
         p.generation.as_raw_fd(),
+        p.counts.as_ref().map_or(-1, |f| f.as_raw_fd()),
     );
     // While the program runs, a terminal's SIGINT and SIGQUIT are for it, not us
     // (as system(3) does); the program gets them as they were before (ignored only if
@@ -467,12 +510,12 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if i_fd >= 0 {
-                if libc::dup2(i_fd, wire::INTERP_FD) < 0 {
+            for (from, to) in [(i_fd, wire::INTERP_FD), (count_fd, wire::COUNT_FD)] {
+                if from < 0 {
+                    libc::close(to);
+                } else if libc::dup2(from, to) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-            } else {
-                libc::close(wire::INTERP_FD);
             }
             if let Some(d) = &chdir_to {
                 if libc::chdir(d.as_ptr()) < 0 {

@@ -8,6 +8,8 @@
 //!   and served in the view by [`ops`].
 //! - [`launch`]: `ictus unix run`: a private server, the first process with Landlock
 //!   and the loader.
+//! - [`daemon`]: `ictus unix-server`: one server for several programs, registered
+//!   with the name server, its control port ([`control_api`]) and its run socket.
 //!
 //! `doc/unix.md` explains the design, the trust boundary and what is left out.
 #![deny(unsafe_code)]
@@ -23,4 +25,6 @@ pub mod server;
 mod sys;
 pub mod view;
 
+/// The control interface and its client (`ictus-unix-api`).
+pub use ictus_unix_api as control_api;
 pub use launch::{exit_like, run, run_session, Ended, RunError, RunOptions, Snapshot};

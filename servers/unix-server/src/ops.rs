@@ -26,17 +26,38 @@ use crate::view::{Lookup, Node, Resolved, View};
 #[derive(Debug)]
 pub struct Session {
     /// The view.
-    pub view: View,
+    pub view: Arc<View>,
     /// The policy.
-    pub policy: Policy,
+    pub policy: Arc<Policy>,
     /// The loader, opened `O_PATH`.
-    pub loader: OwnedFd,
+    pub loader: Arc<OwnedFd>,
     /// Counters.
     pub stats: Stats,
     /// What each process last exec'd (host path), for `/proc/PID/exe`.
     pub exes: Mutex<HashMap<i32, PathBuf>>,
     /// The namespace generation the libraries' failed-lookup caches follow.
-    pub generation: sys::GenerationPage,
+    pub generation: Arc<sys::GenerationPage>,
+    /// What the libraries did natively (without it they do every lookup through
+    /// the server).
+    pub counts: Option<sys::CountPage>,
+}
+
+impl Session {
+    /// A session for one more program under the same policy: the view, the loader
+    /// and the generation page (with its table of failed look-ups, which only
+    /// programs of the same view may share) are this one's; the counts and exec
+    /// records are the new program's own.
+    pub fn sibling(&self) -> Session {
+        Session {
+            view: Arc::clone(&self.view),
+            policy: Arc::clone(&self.policy),
+            loader: Arc::clone(&self.loader),
+            stats: Stats::default(),
+            exes: Mutex::default(),
+            generation: Arc::clone(&self.generation),
+            counts: sys::CountPage::new().ok(),
+        }
+    }
 }
 
 /// The server's counters.
@@ -431,6 +452,9 @@ fn shared_missing_key<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8])> {
         nr::NEWFSTATAT | nr::FACCESSAT2 => a[3] & NOFOLLOW == 0,
         nr::STATX => a[2] & NOFOLLOW == 0,
         nr::READLINKAT => false,
+        // A program path that is missing (execvp tries every $PATH directory): the
+        // walk below tells it from a missing interpreter, which fails the same way.
+        nr::EXECVEAT => a[4] & NOFOLLOW == 0,
         _ => return None,
     };
     let path = req.path1?;
@@ -453,7 +477,7 @@ fn walked_a_link(pid: i32, cwd: &CwdCache, req: &Request<'_>) -> bool {
     let h = &req.header;
     let cacheable = match h.op {
         nr::OPENAT => h.args[2] & (O_CREAT | 0o20000000) == 0,
-        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT => true,
+        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT | nr::EXECVEAT => true,
         _ => false,
     };
     let Some(path) = req.path1 else { return false };

@@ -47,13 +47,20 @@ struct Conn {
     pid: i32,
     /// The working directory its relative paths start from.
     cwd: ops::CwdCache,
+    /// The session of the program it belongs to (its policy, its counts).
+    session: Arc<Session>,
 }
 
+/// A program's session socket (the server's end) and the session it is served in.
+type Program = (Arc<OwnedFd>, Arc<Session>);
+
 struct Shared {
+    /// The session [`Server::add_session_socket`] adds programs to.
     session: Arc<Session>,
     ep: OwnedFd,
-    /// Session sockets (server ends), one per program started, by token.
-    listeners: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    /// Session sockets (server ends), one per program started, by token, each with
+    /// the session its connections are served in.
+    listeners: Mutex<HashMap<u64, Program>>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     next: AtomicU64,
     idle: AtomicUsize,
@@ -121,7 +128,17 @@ impl Server {
                 while !s.stop.load(Ordering::Acquire) {
                     let now = Instant::now();
                     if now >= next {
-                        s.session.generation.bump();
+                        // Every generation page in use: programs started under
+                        // other policies (`ictus unix-server`) have pages of their own.
+                        let mut pages = vec![Arc::clone(&s.session.generation)];
+                        for (_, session) in s.listeners.lock().unwrap_or_else(|p| p.into_inner()).values() {
+                            if !pages.iter().any(|p| Arc::ptr_eq(p, &session.generation)) {
+                                pages.push(Arc::clone(&session.generation));
+                            }
+                        }
+                        for page in pages {
+                            page.bump();
+                        }
                         next = now + Duration::from_secs(1);
                         continue;
                     }
@@ -136,10 +153,16 @@ impl Server {
     /// A new session socket: the server keeps one end, the caller gives the other to
     /// the first process of a program (every process of it inherits it).
     pub fn add_session_socket(&self) -> Result<OwnedFd, i32> {
+        self.add_program(Arc::clone(&self.shared.session))
+    }
+
+    /// A new session socket for a program served in `session` (its own policy and
+    /// counts: `ictus unix-server` gives each program one).
+    pub fn add_program(&self, session: Arc<Session>) -> Result<OwnedFd, i32> {
         let (server_end, client_end) = sys::seqpacket_pair()?;
         let token = self.shared.next.fetch_add(1, Ordering::Relaxed);
         let fd = Arc::new(server_end);
-        self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(token, Arc::clone(&fd));
+        self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(token, (Arc::clone(&fd), session));
         if let Err(e) = sys::epoll_arm(self.shared.ep.as_fd(), fd.as_fd(), token, true) {
             self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
             return Err(e);
@@ -152,7 +175,7 @@ impl Server {
         self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// The session served.
+    /// The session [`Server::add_session_socket`] adds programs to.
     pub fn session(&self) -> &Arc<Session> {
         &self.shared.session
     }
@@ -238,14 +261,14 @@ fn worker(s: &Arc<Shared>) {
         }
         let listener = s.listeners.lock().unwrap_or_else(|p| p.into_inner()).get(&ev.0).cloned();
         match listener {
-            Some(l) => accept_hellos(s, ev.0, &l),
+            Some((l, session)) => accept_hellos(s, ev.0, &l, &session),
             None => serve_conn(s, ev.0, &mut buf),
         }
         s.idle.fetch_add(1, Ordering::AcqRel);
     }
 }
 
-fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
+fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<Session>) {
     let mut buf = [0u8; 64];
     loop {
         match sys::recv(listener.as_fd(), &mut buf, true) {
@@ -253,7 +276,7 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
                 let ok = m.len == wire::HELLO.len() && buf[..m.len] == wire::HELLO && m.fds.len() == 1 && !m.truncated;
                 let kind_ok = ok && sys::socket_kind(m.fds[0].as_fd()) == Some((libc::SOCK_SEQPACKET, libc::AF_UNIX));
                 if !kind_ok {
-                    s.session.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    session.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     continue; // the descriptors close as m drops
                 }
                 let fd = m.fds.into_iter().next().expect("one");
@@ -262,10 +285,10 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
                 }
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
                 let pid = m.cred.map_or(0, |c| c.0);
-                let conn = Arc::new(Conn { fd, pid, cwd: ops::CwdCache::default() });
+                let conn = Arc::new(Conn { fd, pid, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
-                s.session.stats.connections.fetch_add(1, Ordering::Relaxed);
-                s.session.stats.open.fetch_add(1, Ordering::Relaxed);
+                session.stats.connections.fetch_add(1, Ordering::Relaxed);
+                session.stats.open.fetch_add(1, Ordering::Relaxed);
                 if sys::epoll_add_edge(s.ep.as_fd(), conn.fd.as_fd(), ct).is_err() {
                     drop_conn(s, ct);
                 }
@@ -286,12 +309,12 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd) {
 fn drop_conn(s: &Arc<Shared>, token: u64) {
     let gone = s.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
     if let Some(c) = gone {
-        s.session.stats.open.fetch_sub(1, Ordering::Relaxed);
+        c.session.stats.open.fetch_sub(1, Ordering::Relaxed);
         // The last connection of a process takes its exec record with it.
         let pid = c.pid;
         let still = s.conns.lock().unwrap_or_else(|p| p.into_inner()).values().any(|o| o.pid == pid);
         if !still {
-            s.session.exes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+            c.session.exes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
         }
         s.notify_changed();
     }
@@ -312,10 +335,10 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     };
     let reply = match (m.truncated, m.cred) {
         (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len], m.fds.len()) {
-            Ok(req) => ops::serve(&s.session, pid, &conn.cwd, &req, &m.fds),
-            Err(_) => malformed(s),
+            Ok(req) => ops::serve(&conn.session, pid, &conn.cwd, &req, &m.fds),
+            Err(_) => malformed(&conn.session),
         },
-        _ => malformed(s),
+        _ => malformed(&conn.session),
     };
     drop(m);
     let mut out = Vec::with_capacity(wire::REPLY_HEADER + reply.data.len());
@@ -328,7 +351,7 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     }
 }
 
-fn malformed(s: &Arc<Shared>) -> ops::Reply {
-    s.session.stats.malformed.fetch_add(1, Ordering::Relaxed);
+fn malformed(s: &Session) -> ops::Reply {
+    s.stats.malformed.fetch_add(1, Ordering::Relaxed);
     ops::Reply { result: -(libc::EINVAL as i64), ..ops::Reply::default() }
 }

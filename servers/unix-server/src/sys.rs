@@ -385,6 +385,51 @@ impl GenerationPage {
         }
     }
 
+    /// Set the session's flags ([`GEN_FLAGS_AT`](ictus_unix_emul::wire::GEN_FLAGS_AT)).
+    /// Before any program runs.
+    pub fn set_flags(&self, flags: u64) {
+        self.page.atomic_u64(ictus_unix_emul::wire::GEN_FLAGS_AT).store(flags, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The descriptor to hand to the session's first process.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The session's count page: what the libraries did without the server (their
+/// native lookups, by kind), which every process maps writable
+/// ([`COUNT_FD`](ictus_unix_emul::wire::COUNT_FD)). Its size is sealed, so the
+/// server's own mapping can never fault; its contents are what the libraries report
+/// (a program can misreport only its own session's numbers).
+#[derive(Debug)]
+pub struct CountPage {
+    fd: OwnedFd,
+    page: ictus_sys::mm::Mapping,
+}
+
+impl CountPage {
+    /// Make the page.
+    pub fn new() -> Res<CountPage> {
+        use ictus_sys::memfd::{self, SealFlags};
+        use ictus_sys::mm::{Mapping, Protection};
+        use ictus_unix_emul::wire::COUNT_SIZE;
+        let fd = memfd::create("ictus-unix-counts", COUNT_SIZE as u64).map_err(|e| e.raw_os_error())?;
+        memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| e.raw_os_error())?;
+        let page = Mapping::shared(fd.as_fd(), COUNT_SIZE, Protection::ReadWrite).map_err(|e| e.raw_os_error())?;
+        Ok(CountPage { fd, page })
+    }
+
+    /// The native lookups of each kind (opens, `newfstatat`, `statx`, `faccessat2`,
+    /// `readlinkat`, `getcwd`).
+    pub fn native_lookups(&self) -> [u64; ictus_unix_emul::wire::COUNT_KINDS] {
+        use ictus_unix_emul::wire::COUNT_NATIVE_AT;
+        std::array::from_fn(|k| {
+            self.page.atomic_u64(COUNT_NATIVE_AT + 8 * k).load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// The descriptor to hand to the session's first process.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -464,29 +509,4 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> Res<(i32, u32, u32)> {
 pub fn euid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() }
-}
-
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// SIGINT and SIGTERM set a flag and interrupt blocking calls (no `SA_RESTART`).
-pub fn stop_on_int_and_term() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: sigaction is plain data; the handler only stores to an atomic
-        // (async-signal-safe).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-/// Whether SIGINT or SIGTERM came.
-pub fn stopping() -> bool {
-    STOP.load(std::sync::atomic::Ordering::SeqCst)
 }

@@ -683,21 +683,39 @@ fn unprivileged_child() {
     assert_eq!(ended, Ended::Code(0));
 }
 
-/// One long-lived server, several programs at once, its control interface.
+/// One long-lived server, several programs at once, its control interface (found
+/// through a name server).
 #[test]
-fn a_long_lived_server_serves_several_programs_and_answers_its_control_socket() {
+fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
+    use ictus_unix_server::control_api::{Control, PolicyChange};
     let d = scratch();
     let sock = d.join("unix-server.sock");
+    let ns_sock = d.join("ns.sock");
+    let _ns = ictus_name_server::server::spawn(ictus_ipc::Space::new(), Some(&ns_sock)).unwrap();
     let policy = d.join("policy");
     std::fs::write(&policy, "refuse getpid EACCES\n").unwrap();
-    let s2 = sock.clone();
-    std::thread::spawn(move || ictus_unix_server::daemon::serve(Some(&policy), Some(&s2)));
-    for _ in 0..500 {
-        if sock.exists() {
+    let opts = ictus_unix_server::daemon::ServeOptions {
+        policy: Some(policy),
+        socket: Some(sock.clone()),
+        name_server: Some(ns_sock.clone()),
+        name: None,
+    };
+    let (stop_r, stop_w) = std::os::unix::net::UnixStream::pair().unwrap();
+    let daemon = std::thread::spawn(move || {
+        use std::os::fd::AsFd;
+        ictus_unix_server::daemon::serve(&opts, stop_r.as_fd())
+    });
+    let space = ictus_ipc::Space::new();
+    let mut control = None;
+    for _ in 0..3000 {
+        if let Ok(c) = Control::connect(&space, Some(&ns_sock)) {
+            control = Some(c);
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    let control = control.expect("the server registers with the name server");
+    assert!(sock.exists());
     let progs: Vec<_> = (0..3)
         .map(|i| {
             let (sock, out) = (sock.clone(), d.join(format!("out{i}.txt")));
@@ -730,9 +748,173 @@ fn a_long_lived_server_serves_several_programs_and_answers_its_control_socket() 
     };
     assert_eq!(ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap(), Ended::Code(0));
     assert!(read(&sock_out).contains("getpid refused with EACCES"), "{}", read(&sock_out));
-    let stats = ictus_unix_server::daemon::query(Some(&sock), "STATS").unwrap();
-    assert!(stats.contains("\"getpid\": "), "{stats}");
-    assert!(stats.contains("requests served"), "{stats}");
-    let policy_text = ictus_unix_server::daemon::query(Some(&sock), "POLICY").unwrap();
-    assert!(policy_text.contains("refused"), "{policy_text}");
+    let stats = control.stats().unwrap();
+    assert!(stats.total.refused_count("getpid") >= 1, "{stats:?}");
+    assert!(stats.total.served > 0, "{stats:?}");
+    assert_eq!((stats.programs_started, stats.policy), (4, 1), "{stats:?}");
+    let (number, policy_text) = control.policy().unwrap();
+    assert_eq!(number, 1);
+    assert!(policy_text.contains("refuse getpid EACCES"), "{policy_text}");
+
+    // An invalid policy is refused with its reason and changes nothing; a valid one
+    // applies to the next program.
+    match control.set_policy("refuse getpid EACCES\nfrobnicate /x\n").unwrap() {
+        PolicyChange::Invalid(why) => assert!(why.contains("line 2"), "{why}"),
+        other => panic!("an invalid policy was taken: {other:?}"),
+    }
+    match control.set_policy(&format!("bind {} /nowhere\n", d.join("missing").display())).unwrap() {
+        PolicyChange::Invalid(why) => assert!(why.contains("does not exist"), "{why}"),
+        other => panic!("a bind of a missing path was taken: {other:?}"),
+    }
+    assert_eq!(control.policy().unwrap().0, 1);
+    assert_eq!(control.set_policy("").unwrap(), PolicyChange::Installed(2));
+    let sock_out2 = d.join("sock2.txt");
+    let opts = RunOptions {
+        policy: None,
+        argv: vec!["sh".into(), "-c".into(), format!("{} > {}", sockprog.display(), sock_out2.display()).into()],
+        quiet: true,
+        stdout: None,
+    };
+    assert_eq!(ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap(), Ended::Code(0));
+    assert!(read(&sock_out2).contains("getpid ok"), "{}", read(&sock_out2));
+    // Every program has ended: the total keeps their counts, the list is empty.
+    let after = control.stats().unwrap();
+    assert!(after.total.served > stats.total.served, "{after:?}");
+    assert_eq!(after.total.refused_count("getpid"), stats.total.refused_count("getpid"), "{after:?}");
+    drop(stop_w);
+    daemon.join().unwrap().unwrap();
+    assert!(!sock.exists(), "the run socket is removed at stop");
+}
+
+/// The long-lived server's policy changes: only its user and root (the uid given is
+/// the kernel-stamped one the control port passes), checked before use, numbered.
+#[test]
+fn policy_changes_are_checked_numbered_and_only_for_the_servers_user() {
+    use ictus_unix_server::control_api::{PolicyChange, UnixError, MAX_POLICY};
+    use ictus_unix_server::daemon::Daemon;
+    let me = euid_of_this_process();
+    let d = Daemon::start(ictus_unix_server::policy::Policy::default(), String::new()).unwrap();
+    assert_eq!(d.policy(), (1, String::new()));
+    let other = if me == 0 { 65534 } else { me + 1 };
+    assert_eq!(d.set_policy(other, "network off\n"), Err(UnixError::NotAllowed));
+    assert_eq!(d.set_policy(me, &"#".repeat(MAX_POLICY + 1)), Err(UnixError::TooLong));
+    match d.set_policy(me, "network sideways\n") {
+        Ok(PolicyChange::Invalid(why)) => assert!(why.contains("policy line 1"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(d.policy().0, 1, "refusals change nothing");
+    assert_eq!(d.set_policy(me, "network off\n"), Ok(PolicyChange::Installed(2)));
+    assert_eq!(d.set_policy(0, "refuse getpid\n"), Ok(PolicyChange::Installed(3)));
+    assert_eq!(d.policy(), (3, "refuse getpid\n".to_string()));
+    let s = d.stats();
+    assert_eq!((s.policy, s.programs_started, s.programs_running, s.uid), (3, 0, 0, me));
+    assert!(d.programs().is_empty());
+}
+
+/// The effective uid (the owner of /proc/self), without unsafe code.
+fn euid_of_this_process() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap()
+}
+
+/// Read-only lookups where the view confines nothing they could reveal are done by
+/// the library natively, and counted apart (`Snapshot::native_lookups`); writes,
+/// creates and truncations stay served, and the filter traps them even from the
+/// library's own code (an `ro` line would be bypassed otherwise). Under a view that
+/// hides something every lookup is served, and a hidden file stays hidden when the
+/// program calls the library's `syscall` instruction directly.
+#[test]
+fn read_only_lookups_are_native_only_where_the_view_hides_nothing() {
+    let d = scratch();
+    let prog = c_program(&d, "native", false);
+    let dir = d.join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("file");
+    std::fs::write(&file, "x").unwrap();
+    let out = d.join("out.txt");
+    let run = |policy: Option<&str>, k: usize, created: &str| {
+        std::fs::write(&file, "x").unwrap();
+        let made = d.join(created);
+        let _ = std::fs::remove_dir_all(&made);
+        std::fs::create_dir(&made).unwrap();
+        let script = format!("{} {} {} {k} > {}", prog.display(), file.display(), made.display(), out.display());
+        let (ended, snap) = sh_under(policy, &d, &script);
+        assert_eq!(ended, Ended::Code(0));
+        (read(&out), snap)
+    };
+    let lines = |text: &str, want: &[(&str, &str)]| {
+        for (what, answer) in want {
+            assert!(text.lines().any(|l| l == format!("{what}: {answer}")), "{what}: not {answer} in:\n{text}");
+        }
+    };
+
+    // The identity view, and a view with an `ro` line: native, but writes served.
+    let ro = format!("ro {}\n", dir.display());
+    for policy in [None, Some(ro.as_str())] {
+        let (_, none) = run(policy, 0, "made0");
+        let (text, some) = run(policy, 30, "made30");
+        let writes_allowed = policy.is_none();
+        let w = if writes_allowed { "ok" } else { "EROFS" };
+        lines(
+            &text,
+            &[
+                ("glibc lookups failed", "0"),
+                ("library-range open read-only", "ok"),
+                ("library-range open for writing", w),
+                ("library-range open truncating", w),
+                ("library-range stat", "ok"),
+                ("library-range statx", "ok"),
+                ("library-range access read", "ok"),
+                ("library-range access write", w),
+                ("library-range readlink", "EINVAL"),
+                ("open", "ok"),
+                ("stat", "ok"),
+            ],
+        );
+        // 30 opens and 30 stats more: native; 30 creates more: served.
+        let (native, served) = (some.native_total() - none.native_total(), some.served - none.served);
+        assert!(native >= 60, "policy {policy:?}: {native} more native lookups ({none:?} / {some:?})");
+        assert!((30..45).contains(&served), "policy {policy:?}: {served} more served ({none:?} / {some:?})");
+        assert!(some.native_lookups[0] >= 30 && some.native_lookups[1] >= 30, "{some:?}");
+    }
+
+    // A view that hides the file: nothing native, and hidden from every direction.
+    let hide = format!("hide {}\n", dir.display());
+    let (text, snap) = run(Some(&hide), 5, "made5");
+    lines(
+        &text,
+        &[
+            ("glibc lookups failed", "10"),
+            ("library-range open read-only", "ENOENT"),
+            ("library-range open for writing", "ENOENT"),
+            ("library-range open truncating", "ENOENT"),
+            ("library-range stat", "ENOENT"),
+            ("library-range statx", "ENOENT"),
+            ("library-range access read", "ENOENT"),
+            ("library-range access write", "ENOENT"),
+            ("library-range readlink", "ENOENT"),
+            ("open", "ENOENT"),
+            ("stat", "ENOENT"),
+        ],
+    );
+    assert_eq!(snap.native_total(), 0, "{snap:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}
+
+/// A program path that execvp found missing is remembered for the session (every
+/// gcc tries each `$PATH` directory for `as`), and found as soon as it is made.
+#[test]
+fn missing_programs_are_remembered_until_they_are_made() {
+    let d = scratch();
+    let bin = d.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let out = d.join("out.txt");
+    let script = format!(
+        "PATH={b}:$PATH; export PATH; for i in 1 2 3; do tool 2>/dev/null || echo missing; done > {o}; \
+         printf '#!/bin/sh\\necho found\\n' > {b}/tool; chmod +x {b}/tool; sh -c tool >> {o}; tool >> {o}",
+        b = bin.display(),
+        o = out.display()
+    );
+    let (ended, _) = sh_under(None, &d, &script);
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "missing\nmissing\nmissing\nfound\nfound\n");
 }

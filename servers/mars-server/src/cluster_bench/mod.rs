@@ -5,11 +5,16 @@
 //!
 //! - **Scaling**: with 1, 2 and 4 nodes, each node is offered the streams its capacity
 //!   holds (`per_node` players at `rate`, each from its own place in one of the clips);
-//!   the aggregate is the sum of what the players received per second. Headlines
-//!   `mars_cluster_scaling_4n` (4 nodes / 4 × 1 node, goal ≥ 0.9) and
-//!   `mars_cluster_vs_nginx` (4 nodes, ours / nginx's, goal ≥ 1.0). Ours and nginx
+//!   the aggregate is the sum of what the players received per second. Headline
+//!   `mars_cluster_scaling_4n` (4 nodes / 4 × 1 node, goal ≥ 0.9). Ours and nginx
 //!   alternate at each node count (A B A B), and the order of the counts rotates by
 //!   round.
+//! - **Capacity** (`mars_cluster_vs_nginx`, goal ≥ 1.0): at 4 nodes the paced streams
+//!   offered rise rung by rung until a side no longer holds every one of them (from
+//!   the players' view: the whole window, every byte right, no slot later than a
+//!   player's startup buffer); a side's capacity is the aggregate of the last rung it
+//!   held. The ratio of delivered aggregates at one offered load would be ~1 by
+//!   construction (both deliver what is offered while they can), so it is not used.
 //! - **Failover**: two nodes, a few streams; the node of the first stream is killed with
 //!   SIGKILL mid-stream; each player cut off asks again (ours: the director, with its
 //!   stream's id; nginx: the front) from the byte it reached. Resume = from the player
@@ -84,6 +89,11 @@ struct Plan {
     after_kill: Duration,
     cache: u64,
     ahead: u64,
+    /// Capacity: streams per node at each rung, at 4 nodes.
+    ramp: &'static [usize],
+    /// Capacity: a stream is held if no slot came later than this past its schedule
+    /// (a player that buffers this much before it starts playing never stalls).
+    buffer: Duration,
 }
 
 impl Plan {
@@ -103,6 +113,8 @@ impl Plan {
                 after_kill: Duration::from_secs(2),
                 cache: 64 << 20,
                 ahead: 4 << 20,
+                ramp: &[4, 8, 12, 16, 24, 32],
+                buffer: Duration::from_secs(1),
             }
         } else {
             Plan {
@@ -119,6 +131,8 @@ impl Plan {
                 after_kill: Duration::from_secs(3),
                 cache: 128 << 20,
                 ahead: 6 << 20,
+                ramp: &[2, 4, 6, 10, 14, 18, 24, 32, 40],
+                buffer: Duration::from_secs(1),
             }
         }
     }
@@ -126,7 +140,12 @@ impl Plan {
     /// A node's capacity: its streams, with the engine's real-time reserve (80 %) and
     /// a margin.
     fn capacity(&self) -> u64 {
-        (self.per_node as f64 * self.rate as f64 / 0.8 * 1.1) as u64
+        self.capacity_for(self.per_node)
+    }
+
+    /// A node's capacity for `streams` streams.
+    fn capacity_for(&self, streams: usize) -> u64 {
+        (streams as f64 * self.rate as f64 / 0.8 * 1.1) as u64
     }
 }
 
@@ -308,6 +327,7 @@ fn measure(
         }
         let whos: &[Who] = if have_nginx { &[Who::Ours, Who::Nginx] } else { &[Who::Ours] };
         let r = scaling(opts, &bed, &mut procs, whos, notes, rows, headline, plots)
+            .and_then(|()| capacity(opts, &bed, &mut procs, whos, notes, rows, headline, plots))
             .and_then(|()| failover(opts, &bed, &mut procs, whos, notes, rows, headline, plots));
         let said = node_warnings(&bed);
         if !said.is_empty() {
@@ -325,10 +345,11 @@ fn measure(
     result?;
     down.map_err(|e| err("stopping the Ceph cluster", e))?;
     notes.push(format!(
-        "each of our nodes: its own process (this binary), engine timesharing like nginx, stripe cache {} MiB of 1 MiB chunks, {} MiB read ahead per stream, capacity {:.1} MB/s told to the director; nginx 1.22: one process per node (master_process off), sendfile on, files in the page cache; front: proxy_pass to an upstream of the nodes (round robin), proxy_buffering off, proxy_buffer_size 64k, keepalive to the nodes",
+        "each of our nodes: its own process (this binary), engine timesharing like nginx, stripe cache {} MiB of 1 MiB chunks, {} MiB read ahead per stream, capacity {:.1} MB/s told to the director (in the capacity ramp: above its top rung); nginx 1.22: one process per node (master_process off), sendfile on, files in the page cache; front: {} worker(s) (one per CPU, as worker_processes auto), proxy_pass to an upstream of the nodes (round robin, proxy_next_upstream's default: error and timeout go to the next node), proxy_buffering off, proxy_buffer_size 64k, keepalive to the nodes",
         plan.cache >> 20,
         plan.ahead >> 20,
-        plan.capacity() as f64 / 1e6
+        plan.capacity() as f64 / 1e6,
+        front_workers()
     ));
     Ok(())
 }
@@ -363,26 +384,42 @@ fn start_nginx_node(bed: &Bed<'_>, procs: &mut Procs, id: u32) -> Result<(), Ben
     procs::wait_nginx(&bed.dir, &name, addr, "probe.txt", Some(id))
 }
 
-/// Starts nginx's front over nginx nodes `1..=n`; its address.
+/// Starts nginx's front over nginx nodes `1..=n`, one worker per CPU (what
+/// `worker_processes auto` gives; here separate single-process servers on one
+/// `reuseport` port, so that each is a child this run tracks and stops); its address.
 fn start_front(bed: &Bed<'_>, procs: &mut Procs, n: usize) -> Result<SocketAddr, BenchError> {
     let port = rig::free_port()?;
     let servers: String = bed.nginx[..n].iter().map(|a| format!("server {a}; ")).collect();
-    let conf = procs::nginx_conf(
-        &bed.dir,
-        "front",
-        &format!(
-            "upstream nodes {{ {servers}keepalive 64; }}\n  server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://nodes; \
-             proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; proxy_buffer_size 64k; proxy_buffers 4 64k; }} }}"
-        ),
-    )?;
-    procs.nginx("front", &bed.dir, &conf, None)?;
-    procs::wait_nginx(&bed.dir, "front", SocketAddr::from(([127, 0, 0, 1], port)), "probe.txt", None)?;
-    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for w in 0..front_workers() {
+        let name = format!("front{w}");
+        let conf = procs::nginx_conf(
+            &bed.dir,
+            &name,
+            &format!(
+                "upstream nodes {{ {servers}keepalive 64; }}\n  server {{ listen 127.0.0.1:{port} reuseport; location / {{ proxy_pass http://nodes; \
+                 proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; proxy_buffer_size 64k; proxy_buffers 4 64k; }} }}"
+            ),
+        )?;
+        procs.nginx_as("front", &name, &bed.dir, &conf, None)?;
+        procs::wait_nginx(&bed.dir, &name, addr, "probe.txt", None)?;
+    }
+    Ok(addr)
+}
+
+/// The front's workers: one per CPU, as `worker_processes auto`.
+fn front_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 /// A director in this process, its nodes `1..=n` as processes; returns once all
 /// registered.
 fn start_ours(bed: &Bed<'_>, procs: &mut Procs, n: u32) -> Result<RunningDirector, BenchError> {
+    start_ours_with(bed, procs, n, bed.plan.capacity())
+}
+
+/// [`start_ours`] with each node's capacity (bytes/s) given.
+fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> Result<RunningDirector, BenchError> {
     let bind = || TcpListener::bind((bed.host, 0)).map_err(|e| err("director", e));
     let d = RunningDirector::start(
         bind()?,
@@ -397,7 +434,8 @@ fn start_ours(bed: &Bed<'_>, procs: &mut Procs, n: u32) -> Result<RunningDirecto
     )
     .map_err(|e| err("starting the director", e))?;
     for id in 1..=n {
-        procs.node(&spec(bed, d.nodes), id, bed.places.get(id as usize - 1), &node_log(bed, id))?;
+        let spec = NodeSpec { capacity, ..spec(bed, d.nodes) };
+        procs.node(&spec, id, bed.places.get(id as usize - 1), &node_log(bed, id))?;
     }
     wait_nodes(bed, &d, procs, n as usize)?;
     Ok(d)
@@ -654,19 +692,6 @@ fn scaling(
             .with_target(0.9),
         );
     }
-    if let (Some(ours), Some(nginx)) = (med(Who::Ours, 4), med(Who::Nginx, 4)) {
-        headline.push(
-            Headline::new(
-                "mars_cluster_vs_nginx",
-                ours / 1e6,
-                nginx / 1e6,
-                "4 nginx 1.22 nodes with their own copies behind an nginx round-robin front",
-                "MB/s",
-                Better::Higher,
-            )
-            .with_target(1.0),
-        );
-    }
     for (who, r) in &first_byte {
         if r.count() > 0 {
             rows.push(
@@ -723,6 +748,199 @@ fn scaling(
     Ok(())
 }
 
+/// One rung of the capacity ramp, as its players saw it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rung {
+    streams: usize,
+    /// Streams with every byte, right, no slot later than the player's buffer.
+    held: usize,
+    /// Streams refused (a non-2xx answer: admission).
+    refused: usize,
+    /// Σ bytes/s received.
+    aggregate: f64,
+    /// The worst slot lateness of any stream (ns).
+    worst: u64,
+}
+
+/// Capacity at 4 nodes: the paced streams offered rise rung by rung (ours and nginx
+/// alternating at each rung) until a side no longer holds every stream — a stream is
+/// held if it got the whole window, every byte right, and no 64 KiB slot later than
+/// the player's startup buffer past its schedule. A side's capacity is the offered
+/// aggregate of the last rung it held entirely; `mars_cluster_vs_nginx` is ours /
+/// nginx's. Our nodes are told a capacity above the top rung, so the director's
+/// admission refuses nothing here: delivery is what is measured.
+#[allow(clippy::too_many_arguments)]
+fn capacity(
+    opts: &Options,
+    bed: &Bed<'_>,
+    procs: &mut Procs,
+    whos: &[Who],
+    notes: &mut Notes,
+    rows: &mut Vec<Value>,
+    headline: &mut Vec<Headline>,
+    plots: &mut Vec<(&'static str, String)>,
+) -> Result<(), BenchError> {
+    let plan = bed.plan;
+    let nodes = 4usize;
+    let top = plan.ramp.iter().copied().max().unwrap_or(plan.per_node);
+    let buffer = plan.buffer.as_nanos() as u64;
+    // (who, rungs run, failed yet)
+    let mut runs: Vec<(Who, Vec<Rung>, bool)> = whos.iter().map(|&w| (w, Vec::new(), false)).collect();
+    for (r, &per_node) in plan.ramp.iter().enumerate() {
+        if runs.iter().all(|e| e.2) {
+            break;
+        }
+        let streams = per_node * nodes;
+        for k in 0..whos.len() {
+            let who = whos[(k + r) % whos.len()];
+            let entry = runs.iter_mut().find(|e| e.0 == who).expect("listed");
+            if entry.2 {
+                continue;
+            }
+            check_stop()?;
+            opts.say(format!("mars-cluster: capacity, {streams} streams on {nodes} nodes, {}", who.name()));
+            let seed = 1000 + r as u64;
+            // CPU the servers used while the streams played (ns): nodes, and nginx's front.
+            let mut cpu = (0u64, 0u64);
+            // Retransmitted segments in the nodes' and the host's namespaces (the nodes
+            // of both sides share namespace i, and only one side plays at a time), and
+            // packets dropped from the kernel's input backlogs.
+            let net0 = (procs.tcp_retransmits("nginx"), procs::backlog_drops());
+            let played = match who {
+                Who::Ours => {
+                    let d = start_ours_with(bed, procs, nodes as u32, plan.capacity_for(top))?;
+                    let c0 = procs.cpu_ns("node ");
+                    let res = play_all(bed, Via::Director(d.http), streams, seed, false, None, |_| Ok(()));
+                    cpu.0 = procs.cpu_ns("node ").saturating_sub(c0);
+                    for id in 1..=nodes {
+                        procs.stop(&format!("node {id}"));
+                    }
+                    d.stop();
+                    res?
+                }
+                Who::Nginx => {
+                    let front = start_front(bed, procs, nodes)?;
+                    let c0 = (procs.cpu_ns("nginx"), procs.cpu_ns("front"));
+                    let res = play_all(bed, Via::Front(front), streams, seed, false, None, |_| Ok(()));
+                    cpu = (procs.cpu_ns("nginx").saturating_sub(c0.0), procs.cpu_ns("front").saturating_sub(c0.1));
+                    procs.stop("front");
+                    res?
+                }
+            };
+            let net =
+                (procs.tcp_retransmits("nginx").saturating_sub(net0.0), procs::backlog_drops().saturating_sub(net0.1));
+            let mut rung = Rung { streams, ..Rung::default() };
+            for p in &played {
+                let j = judge(&p.received, plan.rate as f64, plan.chunk, plan.window);
+                let ok = p.received.status / 100 == 2;
+                rung.refused += usize::from(!ok);
+                rung.held += usize::from(ok && !p.wrong && p.received.bytes >= plan.window && j.worst <= buffer);
+                rung.aggregate += j.achieved.min(2.0 * plan.rate as f64) * (p.received.bytes.min(plan.window) as f64)
+                    / plan.window as f64;
+                rung.worst = rung.worst.max(j.worst);
+            }
+            let entry = runs.iter_mut().find(|e| e.0 == who).expect("listed");
+            entry.2 = rung.held < rung.streams;
+            entry.1.push(rung);
+            rows.push(json!({
+                "case": format!("capacity, {streams} streams on {nodes} nodes: {}", who.name()),
+                "part": "capacity", "implementation": who.name(), "nodes": nodes, "streams": streams,
+                "offered_mb_s": (streams as u64 * plan.rate) as f64 / 1e6,
+                "aggregate_mb_s": rung.aggregate / 1e6,
+                "held": rung.held, "refused": rung.refused,
+                "worst_lateness_ns": rung.worst,
+                "nodes_cpu_s": cpu.0 as f64 / 1e9, "front_cpu_s": cpu.1 as f64 / 1e9,
+                "tcp_retransmits": net.0, "backlog_drops": net.1,
+            }));
+        }
+    }
+    // The offered aggregate of the last rung held entirely (0 if none was).
+    let cap = |who: Who| -> Option<f64> {
+        let (_, v, _) = runs.iter().find(|e| e.0 == who)?;
+        Some(v.iter().take_while(|g| g.held == g.streams).last().map_or(0.0, |g| (g.streams as u64 * plan.rate) as f64))
+    };
+    let ceiling = |who: Who| runs.iter().find(|e| e.0 == who).is_some_and(|e| !e.2);
+    if let (Some(ours), Some(nginx)) = (cap(Who::Ours), cap(Who::Nginx)) {
+        headline.push(
+            Headline::new(
+                "mars_cluster_vs_nginx",
+                ours / 1e6,
+                nginx / 1e6,
+                "capacity at 4 nodes: the most paced streams every one of which was held, beside 4 nginx 1.22 nodes with their own copies behind an nginx round-robin front",
+                "MB/s",
+                Better::Higher,
+            )
+            .with_target(1.0),
+        );
+        if ours == 0.0 && nginx == 0.0 {
+            notes.push(
+                "capacity: neither side held every stream of the first rung (its ratio is undefined): the machine, not either design, was the limit; the rows say how many each held",
+            );
+        }
+        for (who, c) in [(Who::Ours, ours), (Who::Nginx, nginx)] {
+            if ceiling(who) {
+                notes.push(format!(
+                    "capacity: {} held every rung, up to {:.0} MB/s: its capacity is at least that (the ramp's top)",
+                    who.name(),
+                    c / 1e6
+                ));
+            }
+        }
+    }
+    notes.push(format!(
+        "capacity: 4 nodes; rungs of {:?} paced streams per node at {:.1} MB/s ({:.1} s each); at each rung ours and nginx alternate (fresh nodes and front each time), a side stops at its first rung not held entirely; a stream is held if it got its whole window, every byte right, and no {} KiB slot later than {:.1} s (a player's startup buffer) past its schedule from its first byte; capacity = the offered aggregate of the last rung held; our nodes are told a capacity above the top rung (the director refuses nothing: delivery is measured, not admission)",
+        plan.ramp,
+        plan.rate as f64 / 1e6,
+        plan.window as f64 / plan.rate as f64,
+        plan.chunk >> 10,
+        plan.buffer.as_secs_f64()
+    ));
+    let series = runs
+        .iter()
+        .map(|(who, v, _)| Series {
+            name: match who {
+                Who::Ours => "ours: streams held".to_string(),
+                Who::Nginx => "nginx: streams held".to_string(),
+            },
+            points: v.iter().map(|g| (g.streams as f64, g.held as f64)).collect(),
+        })
+        .collect();
+    plots.push((
+        "-capacity",
+        Plot {
+            title: "Capacity at 4 nodes: streams held by streams offered".into(),
+            x: Axis { label: "paced streams offered".into(), scale: Scale::Linear, ticks: TickFormat::Plain },
+            y: Axis { label: "streams held (player's view)".into(), scale: Scale::Linear, ticks: TickFormat::Plain },
+            series,
+        }
+        .render(),
+    ));
+    Ok(())
+}
+
+/// Where resumes' time went, from the players' cuts: the director's answer (ours), the
+/// serving node's response head, and from the head to the first body byte.
+#[derive(Default)]
+struct Phases {
+    redirect: LatencyRecorder,
+    head: LatencyRecorder,
+    body: LatencyRecorder,
+    attempts: u64,
+    resumes: u64,
+}
+
+impl Phases {
+    fn add(&mut self, p: &play::ResumePhases) {
+        if p.redirect_ns > 0 {
+            self.redirect.record(p.redirect_ns);
+        }
+        self.head.record(p.head_ns);
+        self.body.record(p.first_byte_ns.saturating_sub(p.head_ns));
+        self.attempts += u64::from(p.attempts);
+        self.resumes += 1;
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn failover(
     opts: &Options,
@@ -735,12 +953,21 @@ fn failover(
     plots: &mut Vec<(&'static str, String)>,
 ) -> Result<(), BenchError> {
     let plan = bed.plan;
-    // (who, resume, kill → resume, tally, resumes for the plot, stalls of the killed node's streams)
-    type Entry = (Who, LatencyRecorder, LatencyRecorder, Tally, Vec<u64>, LatencyRecorder);
+    // (who, resume, kill → resume, tally, resumes for the plot, stalls of the killed node's streams,
+    // where the resumes' time went)
+    type Entry = (Who, LatencyRecorder, LatencyRecorder, Tally, Vec<u64>, LatencyRecorder, Phases);
     let mut resume: Vec<Entry> = whos
         .iter()
         .map(|&w| {
-            (w, LatencyRecorder::new(), LatencyRecorder::new(), Tally::default(), Vec::new(), LatencyRecorder::new())
+            (
+                w,
+                LatencyRecorder::new(),
+                LatencyRecorder::new(),
+                Tally::default(),
+                Vec::new(),
+                LatencyRecorder::new(),
+                Phases::default(),
+            )
         })
         .collect();
     let mut director: Option<RunningDirector> = None;
@@ -806,6 +1033,9 @@ fn failover(
                         entry.4.push(r);
                     }
                     entry.2.record_all(&p.kill_to_resume_ns);
+                    for ph in &p.resume_phases {
+                        entry.6.add(ph);
+                    }
                 }
                 let t = tally(bed, &played, true);
                 if !t.errors.is_empty() {
@@ -853,7 +1083,7 @@ fn failover(
         procs.stop("front");
     }
     result?;
-    for (who, r, k, t, _, stall) in &resume {
+    for (who, r, k, t, _, stall, ph) in &resume {
         rows.push(
             stall
                 .row(format!("failover stall (worst slot lateness, streams of the killed node): {}", who.name()))
@@ -872,6 +1102,12 @@ fn failover(
                 .with("late_slots", t.late)
                 .with("slots", t.slots)
                 .with("wrong_bytes_streams", t.wrong as u64)
+                .with("redirect_p50_ns", ph.redirect.quantile(0.5))
+                .with("head_p50_ns", ph.head.quantile(0.5))
+                .with("head_p99_ns", ph.head.quantile(0.99))
+                .with("head_to_first_byte_p50_ns", ph.body.quantile(0.5))
+                .with("head_to_first_byte_p99_ns", ph.body.quantile(0.99))
+                .with("requests_per_resume", ph.attempts as f64 / ph.resumes.max(1) as f64)
                 .to_value(),
         );
     }
@@ -899,7 +1135,7 @@ fn failover(
     let series = resume
         .iter()
         .filter(|e| !e.4.is_empty())
-        .map(|(who, _, _, _, v, _)| {
+        .map(|(who, _, _, _, v, _, _)| {
             let mut v = v.clone();
             v.sort_unstable();
             let n = v.len();

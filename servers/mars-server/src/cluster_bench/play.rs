@@ -85,6 +85,10 @@ pub struct Opened {
     pub node: Option<u32>,
     /// How long the director took to answer (ours).
     pub redirect_ns: Option<u64>,
+    /// When the director's answer was read (ours).
+    pub redirected_at: Option<Instant>,
+    /// When the node's (or the front's) response head was read.
+    pub head_at: Instant,
 }
 
 /// Opens `clip` at byte `from` through `via`, paced at `rate` by our nodes;
@@ -109,14 +113,31 @@ pub fn open(via: Via, clip: &str, rate: u64, stream: Option<u64>, from: u64) -> 
             let to: SocketAddr = host.parse().map_err(|_| format!("Location {loc:?}: not host:port"))?;
             let stream = h.header("x-ictus-stream").and_then(|v| v.parse().ok());
             let node = h.header("x-ictus-node").and_then(|v| v.parse().ok());
+            let redirected_at = Instant::now();
             let (sock, head) =
                 request(to, &format!("/{path}"), from, timeout).map_err(|e| format!("node {to}: {e}"))?;
-            Ok(Opened { sock, head, stream, node, redirect_ns: Some(redirect_ns) })
+            Ok(Opened {
+                sock,
+                head,
+                stream,
+                node,
+                redirect_ns: Some(redirect_ns),
+                redirected_at: Some(redirected_at),
+                head_at: Instant::now(),
+            })
         }
         Via::Front(f) => {
             let (sock, head) = request(f, &format!("/{clip}"), from, timeout).map_err(|e| format!("front: {e}"))?;
             let node = head.header("x-node").and_then(|v| v.parse().ok());
-            Ok(Opened { sock, head, stream: None, node, redirect_ns: None })
+            Ok(Opened {
+                sock,
+                head,
+                stream: None,
+                node,
+                redirect_ns: None,
+                redirected_at: None,
+                head_at: Instant::now(),
+            })
         }
     }
 }
@@ -138,10 +159,25 @@ pub struct Played {
     pub resume_ns: Vec<u64>,
     /// Per cut: from the kill to the first resumed body byte (ns).
     pub kill_to_resume_ns: Vec<u64>,
+    /// Per cut, where the resume's time went: [`ResumePhases`].
+    pub resume_phases: Vec<ResumePhases>,
     /// The director's answer times (ns).
     pub redirect_ns: Vec<u64>,
     /// Why it stopped before its window, if it did.
     pub error: Option<String>,
+}
+
+/// One resume, from the player's seeing the cut (ns after it): where the time went.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResumePhases {
+    /// Requests made until one was answered with a stream (1: the first was).
+    pub attempts: u32,
+    /// The director's redirect read (ours; 0 for nginx's front).
+    pub redirect_ns: u64,
+    /// The serving node's response head read.
+    pub head_ns: u64,
+    /// The first body byte read.
+    pub first_byte_ns: u64,
 }
 
 /// What a player plays.
@@ -180,6 +216,7 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
         nodes: (None, None),
         resume_ns: Vec::new(),
         kill_to_resume_ns: Vec::new(),
+        resume_phases: Vec::new(),
         redirect_ns: Vec::new(),
         error: None,
     };
@@ -195,9 +232,11 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
             && (first != Some(victim) || resumed_at.is_some_and(|r| r.elapsed() > Duration::from_millis(500)))
     };
     let mut cut_at: Option<Instant> = None;
+    let mut phases = ResumePhases::default();
     let mut buf = vec![0u8; 1 << 20];
     'open: while p.received.bytes < s.window && Instant::now() < end_by && !stopped() {
         let from = s.offset + p.received.bytes;
+        phases.attempts += 1;
         let o = match open(s.via, s.clip, s.rate, stream_id, from) {
             Ok(o) if o.head.status / 100 == 2 => o,
             Ok(o) => {
@@ -231,6 +270,10 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
         if let Ok(mut n) = node.lock() {
             *n = o.node;
         }
+        if let Some(cut) = cut_at {
+            phases.redirect_ns = o.redirected_at.map_or(0, |t| t.duration_since(cut).as_nanos() as u64);
+            phases.head_ns = o.head_at.duration_since(cut).as_nanos() as u64;
+        }
         let mut sock = o.sock;
         let mut pending = o.head.rest;
         loop {
@@ -251,7 +294,11 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
                         let played = (t0.elapsed().as_nanos() as u64).saturating_sub(first) as f64 / 1e9;
                         let allowed = (played * s.rate as f64) as u64 + s.chunk;
                         if p.received.bytes >= allowed {
-                            std::thread::sleep(Duration::from_micros(500));
+                            // Until a quarter of a chunk more is allowed (not a busy
+                            // poll: many players share the machine with the servers).
+                            let short = p.received.bytes - allowed + s.chunk / 4;
+                            let wait = Duration::from_secs_f64(short as f64 / s.rate.max(1) as f64);
+                            std::thread::sleep(wait.clamp(Duration::from_micros(500), Duration::from_millis(20)));
                             continue;
                         }
                         ((allowed - p.received.bytes) as usize).min(buf.len())
@@ -277,6 +324,8 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
             if let Some(cut) = cut_at.take() {
                 // The first byte after a cut.
                 p.resume_ns.push(cut.elapsed().as_nanos() as u64);
+                phases.first_byte_ns = cut.elapsed().as_nanos() as u64;
+                p.resume_phases.push(phases);
                 resumed_at = Some(Instant::now());
                 if let Some((k, _)) = resume.and_then(|k| k.lock().ok().and_then(|k| *k)) {
                     p.kill_to_resume_ns.push(k.elapsed().as_nanos() as u64);
@@ -295,6 +344,7 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
             break;
         }
         cut_at = Some(Instant::now());
+        phases = ResumePhases::default();
     }
     if p.received.bytes < s.window && p.error.is_none() && !done_after_kill {
         p.error = Some(format!("{} of {} bytes within {:?}", p.received.bytes, s.window, s.limit));

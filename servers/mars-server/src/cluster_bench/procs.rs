@@ -145,6 +145,20 @@ impl Procs {
     /// Starts nginx with `conf` (its `-p` prefix `dir`), recorded as `name`, in
     /// network namespace `ns` if given.
     pub fn nginx(&mut self, name: &str, dir: &Path, conf: &Path, ns: Option<&str>) -> Result<(), BenchError> {
+        self.nginx_as(name, name, dir, conf, ns)
+    }
+
+    /// As [`Procs::nginx`], recorded as `label` (several processes of one server, such
+    /// as the front's workers, share a label: [`Procs::stop`] stops them all); `name`
+    /// names its files.
+    pub fn nginx_as(
+        &mut self,
+        label: &str,
+        name: &str,
+        dir: &Path,
+        conf: &Path,
+        ns: Option<&str>,
+    ) -> Result<(), BenchError> {
         let mut cmd = match ns {
             None => GuardedCommand::new("nginx", Signal::KILL).check_parent(),
             Some(ns) => {
@@ -156,8 +170,44 @@ impl Procs {
         cmd.command().arg("-p").arg(dir).arg("-c").arg(conf).arg("-e").arg(dir.join(format!("{name}.err")));
         cmd.command().stdout(Stdio::null()).stderr(Stdio::null());
         let child = cmd.spawn().map_err(|e| err("starting nginx", e))?;
-        self.children.push((name.to_string(), child));
+        self.children.push((label.to_string(), child));
         Ok(())
+    }
+
+    /// CPU time (user + system, ns) the children whose label starts with `prefix` have
+    /// used so far (their `/proc/PID/stat`; 0 for any that cannot be read).
+    pub fn cpu_ns(&self, prefix: &str) -> u64 {
+        let tick = rustix::param::clock_ticks_per_second().max(1);
+        self.children
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .filter_map(|(_, c)| fs::read_to_string(format!("/proc/{}/stat", c.id())).ok())
+            .filter_map(|stat| {
+                // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+                let rest = &stat[stat.rfind(')')? + 1..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+            .sum::<u64>()
+            * (1_000_000_000 / tick)
+    }
+
+    /// TCP segments retransmitted so far in the network namespaces of the children
+    /// whose label starts with `prefix` (each namespace once) and in this process's.
+    pub fn tcp_retransmits(&self, prefix: &str) -> u64 {
+        let mut seen = std::collections::HashSet::new();
+        let mut total = 0;
+        let pids = self.children.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, c)| c.id());
+        for pid in pids.chain([std::process::id()]) {
+            let Ok(ns) = fs::read_link(format!("/proc/{pid}/ns/net")) else { continue };
+            if seen.insert(ns) {
+                total += fs::read_to_string(format!("/proc/{pid}/net/snmp"))
+                    .ok()
+                    .and_then(|t| retrans_segs(&t))
+                    .unwrap_or(0);
+            }
+        }
+        total
     }
 
     /// Kills `name` with SIGKILL (a failure) and reaps it.
@@ -251,4 +301,33 @@ fn small_get(addr: SocketAddr, path: &str) -> Option<String> {
     let mut all = Vec::new();
     s.read_to_end(&mut all).ok()?;
     Some(String::from_utf8_lossy(&all).into_owned())
+}
+
+/// `RetransSegs` of the `Tcp:` lines of a `/proc/net/snmp`.
+fn retrans_segs(snmp: &str) -> Option<u64> {
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next()?, tcp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RetransSegs")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// Packets the kernel dropped from its per-CPU input backlogs so far (the second
+/// column of `/proc/net/softnet_stat`, all namespaces).
+pub fn backlog_drops() -> u64 {
+    fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn retransmissions_are_read_from_the_tcp_lines() {
+        let snmp =
+            "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\n";
+        assert_eq!(super::retrans_segs(snmp), Some(17));
+        assert_eq!(super::retrans_segs("Tcp: A B\n"), None);
+    }
 }

@@ -1,0 +1,74 @@
+/* Read-only lookups from the program and from the library's code range.
+ * argv[1]: a file to look up; argv[2]: a directory to create files in; argv[3]: how
+ * many read-only opens and stats (and creates) to make through glibc.
+ * The program maps its own code inside the library's address range (as hostile.c)
+ * and calls the lookups from there directly: what the filter lets through natively
+ * must be only what the policy shows anyway. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef long (*gadget_fn)(long, long, long, long, long, long, long);
+static gadget_fn gadget;
+
+static void make_gadget(void) {
+    /* mov rax,rdi; mov rdi,rsi; mov rsi,rdx; mov rdx,rcx; mov r10,r8; mov r8,r9;
+     * mov r9,[rsp+8]; syscall; ret */
+    static const unsigned char code[] = {0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca,
+                                         0x4d, 0x89, 0xc2, 0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08,
+                                         0x0f, 0x05, 0xc3};
+    void *p = MAP_FAILED;
+    for (unsigned long a = 0x50ff000; a >= 0x5000000 && p == MAP_FAILED; a -= 0x1000) {
+        p = mmap((void *)a, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p != MAP_FAILED && p != (void *)a) { munmap(p, 4096); p = MAP_FAILED; }
+    }
+    if (p == MAP_FAILED) { printf("mmap in the library's range failed\n"); exit(2); }
+    memcpy(p, code, sizeof code);
+    gadget = (gadget_fn)p;
+}
+
+static const char *e(long r) { return r >= 0 ? "ok" : strerrorname_np((int)-r); }
+
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    const char *file = argv[1];
+    int k = atoi(argv[3]);
+    struct stat st;
+    int bad = 0;
+    for (int i = 0; i < k; i++) {
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) bad++; else close(fd);
+        if (stat(file, &st) != 0) bad++;
+    }
+    for (int i = 0; i < k; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/w%d", argv[2], i);
+        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) bad++; else close(fd);
+    }
+    printf("glibc lookups failed: %d\n", bad);
+    make_gadget();
+    char buf[256], stx[256];
+    long fd = gadget(257, -100, (long)file, O_RDONLY, 0, 0, 0);
+    printf("library-range open read-only: %s\n", e(fd));
+    if (fd >= 0) close((int)fd);
+    printf("library-range open for writing: %s\n", e(fd = gadget(257, -100, (long)file, O_WRONLY, 0, 0, 0)));
+    if (fd >= 0) close((int)fd);
+    printf("library-range open truncating: %s\n", e(fd = gadget(257, -100, (long)file, O_RDONLY | O_TRUNC, 0, 0, 0)));
+    if (fd >= 0) close((int)fd);
+    printf("library-range stat: %s\n", e(gadget(262, -100, (long)file, (long)&st, 0, 0, 0)));
+    printf("library-range statx: %s\n", e(gadget(332, -100, (long)file, 0, 0x7ff, (long)stx, 0)));
+    printf("library-range access read: %s\n", e(gadget(439, -100, (long)file, R_OK, 0, 0, 0)));
+    printf("library-range access write: %s\n", e(gadget(439, -100, (long)file, W_OK, 0, 0, 0)));
+    printf("library-range readlink: %s\n", e(gadget(267, -100, (long)file, (long)buf, sizeof buf, 0, 0)));
+    printf("open: %s\n", e(open(file, O_RDONLY) < 0 ? -errno : 0));
+    printf("stat: %s\n", e(stat(file, &st) < 0 ? -errno : 0));
+    return 0;
+}
