@@ -108,13 +108,22 @@ pub fn server_main(a: UnixServerArgs) -> Result<(), Box<dyn std::error::Error>> 
 
 fn print_counts(what: &str, c: &ictus_unix_server::control_api::Counts) {
     let refused: Vec<String> = c.refused.iter().map(|(n, k)| format!("{n} {k}")).collect();
+    let n = &c.native;
     println!(
-        "{what}: served {} requests on {} connections ({} open), {} malformed, refused [{}]",
+        "{what}: served {} requests on {} connections ({} open), {} malformed, refused [{}]; \
+         {} read-only lookups by the library (opens {}, stat {}, statx {}, access {}, readlink {}, getcwd {})",
         c.served,
         c.connections,
         c.open,
         c.malformed,
-        refused.join(", ")
+        refused.join(", "),
+        n.total(),
+        n.opens,
+        n.stat,
+        n.statx,
+        n.access,
+        n.readlink,
+        n.getcwd
     );
 }
 

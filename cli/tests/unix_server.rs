@@ -26,6 +26,16 @@ fn names(ns: &Path) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
 }
 
+/// The read-only lookups the library made natively, on the line of `ictus unix stats`
+/// that starts with `prefix`.
+fn native(stats: &str, prefix: &str) -> u64 {
+    let line = stats.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in {stats}"));
+    let (before, _) = line
+        .rsplit_once(" read-only lookups by the library")
+        .unwrap_or_else(|| panic!("no native lookups on {line:?}"));
+    before.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no count on {line:?}"))
+}
+
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -114,6 +124,8 @@ fn unix_server_registers_serves_changes_its_policy_and_leaves_no_name_after_kill
     };
     assert!(served(&s, "total") > 0, "{s}");
     assert!(served(&s, "program 1") > 0 && served(&s, "program 2") > 0, "{s}");
+    // Policy 1 hides something: the libraries look nothing up natively.
+    assert_eq!((native(&s, "program 1"), native(&s, "program 2"), native(&s, "total")), (0, 0, 0), "{s}");
 
     // An invalid policy: refused with its line, nothing changed.
     let bad = dir.join("bad");
@@ -176,6 +188,40 @@ fn unix_server_registers_serves_changes_its_policy_and_leaves_no_name_after_kill
     let e = String::from_utf8_lossy(&end.stdout).into_owned();
     assert!(e.contains("started 3") && e.contains("policy 2"), "{e}");
     assert!(served(&e, "total") > served(&s, "total"), "the total keeps the counts of ended programs: {s} / {e}");
+
+    // Native lookups through the long-lived server: a program under a policy that
+    // hides nothing (policy 3, the host's tree) makes its read-only lookups in its
+    // library, counted per program and in the total; one under a policy that hides
+    // something (policy 2) makes none. Both run at once, waiting for `go2`.
+    let mut f = program(d, &run_sock, "cat secret2 > f1 2>&1; touch f-ready; while [ ! -e go2 ]; do sleep 0.05; done");
+    wait_until("the program under policy 2 to start", || dir.join("f-ready").exists());
+    let identity = dir.join("identity");
+    std::fs::write(&identity, "# the host's tree: nothing hidden\n").unwrap();
+    let set = ask(&["policy", "--set", identity.to_str().unwrap()]);
+    assert!(set.status.success() && text(&set).contains("policy 3 in force"), "{}", text(&set));
+    let mut g = program(d, &run_sock, "cat secret2 > g1 2>&1; touch g-ready; while [ ! -e go2 ]; do sleep 0.05; done");
+    wait_until("the program under policy 3 to start", || dir.join("g-ready").exists());
+    let running = ask(&["stats"]);
+    let r = String::from_utf8_lossy(&running.stdout).into_owned();
+    let line_of = |policy: &str| -> String {
+        let lines: Vec<&str> = r.lines().filter(|l| l.starts_with("program ") && l.contains(policy)).collect();
+        assert_eq!(lines.len(), 1, "one program with {policy:?}: {r}");
+        lines[0].split(':').next().unwrap().to_owned()
+    };
+    let (under2, under3) = (line_of("policy 2)"), line_of("policy 3)"));
+    assert_eq!(native(&r, &under2), 0, "{r}");
+    assert!(served(&r, &under2) > 0, "{r}");
+    let seen = native(&r, &under3);
+    assert!(seen > 0, "{r}");
+    assert!(native(&r, "total") > 0, "{r}");
+    std::fs::write(dir.join("go2"), "").unwrap();
+    assert!(f.wait().success());
+    assert!(g.wait().success());
+    assert!(read(&dir.join("f1")).contains("No such file"), "{}", read(&dir.join("f1")));
+    assert_eq!(read(&dir.join("g1")), "two\n");
+    let after = ask(&["stats"]);
+    let a = String::from_utf8_lossy(&after.stdout).into_owned();
+    assert!(native(&a, "total") >= seen, "the total keeps the native lookups of ended programs: {r} / {a}");
 
     // kill -9: the name server drops the registration with the dead port.
     server.kill9();

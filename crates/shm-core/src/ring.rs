@@ -139,15 +139,32 @@ impl<M: RingMem> Producer<M> {
         Ok(free)
     }
 
+    /// The bytes a record of `len` payload bytes takes at the head: its own length, and
+    /// the pad before it when it would not fit before the end of the ring.
+    fn want(&self, len: u32) -> (u64, u64) {
+        let need = record::record_len(u64::from(len));
+        let to_end = self.ring.cap - self.head % self.ring.cap;
+        let pad = if to_end < need { to_end } else { 0 };
+        (pad, pad + need)
+    }
+
+    /// Whether a record of `len` payload bytes fits now, pad included: what a producer
+    /// waiting for room waits for ([`Producer::reserve`] succeeds when this is true).
+    /// Comparing the free bytes with the record's length alone is wrong at the end of
+    /// the ring, where the record also needs its pad: a waiter would see room, fail to
+    /// reserve, and look again without sleeping until the consumer caught up.
+    pub fn has_room(&mut self, len: u32) -> Result<bool, Corrupt> {
+        let (_, want) = self.want(len);
+        Ok(self.free()? >= want)
+    }
+
     /// Reserve room for a record of `len` payload bytes.
     pub fn reserve(&mut self, len: u32) -> Result<Reservation, ReserveError> {
         let need = record::record_len(u64::from(len));
         if need > self.ring.max_record() {
             return Err(ReserveError::TooLarge { len: u64::from(len), max: self.ring.max_payload() });
         }
-        let to_end = self.ring.cap - self.head % self.ring.cap;
-        let pad = if to_end < need { to_end } else { 0 };
-        let want = pad + need;
+        let (pad, want) = self.want(len);
         let free = self.ring.cap - (self.head - self.tail_seen);
         if free < want && self.free()? < want {
             return Err(ReserveError::Full);
@@ -358,6 +375,44 @@ mod tests {
             p.commit(r, Kind::Inline, 0);
         }
         assert_eq!(p.reserve(0), Err(ReserveError::Full));
+    }
+
+    /// `has_room` is exactly "`reserve` would succeed", at every head position and
+    /// fill level, including where a record needs a pad before the end of the ring
+    /// (there, free bytes ≥ the record's length is not enough).
+    #[test]
+    fn has_room_agrees_with_reserve_across_the_wrap() {
+        let ring = RingGeometry::new(256).expect("ring");
+        let mut padded_refusals = 0;
+        for start in 0..32u32 {
+            for backlog in 0..4usize {
+                let mem = local(256);
+                let mut p = Producer::new(&mem, ring);
+                let mut c = Consumer::new(&mem, ring);
+                // Move the head round to `start * 8`, then leave `backlog` records behind.
+                for _ in 0..start {
+                    let r = p.reserve(0).expect("room");
+                    p.commit(r, Kind::Inline, 0);
+                    let got = c.peek().expect("valid").expect("a record");
+                    c.release(got, true).expect("unchanged");
+                }
+                for _ in 0..backlog {
+                    match p.reserve(24) {
+                        Ok(r) => p.commit(r, Kind::Inline, 0),
+                        Err(_) => break,
+                    }
+                }
+                for len in (0..=ring.max_payload() as u32).step_by(8) {
+                    let free = p.free().expect("valid");
+                    let room = p.has_room(len).expect("valid");
+                    assert_eq!(room, p.reserve(len).is_ok(), "len {len}, start {start}, backlog {backlog}");
+                    if !room && free >= record::record_len(u64::from(len)) {
+                        padded_refusals += 1;
+                    }
+                }
+            }
+        }
+        assert!(padded_refusals > 0, "no case needed its pad: the test proved nothing");
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //!   and which sleep this is (an epoch); a waker wakes at most once per sleep, so a
 //!   burst of records costs at most one wake-up per client per sleep, and usually one
 //!   in all, since the first wake-up ends the sleep;
+//! - the flag also says what the sleeper waits for: a sleeper that waits for *room*
+//!   (the ring it produces into was full, or every pool buffer is lent) sets the
+//!   [`ROOM`] bit, and a waker that only made room ([`Waker::check_room`]) wakes only
+//!   such a sleep; a sleeper waiting for records is not woken by room it does not need
+//!   (which cost it a context-switch pair for nothing, then a sleep again);
 //! - a waker wakes by ringing *its own* doorbell: a futex word that only it (and the
 //!   sleeper) can write, bumped and then woken (`FUTEX_WAKE`), or its own eventfd. The
 //!   server waits on all its clients' doorbells at once (`futex_waitv`, or `epoll`
@@ -38,6 +43,12 @@ use crate::sync::{fence, AtomicU32, Ordering};
 pub const ASLEEP: u32 = 1;
 /// The word's "wake me through my eventfd, not a futex" bit.
 pub const POLL: u32 = 2;
+/// The word's "I wait for room too" bit: a waker that only made room (consumed
+/// records of a ring the sleeper produces into, gave back a pool buffer) wakes only a
+/// sleep that says so ([`Waker::check_room`]).
+pub const ROOM: u32 = 4;
+/// Where the epoch starts in the word (above the three bits).
+const EPOCH_SHIFT: u32 = 3;
 
 /// How to wake a sleeper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,9 +75,17 @@ impl Sleeper {
     /// doorbells ([`read_bell`]) or draining the eventfd. Returns the word's value.
     /// After this, check every source of work, and sleep (on the bell values read
     /// before) only if there is none; either way call [`Sleeper::end`] afterwards.
+    /// The sleep waits for records, not for room: see [`Sleeper::announce_for`].
     pub fn announce(&mut self, word: &AtomicU32, poll: bool) -> u32 {
-        self.epoch = self.epoch.wrapping_add(1) & (u32::MAX >> 2);
-        let value = self.epoch << 2 | ASLEEP | if poll { POLL } else { 0 };
+        self.announce_for(word, poll, false)
+    }
+
+    /// As [`Sleeper::announce`]; with `room`, the sleep waits for room as well (the
+    /// ring this side produces into is full, or its pool is all lent), and a waker
+    /// that only made room wakes it. Check for room after announcing, as for records.
+    pub fn announce_for(&mut self, word: &AtomicU32, poll: bool, room: bool) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1) & (u32::MAX >> EPOCH_SHIFT);
+        let value = self.epoch << EPOCH_SHIFT | ASLEEP | if poll { POLL } else { 0 } | if room { ROOM } else { 0 };
         word.store(value, Ordering::SeqCst);
         // SYNC POINT: store-buffer pattern with `Waker::check`: the announcement is
         // visible before we read any ring's head.
@@ -76,7 +95,7 @@ impl Sleeper {
 
     /// End the sleep (or the attempt): wakers stop waking.
     pub fn end(&self, word: &AtomicU32) {
-        word.store(self.epoch << 2, Ordering::Relaxed);
+        word.store(self.epoch << EPOCH_SHIFT, Ordering::Relaxed);
     }
 }
 
@@ -102,6 +121,29 @@ impl Waker {
         // SYNC POINT: Acquire pairs with the announcement (a SeqCst store): the
         // sleeper's read of the bell happened before any ring that follows.
         let value = word.load(Ordering::Acquire);
+        self.decide(value)
+    }
+
+    /// As [`Waker::check`], after making room only (records consumed from a ring the
+    /// sleeper produces into, a pool buffer given back): wakes only a sleep announced
+    /// as waiting for room ([`Sleeper::announce_for`]). A sleep that waits for records
+    /// stays asleep, and can still be woken once by [`Waker::check`] when they come.
+    pub fn check_room(&mut self, word: &AtomicU32) -> Option<WakeBy> {
+        // SYNC POINT: store-buffer pattern with `Sleeper::announce_for`, as in `check`:
+        // the room we made (a Release store of a tail or a release head) is visible
+        // before we read the sleeper's word, so either we see its sleep or it sees
+        // the room when it checks after announcing.
+        fence(Ordering::SeqCst);
+        // SYNC POINT: Acquire pairs with the announcement, as in `check`.
+        let value = word.load(Ordering::Acquire);
+        self.decide_room(value)
+    }
+
+    /// The decision of [`Waker::check_room`] for a word value already read.
+    pub fn decide_room(&mut self, value: u32) -> Option<WakeBy> {
+        if value & ROOM == 0 {
+            return None;
+        }
         self.decide(value)
     }
 
@@ -146,6 +188,33 @@ mod tests {
         assert_eq!(b.check(&word), None);
         s.announce(&word, true);
         assert_eq!(a.check(&word), Some(WakeBy::Eventfd));
+    }
+
+    /// Room wakes only a sleep that waits for room; a sleep for records is left
+    /// alone by room and still woken, once, when a record comes.
+    #[test]
+    fn room_wakes_only_a_sleep_for_room() {
+        let word = AtomicU32::new(0);
+        let mut s = Sleeper::new();
+        let mut w = Waker::new();
+        s.announce(&word, false);
+        assert_eq!(w.check_room(&word), None, "a sleep for records is not woken by room");
+        assert_eq!(w.check(&word), Some(WakeBy::Futex), "but by a record, once");
+        assert_eq!(w.check(&word), None);
+        s.end(&word);
+        assert_eq!(w.check_room(&word), None, "awake");
+        s.announce_for(&word, true, true);
+        assert_eq!(w.check_room(&word), Some(WakeBy::Eventfd));
+        assert_eq!(w.check_room(&word), None, "once per sleep");
+        assert_eq!(w.check(&word), None, "once per sleep, whatever the reason");
+        s.end(&word);
+        s.announce_for(&word, false, true);
+        assert_eq!(w.check(&word), Some(WakeBy::Futex), "a record wakes a sleep for room too");
+        assert_eq!(w.check_room(&word), None);
+        // The epoch wraps inside its bits: the flags stay what was announced.
+        let mut s = Sleeper { epoch: u32::MAX >> EPOCH_SHIFT };
+        let v = s.announce_for(&word, false, false);
+        assert_eq!(v, ASLEEP, "epoch 0 again, no flag bit set by the carry");
     }
 
     /// The protocol as two state machines, explored over every interleaving

@@ -127,7 +127,8 @@ impl AsyncClient {
     /// a reply is already there. `for_room`: a send waits for room, which a waiting reply
     /// does not give.
     async fn wait(&mut self, for_room: bool) -> Result<(), RecvError> {
-        if self.fd.get_mut().0.arm() {
+        // A wait for a reply only does not ask for the server's wake-ups for room.
+        if self.fd.get_mut().0.arm_for(for_room) {
             let mut ready = self.fd.readable_mut().await.map_err(shutting_down)?;
             // The eventfd is drained by the next `arm`; its next write is a new edge.
             ready.clear_ready();

@@ -260,8 +260,10 @@ impl Client {
                 Err(SendError::Full) => {}
                 other => return other,
             }
-            match self.wait_for(deadline, |c| c.req.free().map_or(true, |f| f >= record::record_len(data.len() as u64)))
-            {
+            // Room for this record where the head is (its pad included): a
+            // corrupt tail ends the wait, and the send says why.
+            let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            match self.wait_for(deadline, true, |c| c.req.has_room(len).unwrap_or(true)) {
                 Ok(()) => {}
                 Err(RecvError::TimedOut) => return Err(SendError::TimedOut),
                 Err(RecvError::Closed(r)) => return Err(SendError::Closed(r)),
@@ -343,6 +345,20 @@ impl Client {
         self.free.len()
     }
 
+    /// Wait (spin, then block) until a pool buffer is free to lend, for at most
+    /// `timeout`. The sleep says it waits for room, so the server's wake-up when it
+    /// gives a buffer back reaches it (and only such a sleep: doc/shm.md).
+    pub fn wait_pool(&mut self, timeout: Option<Duration>) -> Result<(), SendError> {
+        if self.seg.geo.pool.slots == 0 {
+            return Err(SendError::NoPool);
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.wait_for(deadline, true, |c| c.pool_free() > 0).map_err(|e| match e {
+            RecvError::TimedOut => SendError::TimedOut,
+            RecvError::Closed(r) => SendError::Closed(r),
+        })
+    }
+
     /// The next reply, if one is there.
     pub fn try_recv(&mut self) -> Result<Option<Reply<'_>>, RecvError> {
         if self.armed {
@@ -374,7 +390,7 @@ impl Client {
     pub fn recv(&mut self, timeout: Option<Duration>) -> Result<Reply<'_>, RecvError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         if !self.rep.ready() {
-            self.wait_for(deadline, |c| c.rep.ready())?;
+            self.wait_for(deadline, false, |c| c.rep.ready())?;
         }
         match self.try_recv()? {
             Some(r) => Ok(r),
@@ -383,8 +399,15 @@ impl Client {
     }
 
     /// Spin, then block, until `done` or the deadline; the server's wake-ups and its
-    /// death end a block.
-    fn wait_for(&mut self, deadline: Option<Instant>, done: impl Fn(&mut Client) -> bool) -> Result<(), RecvError> {
+    /// death end a block. `room`: `done` waits for room (in the request ring, or a pool
+    /// buffer), so the sleep asks for the server's wake-ups for room too; without it,
+    /// room the server makes does not wake it ([`wake::ROOM`]).
+    fn wait_for(
+        &mut self,
+        deadline: Option<Instant>,
+        room: bool,
+        done: impl Fn(&mut Client) -> bool,
+    ) -> Result<(), RecvError> {
         let start = Instant::now();
         let mut k = 0u32;
         while !self.wait.spin.is_zero() {
@@ -416,7 +439,7 @@ impl Client {
             // The bell first, then the flag: a ring for this sleep, even one for a
             // record already consumed, comes after this read and ends the wait.
             let seen = wake::read_bell(bell);
-            self.sleeper.announce(flag, false);
+            self.sleeper.announce_for(flag, false, room);
             if done(self) {
                 self.sleeper.end(flag);
                 return Ok(());
@@ -451,14 +474,22 @@ impl Client {
     }
 
     /// Prepare to wait in `poll`/`epoll` on [`Client::as_fd`]: announces a sleep
-    /// woken by eventfd. Returns `false` if a reply is already there (do not wait:
-    /// receive). After the descriptor fires, call [`Client::try_recv`].
+    /// woken by eventfd, for replies and for room alike. Returns `false` if a reply is
+    /// already there (do not wait: receive). After the descriptor fires, call
+    /// [`Client::try_recv`] (and retry a send that found the ring full).
     pub fn arm(&mut self) -> bool {
+        self.arm_for(true)
+    }
+
+    /// As [`Client::arm`]; without `room`, the sleep is for replies only, and the
+    /// server's wake-ups for room it made (records consumed, pool buffers given back)
+    /// do not fire the descriptor.
+    pub fn arm_for(&mut self, room: bool) -> bool {
         let seg = self.seg.clone();
         let flag = seg.word32(layout::CLIENT_FLAG);
         // Drain first, then announce: a signal for this sleep stays pending.
         sys::drain(self.event.as_fd());
-        self.sleeper.announce(flag, true);
+        self.sleeper.announce_for(flag, true, room);
         if self.rep.ready() {
             self.sleeper.end(flag);
             return false;

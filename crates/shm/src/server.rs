@@ -119,10 +119,25 @@ struct Chan {
 }
 
 impl Chan {
-    /// Wake the client if it sleeps: after replies, or after freeing room it waits for.
+    /// Wake the client if it sleeps: after replies.
     fn wake(&mut self, stats: &mut ServerStats) {
         let flag = self.seg.word32(layout::CLIENT_FLAG);
-        match self.client.check(flag) {
+        let how = self.client.check(flag);
+        self.wake_by(how, stats);
+    }
+
+    /// Wake the client if it sleeps waiting for room (its flag says so): after
+    /// consuming its records or giving a pool buffer back. A client asleep for
+    /// replies is left asleep: room does not end its wait, and waking it only made it
+    /// look, find nothing, and sleep again (doc/shm.md).
+    fn wake_for_room(&mut self, stats: &mut ServerStats) {
+        let flag = self.seg.word32(layout::CLIENT_FLAG);
+        let how = self.client.check_room(flag);
+        self.wake_by(how, stats);
+    }
+
+    fn wake_by(&mut self, how: Option<WakeBy>, stats: &mut ServerStats) {
+        match how {
             None => {}
             Some(WakeBy::Futex) => {
                 let bell = self.seg.word32(layout::REP_BELL);
@@ -452,7 +467,7 @@ impl Server {
                 Ok(None) => {
                     if chan.consumed {
                         chan.consumed = false;
-                        chan.wake(&mut self.stats);
+                        chan.wake_for_room(&mut self.stats);
                     }
                 }
                 Ok(Some(p)) => {
@@ -518,7 +533,7 @@ impl Server {
             let mut stats = self.stats;
             for c in self.chans.iter_mut().filter(|c| c.consumed) {
                 c.consumed = false;
-                c.wake(&mut stats);
+                c.wake_for_room(&mut stats);
             }
             self.stats = stats;
             if self.control_due() {

@@ -1,5 +1,6 @@
 //! A model check of the ring protocol and the wake-up protocol, on the crate's own
-//! code: `Producer`, `Consumer`, `Sleeper`, `Waker`, `ring`.
+//! code: `Producer`, `Consumer`, `Sleeper`, `Waker`, `ring`, in both directions of
+//! waiting: a consumer asleep for records, a producer asleep for room.
 //!
 //! Under loom (`RUSTFLAGS="--cfg loom" cargo test -p ictus-shm --release --test loom`)
 //! every interleaving (up to a preemption bound) and loom's weak-memory behaviours are
@@ -179,6 +180,101 @@ fn no_wake_up_is_lost() {
             sleeper.end(&m.0.flag);
         }
         producer.join().unwrap();
+    });
+}
+
+/// The other direction of waiting: the producer fills the ring and sleeps *for
+/// room* (its flag says so, [`wake::ROOM`]); the consumer, after each record it takes,
+/// wakes it only through [`Waker::check_room`], once per sleep. A lost room wake-up is
+/// a deadlock (the producer waits on an unchanged bell with room it never saw).
+#[test]
+fn no_room_wake_up_is_lost() {
+    model(|| {
+        let ring = RingGeometry::new(MIN_RING).unwrap();
+        let m = mem();
+        let pm = m.clone();
+        let producer = thread::spawn(move || {
+            let mut p = Producer::new(pm.clone(), ring);
+            let mut sleeper = Sleeper::new();
+            for (i, &len) in LENS.iter().enumerate() {
+                let r = loop {
+                    match p.reserve(len) {
+                        Ok(r) => break r,
+                        Err(ReserveError::Full) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                    // The protocol's order, waiting for room: the bell, then the flag
+                    // (with the room bit), then the room again.
+                    let seen = wake::read_bell(&pm.0.bell);
+                    sleeper.announce_for(&pm.0.flag, false, true);
+                    if !p.has_room(len).expect("a valid tail") {
+                        pm.0.futex.wait(&pm.0.bell, seen);
+                    }
+                    sleeper.end(&pm.0.flag);
+                };
+                p.write_payload_word(&r, 0, i as u64 + 1);
+                p.commit(r, Kind::Inline, i as u32);
+            }
+        });
+        let mut c = Consumer::new(m.clone(), ring);
+        let mut waker = Waker::new();
+        let mut got = 0;
+        while got < LENS.len() {
+            match c.peek().expect("a valid ring") {
+                Some(rec) => {
+                    assert_eq!(c.payload_word(&rec, 0), got as u64 + 1, "stale payload");
+                    c.release(rec, true).expect("unchanged");
+                    got += 1;
+                    // Room made: wake the producer only if it sleeps for room.
+                    if let Some(how) = waker.check_room(&m.0.flag) {
+                        assert_eq!(how, WakeBy::Futex);
+                        wake::ring(&m.0.bell);
+                        m.0.futex.wake();
+                    }
+                }
+                None => thread::yield_now(),
+            }
+        }
+        producer.join().unwrap();
+    });
+}
+
+/// A sleep for records is not ended by room: the consumer's room wake-ups go
+/// nowhere while the producer of the *other* ring sleeps for a record, which
+/// arrives with its own wake-up ([`Waker::check`]). On real threads and under loom:
+/// the sleeper is woken exactly by the record (no deadlock, no stale read), and the
+/// room check never rings the bell.
+#[test]
+fn room_does_not_wake_a_sleep_for_records() {
+    model(|| {
+        let m = mem();
+        let wm = m.clone();
+        let waker = thread::spawn(move || {
+            let mut w = Waker::new();
+            // Room first: the sleeper does not wait for room, so nothing rings.
+            let before = wm.0.bell.load(Ordering::SeqCst);
+            assert_eq!(w.check_room(&wm.0.flag), None);
+            assert_eq!(wm.0.bell.load(Ordering::SeqCst), before);
+            // Then the record, published, then checked.
+            wm.0.head.store(1, Ordering::Release);
+            if w.check(&wm.0.flag).is_some() {
+                wake::ring(&wm.0.bell);
+                wm.0.futex.wake();
+            }
+        });
+        let mut sleeper = Sleeper::new();
+        loop {
+            if m.0.head.load(Ordering::Acquire) == 1 {
+                break;
+            }
+            let seen = wake::read_bell(&m.0.bell);
+            sleeper.announce(&m.0.flag, false);
+            if m.0.head.load(Ordering::Acquire) != 1 {
+                m.0.futex.wait(&m.0.bell, seen);
+            }
+            sleeper.end(&m.0.flag);
+        }
+        waker.join().unwrap();
     });
 }
 

@@ -482,15 +482,14 @@ impl Display {
         let buf = match &mut self.conn {
             Conn::Shm { client, .. } => {
                 let client: &mut ictus_shm::Client = client;
-                // Wait for a buffer the server has given back.
-                loop {
-                    if client.pool_free() > 0 || Instant::now() >= deadline {
-                        break;
+                // Wait for a buffer the server has given back: a sleep that asks for
+                // the server's wake-up for room, which its giving a buffer back sends.
+                if client.pool_free() == 0 {
+                    match client.wait_pool(Some(deadline.saturating_duration_since(Instant::now()))) {
+                        Ok(()) | Err(ictus_shm::SendError::TimedOut) => {}
+                        Err(ictus_shm::SendError::Closed(r)) => return Err(DisplayError::Closed(r.to_string())),
+                        Err(e) => return Err(DisplayError::Unsendable(e.to_string())),
                     }
-                    if let Some(r) = client.closed() {
-                        return Err(DisplayError::Closed(r.to_string()));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
                 }
                 match client.loan_pool(len) {
                     Ok(l) => FrameBuf::Pool(l),

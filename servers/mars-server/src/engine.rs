@@ -121,6 +121,67 @@ impl Default for EngineConfig {
     }
 }
 
+/// An [`EngineConfig`] the engine cannot run with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// Downloads leave `rt_buffers` free for the real-time streams and read a window
+    /// ahead: with fewer buffers than both, a download never gets one and waits forever.
+    #[error(
+        "{buffers} buffers cannot serve a download: {rt_buffers} are kept for real-time streams and a download reads {window} ahead (need at least {need})"
+    )]
+    TooFewBuffers {
+        /// Buffers in the pool.
+        buffers: usize,
+        /// Kept for real-time streams.
+        rt_buffers: usize,
+        /// A download's read-ahead.
+        window: usize,
+        /// The least that works: `rt_buffers + window`.
+        need: usize,
+    },
+    /// A buffer must be a non-zero multiple of 4096 bytes (`O_DIRECT` alignment).
+    #[error("buffer size {0}: not a non-zero multiple of 4096")]
+    BufferSize(usize),
+    /// A setting that must be at least 1 is 0.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    /// The share promised to real-time streams is not a fraction.
+    #[error("real-time reserve {0}: not between 0 and 1")]
+    Reserve(f64),
+}
+
+impl EngineConfig {
+    /// Checks that the engine can run with these settings: every combination it
+    /// accepts serves both downloads and paced streams (before this check, a pool of no
+    /// more buffers than `rt_buffers` starved every download forever, silently).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, v) in [("device_depth", self.device_depth), ("window", self.window), ("buffers", self.buffers)] {
+            if v == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.splice && self.splice_pipes == 0 {
+            return Err(ConfigError::Zero("splice_pipes"));
+        }
+        if self.buf_size == 0 || self.buf_size % 4096 != 0 {
+            return Err(ConfigError::BufferSize(self.buf_size));
+        }
+        if !(0.0..=1.0).contains(&self.rt_reserve) {
+            return Err(ConfigError::Reserve(self.rt_reserve));
+        }
+        let need = self.rt_buffers.saturating_add(self.window);
+        if self.buffers < need {
+            return Err(ConfigError::TooFewBuffers {
+                buffers: self.buffers,
+                rt_buffers: self.rt_buffers,
+                window: self.window,
+                need,
+            });
+        }
+        Ok(())
+    }
+}
+
 use ictus_mars_api::Stats;
 /// One stream's state, as `stream_state` reports it (the wire form of the API crate).
 pub use ictus_mars_api::StreamState;
@@ -494,6 +555,9 @@ pub enum EngineError {
     /// Another set-up step failed.
     #[error("{0}: {1}")]
     Setup(&'static str, #[source] io::Error),
+    /// The settings cannot work ([`EngineConfig::validate`]).
+    #[error("engine settings: {0}")]
+    Config(#[from] ConfigError),
 }
 
 fn warn_once(flag: &AtomicBool, msg: &str) {
@@ -516,6 +580,7 @@ impl Engine {
         capability: f64,
         rt: Option<RuntimeHandle>,
     ) -> Result<(Engine, EngineHandle), EngineError> {
+        cfg.validate()?;
         // A smaller ring where the locked-memory limit refuses a large one (kernels
         // that charge rings to RLIMIT_MEMLOCK): the submission path copes with a full
         // queue, and completions past the queue are kept by the kernel (NODROP).
@@ -2053,4 +2118,41 @@ pub fn set_thread_ioprio(class: u8, level: u8) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_settings_are_valid() {
+        assert_eq!(EngineConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_pool_downloads_cannot_use_is_refused() {
+        // The hang found with 16 buffers of 4 MiB: all of them kept for real-time streams.
+        let cfg = EngineConfig { buffers: 16, rt_buffers: 16, buf_size: 4 << 20, ..EngineConfig::default() };
+        let e = cfg.validate().unwrap_err();
+        assert_eq!(e, ConfigError::TooFewBuffers { buffers: 16, rt_buffers: 16, window: 4, need: 20 });
+        assert!(e.to_string().contains("need at least 20"), "{e}");
+        // One short of a download's window beside the reserve is refused too; exactly
+        // enough is accepted.
+        let cfg = EngineConfig { buffers: 19, ..cfg };
+        assert!(matches!(cfg.validate(), Err(ConfigError::TooFewBuffers { .. })));
+        assert_eq!(EngineConfig { buffers: 20, ..cfg }.validate(), Ok(()));
+    }
+
+    #[test]
+    fn other_impossible_settings_are_refused() {
+        let d = EngineConfig::default();
+        assert_eq!(EngineConfig { buf_size: 0, ..d.clone() }.validate(), Err(ConfigError::BufferSize(0)));
+        assert_eq!(EngineConfig { buf_size: 5000, ..d.clone() }.validate(), Err(ConfigError::BufferSize(5000)));
+        assert_eq!(EngineConfig { window: 0, ..d.clone() }.validate(), Err(ConfigError::Zero("window")));
+        assert_eq!(EngineConfig { device_depth: 0, ..d.clone() }.validate(), Err(ConfigError::Zero("device_depth")));
+        assert_eq!(EngineConfig { splice_pipes: 0, ..d.clone() }.validate(), Err(ConfigError::Zero("splice_pipes")));
+        assert_eq!(EngineConfig { splice: false, splice_pipes: 0, ..d.clone() }.validate(), Ok(()));
+        assert_eq!(EngineConfig { rt_reserve: 1.5, ..d.clone() }.validate(), Err(ConfigError::Reserve(1.5)));
+        assert!(EngineConfig { rt_reserve: f64::NAN, ..d }.validate().is_err());
+    }
 }

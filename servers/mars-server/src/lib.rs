@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use engine::{EngineConfig, EngineHandle, EngineStats, StreamState};
+pub use engine::{ConfigError, EngineConfig, EngineHandle, EngineStats, StreamState};
 pub use volume::{LocalStorage, Storage, Volume, VolumeError};
 
 /// Why the server could not start.
@@ -53,6 +53,9 @@ pub enum StartError {
     /// The volume.
     #[error(transparent)]
     Volume(#[from] VolumeError),
+    /// The engine's settings cannot work.
+    #[error("engine settings: {0}")]
+    Config(#[from] engine::ConfigError),
     /// The listening socket.
     #[error("listening on {0}: {1}")]
     Listen(String, #[source] std::io::Error),
@@ -138,6 +141,9 @@ pub fn start_cluster(
 
 /// Starts a server over `storage` on its own threads (`opts.volume` is not used).
 pub fn start_on(storage: Arc<dyn Storage>, opts: &StartOptions) -> Result<Running, StartError> {
+    // Before anything: settings that cannot work are refused, never served by the
+    // fallback (which an engine error otherwise falls back to).
+    opts.engine.validate()?;
     let direct = storage.direct();
     let listener = match &opts.listen {
         Some(a) => Some(TcpListener::bind(a).map_err(|e| StartError::Listen(a.clone(), e))?),

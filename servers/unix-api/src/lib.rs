@@ -32,8 +32,8 @@ use ictus_idl::ClientError as StubError;
 use ictus_ipc::{Name, Space};
 
 pub use protocol::{
-    Counts, PolicyChange, Program, Programs, ServerStats, UnixControl, UnixControlClient, UnixControlServer, UnixError,
-    MAX_POLICY, MESSAGE_LIMIT, SERVICE_NAME,
+    Counts, NativeLookups, PolicyChange, Program, Programs, ServerStats, UnixControl, UnixControlClient,
+    UnixControlServer, UnixError, MAX_POLICY, MESSAGE_LIMIT, SERVICE_NAME,
 };
 
 /// How long a call may take by default.

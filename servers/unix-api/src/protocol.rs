@@ -107,6 +107,74 @@ pub struct Counts {
     pub open: u64,
     /// Calls refused, by name (or number), with how often.
     pub refused: Vec<(String, u64)>,
+    /// Read-only lookups the programs' libraries made natively, without a request
+    /// (only where the program's view hides nothing), as the libraries reported them
+    /// on their count page: a program can misreport only its own.
+    pub native: NativeLookups,
+}
+
+/// Read-only lookups done by the library without the server, by kind (the counts
+/// `ictus unix run --stats` prints).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeLookups {
+    /// `openat` without write, create, truncate or `O_TMPFILE` flags.
+    pub opens: u64,
+    /// `newfstatat`.
+    pub stat: u64,
+    /// `statx`.
+    pub statx: u64,
+    /// `faccessat2` without `W_OK`.
+    pub access: u64,
+    /// `readlinkat`.
+    pub readlink: u64,
+    /// `getcwd`.
+    pub getcwd: u64,
+}
+
+impl NativeLookups {
+    /// The kinds in the count page's order (opens, `newfstatat`, `statx`,
+    /// `faccessat2`, `readlinkat`, `getcwd`).
+    pub const fn from_array(a: [u64; 6]) -> NativeLookups {
+        NativeLookups { opens: a[0], stat: a[1], statx: a[2], access: a[3], readlink: a[4], getcwd: a[5] }
+    }
+
+    /// The same order back.
+    pub const fn to_array(self) -> [u64; 6] {
+        [self.opens, self.stat, self.statx, self.access, self.readlink, self.getcwd]
+    }
+
+    /// All kinds together.
+    pub fn total(&self) -> u64 {
+        self.to_array().iter().fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    /// Add another's counts (saturating: they come from programs' own pages).
+    pub fn add(&mut self, other: NativeLookups) {
+        let (mut a, b) = (self.to_array(), other.to_array());
+        for (x, y) in a.iter_mut().zip(b) {
+            *x = x.saturating_add(y);
+        }
+        *self = NativeLookups::from_array(a);
+    }
+}
+
+impl Encode for NativeLookups {
+    fn encode(self, enc: &mut Encoder) -> Result<(), EncodeError> {
+        for v in self.to_array() {
+            v.encode(enc)?;
+        }
+        Ok(())
+    }
+}
+
+impl Decode for NativeLookups {
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let mut a = [0u64; 6];
+        for v in &mut a {
+            *v = u64::decode(dec)?;
+        }
+        Ok(NativeLookups::from_array(a))
+    }
 }
 
 impl Counts {
@@ -126,7 +194,7 @@ impl Encode for Counts {
             name.encode(enc)?;
             count.encode(enc)?;
         }
-        Ok(())
+        self.native.encode(enc)
     }
 }
 
@@ -140,7 +208,7 @@ impl Decode for Counts {
         for _ in 0..n {
             refused.push((String::decode(dec)?, u64::decode(dec)?));
         }
-        Ok(Counts { served, malformed, connections, open, refused })
+        Ok(Counts { served, malformed, connections, open, refused, native: NativeLookups::decode(dec)? })
     }
 }
 
@@ -241,8 +309,9 @@ impl Encode for Programs {
 
 impl Decode for Programs {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
-        // A program is at least 8 + 4 + 8 + 4 + 36 bytes.
-        let n = dec.take_len(60)?;
+        // A program is at least 8 + 4 + 8 + 4 (id, pid, policy, argv's count) and
+        // its counts' 4 * 8 + 4 + 6 * 8 bytes.
+        let n = dec.take_len(108)?;
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
             v.push(Program::decode(dec)?);
@@ -314,8 +383,15 @@ mod tests {
     }
 
     fn counts() -> impl Strategy<Value = Counts> {
-        (any::<[u64; 4]>(), proptest::collection::vec(("[a-z0-9_]{0,12}", any::<u64>()), 0..5))
-            .prop_map(|(c, refused)| Counts { served: c[0], malformed: c[1], connections: c[2], open: c[3], refused })
+        (any::<[u64; 4]>(), proptest::collection::vec(("[a-z0-9_]{0,12}", any::<u64>()), 0..5), any::<[u64; 6]>())
+            .prop_map(|(c, refused, native)| Counts {
+                served: c[0],
+                malformed: c[1],
+                connections: c[2],
+                open: c[3],
+                refused,
+                native: NativeLookups::from_array(native),
+            })
     }
 
     proptest! {
@@ -323,7 +399,8 @@ mod tests {
         fn counts_and_programs_survive_the_wire(c in counts(), id: u64, pid: u32, policy: u64,
                                                 argv in proptest::collection::vec(".{0,8}", 0..4)) {
             let p = Program { id, pid, policy, argv, counts: c.clone() };
-            prop_assert_eq!(round(Programs(vec![p.clone(), p])).unwrap().0.len(), 2);
+            let back = round(Programs(vec![p.clone(), p.clone()])).unwrap().0;
+            prop_assert_eq!(back, vec![p.clone(), p]);
             let s = ServerStats { total: c, programs_running: 1, programs_started: 2, workers: 3, policy: 4, pid, uid: 5 };
             prop_assert_eq!(round(s.clone()).unwrap(), s);
         }
@@ -353,6 +430,28 @@ mod tests {
         data.extend_from_slice(&u32::MAX.to_le_bytes());
         let mut r = received(data);
         assert!(Counts::decode(&mut Decoder::new(&mut r)).is_err());
+    }
+
+    #[test]
+    fn counts_without_their_native_lookups_are_refused() {
+        let c = Counts { served: 1, native: NativeLookups::from_array([1, 2, 3, 4, 5, 6]), ..Counts::default() };
+        let mut enc = Encoder::new(1);
+        c.clone().encode(&mut enc).unwrap();
+        let mut data = enc.into_message().data;
+        let mut r = received(data.clone());
+        assert_eq!(Counts::decode(&mut Decoder::new(&mut r)).unwrap(), c);
+        assert_eq!(c.native.total(), 21);
+        data.truncate(data.len() - 8);
+        let mut r = received(data);
+        assert!(Counts::decode(&mut Decoder::new(&mut r)).is_err(), "a short count page is an error, not zeros");
+    }
+
+    #[test]
+    fn native_lookups_add_up_without_overflowing() {
+        let mut n = NativeLookups::from_array([u64::MAX, 1, 0, 0, 0, 2]);
+        n.add(NativeLookups::from_array([1, 1, 1, 1, 1, 1]));
+        assert_eq!(n.to_array(), [u64::MAX, 2, 1, 1, 1, 3]);
+        assert_eq!(n.total(), u64::MAX);
     }
 
     #[test]

@@ -17,14 +17,20 @@
 //!   else `/tmp/ictus-$EUID/unix-server.sock`, in a directory of this user's only)
 //!   stays for one thing a port cannot do: hand the caller the descriptors its program
 //!   needs (the session socket, the program and its interpreter, the filter, the
-//!   generation page) — ports carry port rights and memory, not arbitrary descriptors
+//!   generation page, the count page) — ports carry port rights and memory, not arbitrary descriptors
 //!   — and learn the caller's working directory from its kernel-stamped pid. It accepts
 //!   only this user (and root), by `SO_PEERCRED`. A request is one datagram:
 //!   `RUN\0PATH=…\0argv0\0argv1…`: the server finds the program from the caller's
 //!   working directory and `$PATH` (in the view), makes the program a session and
-//!   answers `OK\0loader\0chdir\0network\0args…` with the descriptors attached; the
-//!   caller starts the first process itself (so it is the program's parent, with the
-//!   caller's terminal, and waits for it) and says `STARTED\0pid`.
+//!   answers `OK\0loader\0chdir\0network\0kinds\0args…` with the descriptors
+//!   attached, `kinds` naming them in order (`spfg`: session socket, program, filter,
+//!   generation page; then `c`, the count page, and `i`, the interpreter, when there
+//!   are). The caller checks each for what it is said to be (and that the server is
+//!   its own user's) before its program gets them, starts the first process itself
+//!   (so it is the program's parent, with the caller's terminal, and waits for it) and
+//!   says `STARTED\0pid`. With the count page, programs under a policy whose view
+//!   hides nothing make their read-only lookups natively, as under a private server,
+//!   and their counts reach `ictus unix stats`.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -36,7 +42,9 @@ use std::sync::{Arc, Mutex};
 use ictus_idl::{Context, Dispatched};
 use ictus_ipc::{Received, Space};
 use ictus_server::{Loop, Registrar, Serve, ServicePorts};
-use ictus_unix_api::{Counts, PolicyChange, Programs, ServerStats, UnixControl, UnixControlServer, UnixError};
+use ictus_unix_api::{
+    Counts, NativeLookups, PolicyChange, Programs, ServerStats, UnixControl, UnixControlServer, UnixError,
+};
 
 use crate::launch::{
     self, policy_from_text, prepare, snapshot, start_server, Ended, Prepared, RunError, RunOptions, Snapshot,
@@ -168,6 +176,7 @@ impl Daemon {
             retired.served += s.served;
             retired.malformed += s.malformed;
             retired.connections += s.connections;
+            add_native(&mut retired.native_lookups, &s.native_lookups);
             for (call, n) in s.refused {
                 *retired.refused.entry(call).or_default() += n;
             }
@@ -213,6 +222,7 @@ impl Daemon {
             total.malformed += s.malformed;
             total.connections += s.connections;
             total.open += s.open;
+            add_native(&mut total.native_lookups, &s.native_lookups);
             for (call, n) in s.refused {
                 *total.refused.entry(call).or_default() += n;
             }
@@ -276,6 +286,15 @@ fn counts(s: Snapshot) -> Counts {
         connections: s.connections,
         open: s.open,
         refused: s.refused.into_iter().collect(),
+        native: NativeLookups::from_array(s.native_lookups),
+    }
+}
+
+/// Native lookups of another program added to a sum (saturating: each program
+/// writes its own count page and could put anything there).
+fn add_native(sum: &mut [u64; ictus_unix_emul::wire::COUNT_KINDS], more: &[u64; ictus_unix_emul::wire::COUNT_KINDS]) {
+    for (s, m) in sum.iter_mut().zip(more) {
+        *s = s.saturating_add(*m);
     }
 }
 
@@ -435,13 +454,21 @@ fn control(daemon: &Daemon, conn: OwnedFd) {
             data.extend_from_slice(p.chdir_to.as_deref().map_or(&b""[..], |c| c.as_os_str().as_bytes()));
             data.push(0);
             data.extend_from_slice(if p.network { b"1\0" } else { b"0\0" });
+            let mut fds = vec![p.session.as_fd(), p.prog.as_fd(), p.filter.as_fd(), p.generation.as_fd()];
+            let mut kinds = REQUIRED_FDS.to_vec();
+            if let Some(c) = &p.counts {
+                fds.push(c.as_fd());
+                kinds.push(FD_COUNTS);
+            }
+            if let Some(i) = &p.interp {
+                fds.push(i.as_fd());
+                kinds.push(FD_INTERP);
+            }
+            data.extend_from_slice(&kinds);
+            data.push(0);
             for a in &p.args {
                 data.extend_from_slice(a.as_bytes());
                 data.push(0);
-            }
-            let mut fds = vec![p.session.as_fd(), p.prog.as_fd(), p.filter.as_fd(), p.generation.as_fd()];
-            if let Some(i) = &p.interp {
-                fds.push(i.as_fd());
             }
             if sys::send(conn.as_fd(), &data, &fds).is_err() {
                 return;
@@ -479,6 +506,18 @@ pub fn run_remote(socket: Option<&Path>, opts: &RunOptions) -> Result<Ended, Run
             io(e)
         )))
     })?;
+    // The server decides what the program sees and serves its every lookup: it must
+    // be this user's (or root's), as it takes only this user's programs.
+    match sys::peer_cred(conn.as_fd()) {
+        Ok((_, uid, _)) if uid == sys::euid() || uid == 0 => {}
+        Ok((_, uid, _)) => {
+            return Err(RunError::Setup(std::io::Error::other(format!(
+                "the Unix server on {} runs as uid {uid}, not as this user",
+                path.display()
+            ))))
+        }
+        Err(e) => return Err(RunError::Setup(io(e))),
+    }
     let mut req = b"RUN\0PATH=".to_vec();
     req.extend_from_slice(std::env::var_os("PATH").unwrap_or_default().as_bytes());
     req.push(0);
@@ -493,21 +532,23 @@ pub fn run_remote(socket: Option<&Path>, opts: &RunOptions) -> Result<Ended, Run
         .ok_or_else(|| RunError::Setup(io(libc::ECONNRESET)))?;
     let parts = split(&buf[..m.len]);
     match parts.first().copied() {
-        Some(b"OK") if parts.len() >= 4 && (m.fds.len() == 4 || m.fds.len() == 5) => {
-            let mut fds = m.fds.into_iter();
-            let mut next = || fds.next().ok_or_else(|| RunError::Setup(io(libc::EIO)));
-            let (session, prog, filter, generation) = (next()?, next()?, next()?, next()?);
-            let interp = next().ok();
+        Some(b"OK") if parts.len() >= 5 => {
+            let fds = checked_fds(parts[4], m.fds).map_err(|why| {
+                RunError::Setup(std::io::Error::other(format!(
+                    "the Unix server on {} answered with {why} (another build of ictus?)",
+                    path.display()
+                )))
+            })?;
             let chdir = parts[2];
             let p = Prepared {
-                session,
-                prog,
-                interp,
-                filter,
-                generation,
-                counts: None,
+                session: fds.session,
+                prog: fds.prog,
+                interp: fds.interp,
+                filter: fds.filter,
+                generation: fds.generation,
+                counts: fds.counts,
                 loader: PathBuf::from(std::ffi::OsStr::from_bytes(parts[1])),
-                args: parts[4..].iter().map(|a| OsString::from_vec(a.to_vec())).collect(),
+                args: parts[5..].iter().map(|a| OsString::from_vec(a.to_vec())).collect(),
                 chdir_to: (!chdir.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(chdir))),
                 network: parts[3] == b"1",
             };
@@ -519,5 +560,140 @@ pub fn run_remote(socket: Option<&Path>, opts: &RunOptions) -> Result<Ended, Run
             String::from_utf8_lossy(parts.get(1).copied().unwrap_or(b"")).into_owned(),
         ))),
         _ => Err(RunError::Setup(io(libc::EPROTO))),
+    }
+}
+
+/// The descriptors of a `RUN` reply, in the order sent, named by one byte each in the
+/// reply's fifth field: the session socket, the program, the filter and the
+/// generation page always, then the count page and the interpreter when there are.
+const REQUIRED_FDS: &[u8] = b"spfg";
+const FD_COUNTS: u8 = b'c';
+const FD_INTERP: u8 = b'i';
+
+/// A `RUN` reply's descriptors, each checked for what it says it is.
+#[derive(Debug)]
+struct RunFds {
+    session: OwnedFd,
+    prog: OwnedFd,
+    filter: OwnedFd,
+    generation: OwnedFd,
+    counts: Option<OwnedFd>,
+    interp: Option<OwnedFd>,
+}
+
+/// Check the descriptors a `RUN` reply carried against the kinds it names, before the
+/// program gets them: the session socket an `AF_UNIX` `SOCK_SEQPACKET` socket; the
+/// program and its interpreter regular files; the filter a memfd sealed against any
+/// change; the generation page a memfd of its full size sealed against resizing and
+/// new writers; the count page a memfd of exactly its size sealed against resizing
+/// (every library maps it writable: it must never fault). Anything else, or a count
+/// of descriptors other than the kinds named, is refused with what was wrong.
+fn checked_fds(kinds: &[u8], fds: Vec<OwnedFd>) -> Result<RunFds, String> {
+    use ictus_sys::memfd::{check, SealFlags, Size};
+    use ictus_unix_emul::wire::{COUNT_SIZE, GEN_SIZE};
+    let optional = &kinds[REQUIRED_FDS.len().min(kinds.len())..];
+    let well_formed =
+        kinds.starts_with(REQUIRED_FDS) && matches!(optional, [] | [FD_COUNTS] | [FD_INTERP] | [FD_COUNTS, FD_INTERP]);
+    if !well_formed {
+        return Err(format!("descriptors named {:?}", String::from_utf8_lossy(kinds)));
+    }
+    if fds.len() != kinds.len() {
+        return Err(format!("{} descriptors for the {} it named", fds.len(), kinds.len()));
+    }
+    let mut fds = fds.into_iter();
+    let mut next = || fds.next().expect("counted above");
+    let (session, prog, filter, generation) = (next(), next(), next(), next());
+    let counts = optional.contains(&FD_COUNTS).then(&mut next);
+    let interp = optional.contains(&FD_INTERP).then(&mut next);
+    if sys::socket_kind(session.as_fd()) != Some((libc::SOCK_SEQPACKET, libc::AF_UNIX)) {
+        return Err("a session socket that is not an AF_UNIX SOCK_SEQPACKET socket".into());
+    }
+    for (what, f) in [("program", Some(&prog)), ("interpreter", interp.as_ref())] {
+        if let Some(f) = f {
+            if !sys::is_regular_file(f.as_fd()) {
+                return Err(format!("a {what} that is not a regular file"));
+            }
+        }
+    }
+    let fixed = SealFlags::SHRINK | SealFlags::GROW;
+    check(filter.as_fd(), Size::AtLeast(8), fixed | SealFlags::WRITE)
+        .map_err(|e| format!("a seccomp filter that is not a sealed memfd ({e})"))?;
+    check(generation.as_fd(), Size::Exactly(GEN_SIZE as u64), fixed | SealFlags::FUTURE_WRITE)
+        .map_err(|e| format!("a generation page that is not a sealed memfd ({e})"))?;
+    if let Some(c) = &counts {
+        check(c.as_fd(), Size::Exactly(COUNT_SIZE as u64), fixed)
+            .map_err(|e| format!("a count page that is not a sealed memfd ({e})"))?;
+    }
+    Ok(RunFds { session, prog, filter, generation, counts, interp })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A well-formed set of descriptors, as the server sends them (`spfg`, the count
+    /// page, the interpreter).
+    fn good() -> Vec<OwnedFd> {
+        let (session, _) = sys::seqpacket_pair().unwrap();
+        let prog: OwnedFd = std::fs::File::open(std::env::current_exe().unwrap()).unwrap().into();
+        let filter = sys::memfd_with(c"test-filter", &[0u8; 16]).unwrap();
+        let generation = sys::GenerationPage::new().unwrap().fd().try_clone_to_owned().unwrap();
+        let counts = sys::CountPage::new().unwrap().fd().try_clone_to_owned().unwrap();
+        let interp = prog.try_clone().unwrap();
+        vec![session, prog, filter, generation, counts, interp]
+    }
+
+    #[test]
+    fn a_run_replys_descriptors_are_checked_before_use() {
+        let ok = checked_fds(b"spfgci", good()).unwrap();
+        assert!(ok.counts.is_some() && ok.interp.is_some());
+        let mut four = good();
+        four.truncate(4);
+        let ok = checked_fds(b"spfg", four).unwrap();
+        assert!(ok.counts.is_none() && ok.interp.is_none());
+        let mut no_interp = good();
+        no_interp.truncate(5);
+        assert!(checked_fds(b"spfgc", no_interp).unwrap().interp.is_none());
+        // Only the interpreter (a server without a count page): the fifth is it.
+        let mut fds = good();
+        fds.remove(4);
+        assert!(checked_fds(b"spfgi", fds).unwrap().counts.is_none());
+
+        // Kinds out of order, unknown, repeated, missing; counts that disagree.
+        for kinds in [&b"spfgic"[..], b"spgf", b"spfgcc", b"spfgx", b"spf", b"", b"spfgcic"] {
+            assert!(checked_fds(kinds, good()).is_err(), "{:?}", String::from_utf8_lossy(kinds));
+        }
+        let mut five = good();
+        five.truncate(5);
+        assert!(checked_fds(b"spfgci", five).unwrap_err().contains("5 descriptors for the 6"));
+
+        // Each descriptor of the wrong kind.
+        let unsealed = || ictus_sys::memfd::create("test-unsealed", ictus_unix_emul::wire::COUNT_SIZE as u64).unwrap();
+        let regular = || -> OwnedFd { std::fs::File::open(std::env::current_exe().unwrap()).unwrap().into() };
+        let socket = || sys::seqpacket_pair().unwrap().0;
+        let cases: [(usize, OwnedFd, &str); 6] = [
+            (0, regular(), "session socket"),
+            (1, socket(), "program"),
+            (2, unsealed(), "seccomp filter"),
+            (3, sys::CountPage::new().unwrap().fd().try_clone_to_owned().unwrap(), "generation page"),
+            (4, unsealed(), "count page"),
+            (5, socket(), "interpreter"),
+        ];
+        for (i, wrong, what) in cases {
+            let mut fds = good();
+            fds[i] = wrong;
+            let why = checked_fds(b"spfgci", fds).unwrap_err();
+            assert!(why.contains(what), "{what}: {why}");
+        }
+        // A count page of another size (a mapping of COUNT_SIZE would fault past it).
+        let short = ictus_sys::memfd::create("test-short", 64).unwrap();
+        ictus_sys::memfd::add_seals(
+            short.as_fd(),
+            ictus_sys::memfd::SealFlags::SHRINK | ictus_sys::memfd::SealFlags::GROW,
+        )
+        .unwrap();
+        let mut fds = good();
+        fds[4] = short;
+        assert!(checked_fds(b"spfgci", fds).unwrap_err().contains("count page"));
     }
 }

@@ -106,9 +106,29 @@ fn fnv(bytes: &[u8]) -> u64 {
 
 /// The loader as a file (Landlock rules name files): written once per build into a
 /// private directory of this user (`$XDG_RUNTIME_DIR/ictus`, else `/tmp/ictus-$EUID`).
-pub fn loader_path() -> std::io::Result<PathBuf> {
+///
+/// Returns its path and a descriptor of it holding a shared `flock`: every server
+/// keeps that descriptor (programs get copies of it for their `execve`), and a loader
+/// of another build is removed only by whoever gets its exclusive lock — so one build's
+/// `ictus unix run` never removes the loader a running server of another build still
+/// starts programs from (it did: two builds side by side failed each other's runs with
+/// "setting up the session: No such file or directory"). The locks are the kernel's
+/// and die with their holders, `kill -9` included.
+pub fn loader_path() -> std::io::Result<(PathBuf, OwnedFd)> {
+    use std::io::Read;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    let lock = |f: &std::fs::File, op: libc::c_int| {
+        // SAFETY: flock(2) on a descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    let open = |p: &Path| std::fs::OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC).open(p);
     if let Some(p) = std::env::var_os("ICTUS_UNIX_LOADER") {
-        return Ok(PathBuf::from(p));
+        let f = open(Path::new(&p))?;
+        return Ok((PathBuf::from(p), f.into()));
     }
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -116,40 +136,61 @@ pub fn loader_path() -> std::io::Result<PathBuf> {
         Some(d) if d.is_dir() => d.join("ictus"),
         _ => PathBuf::from(format!("/tmp/ictus-{euid}")),
     };
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
     let meta = std::fs::symlink_metadata(&dir)?;
     if !meta.is_dir() || meta.uid() != euid || meta.mode() & 0o022 != 0 {
         return Err(std::io::Error::other(format!("{} is not a private directory of this user", dir.display())));
     }
     let path = dir.join(format!("unix-loader-{:016x}", fnv(LOADER)));
-    if std::fs::read(&path).map(|b| b == LOADER).unwrap_or(false) {
-        return Ok(path);
-    }
-    let tmp = dir.join(format!(".unix-loader-{}", std::process::id()));
-    std::fs::write(&tmp, LOADER)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555))?;
-    std::fs::rename(&tmp, &path)?;
-    // Loaders of other builds: a running server keeps its own open (exec and Landlock
-    // go by that descriptor), so the names can go.
+    let mine = 'found: {
+        // A few rounds at most: each retry means another build removed the file
+        // between our open and our lock, which it does only once.
+        for _ in 0..8 {
+            if let Ok(mut f) = open(&path) {
+                lock(&f, libc::LOCK_SH)?;
+                let mut bytes = Vec::with_capacity(LOADER.len());
+                let linked = f.metadata()?.nlink() > 0;
+                if linked && f.read_to_end(&mut bytes).is_ok() && bytes == LOADER {
+                    break 'found f;
+                }
+                if linked {
+                    // Not this build's bytes under this build's name (a torn copy of
+                    // an older version): write it again below.
+                    drop(f);
+                    let _ = std::fs::remove_file(&path);
+                }
+                continue;
+            }
+            let tmp = dir.join(format!(".unix-loader-{}", std::process::id()));
+            std::fs::write(&tmp, LOADER)?;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555))?;
+            let f = open(&tmp)?;
+            lock(&f, libc::LOCK_SH)?;
+            std::fs::rename(&tmp, &path)?;
+            break 'found f;
+        }
+        return Err(std::io::Error::other(format!("{} keeps disappearing", path.display())));
+    };
+    // Loaders of other builds: removed when no server holds them.
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for e in entries.flatten() {
             let name = e.file_name();
             if name.to_string_lossy().starts_with("unix-loader-") && e.path() != path {
-                let _ = std::fs::remove_file(e.path());
+                if let Ok(f) = open(&e.path()) {
+                    if lock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
             }
         }
     }
-    Ok(path)
+    Ok((path, mine.into()))
 }
 
 /// Start a server for `policy`: the loader, the view, the generation page, the
 /// thread pool. Programs join it with [`prepare`].
 pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
-    let loader_path = loader_path().map_err(RunError::Setup)?;
-    let c = sys::cpath(&loader_path).map_err(|e| RunError::Setup(io(e)))?;
-    let loader =
-        sys::openat2(None, &c, (libc::O_PATH | libc::O_CLOEXEC) as u64, 0, 0).map_err(|e| RunError::Setup(io(e)))?;
+    let (loader_path, loader) = loader_path().map_err(RunError::Setup)?;
     let session = Arc::new(new_session(policy, &Arc::new(loader))?);
     let server = Server::start(session).map_err(|e| RunError::Setup(io(e)))?;
     Ok((server, loader_path))
@@ -403,7 +444,9 @@ pub struct Snapshot {
 impl Snapshot {
     /// All native lookups.
     pub fn native_total(&self) -> u64 {
-        self.native_lookups.iter().sum()
+        // Saturating: the libraries write these, and a program can put anything on
+        // its own session's page.
+        self.native_lookups.iter().fold(0u64, |a, b| a.saturating_add(*b))
     }
 }
 

@@ -505,6 +505,15 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> Res<(i32, u32, u32)> {
     Ok((c.pid, c.uid, c.gid))
 }
 
+/// Whether `fd` is a regular file (`fstat`; an `O_PATH` descriptor is fine).
+pub fn is_regular_file(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: stat is plain data.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a struct stat the kernel fills (fstat(2)).
+    let r = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
+    r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
 /// This process's effective uid.
 pub fn euid() -> u32 {
     // SAFETY: no preconditions.

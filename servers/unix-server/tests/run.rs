@@ -687,7 +687,7 @@ fn unprivileged_child() {
 /// through a name server).
 #[test]
 fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
-    use ictus_unix_server::control_api::{Control, PolicyChange};
+    use ictus_unix_server::control_api::{Control, NativeLookups, PolicyChange};
     let d = scratch();
     let sock = d.join("unix-server.sock");
     let ns_sock = d.join("ns.sock");
@@ -751,6 +751,10 @@ fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
     let stats = control.stats().unwrap();
     assert!(stats.total.refused_count("getpid") >= 1, "{stats:?}");
     assert!(stats.total.served > 0, "{stats:?}");
+    // The policy hides nothing: the programs' libraries looked up natively (the
+    // dynamic loader's opens of the C library, at least), and said so on the count
+    // page the server handed out.
+    assert!(stats.total.native.opens > 0, "{stats:?}");
     assert_eq!((stats.programs_started, stats.policy), (4, 1), "{stats:?}");
     let (number, policy_text) = control.policy().unwrap();
     assert_eq!(number, 1);
@@ -781,6 +785,63 @@ fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
     let after = control.stats().unwrap();
     assert!(after.total.served > stats.total.served, "{after:?}");
     assert_eq!(after.total.refused_count("getpid"), stats.total.refused_count("getpid"), "{after:?}");
+
+    // Native lookups per program: one under the identity view (policy 2) makes them,
+    // one under a view that hides something (policy 3) makes none; both running at
+    // once, each waiting for `go`.
+    let hidden = d.join("hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    let go = d.join("go");
+    let start = |name: &str| {
+        let (sock, ready) = (sock.clone(), d.join(format!("{name}.ready")));
+        let script = format!(
+            "cat /etc/hostname > /dev/null; : > {r}; while [ ! -e {g} ]; do sleep 0.05; done",
+            r = ready.display(),
+            g = go.display()
+        );
+        let program = std::thread::spawn(move || {
+            let opts = RunOptions {
+                policy: None,
+                argv: vec!["sh".into(), "-c".into(), script.into()],
+                quiet: true,
+                stdout: None,
+            };
+            ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap()
+        });
+        for _ in 0..6000 {
+            if ready.exists() {
+                return program;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{name} did not start");
+    };
+    let identity = start("identity");
+    assert_eq!(control.set_policy(&format!("hide {}\n", hidden.display())).unwrap(), PolicyChange::Installed(3));
+    let hiding = start("hiding");
+    let programs = control.programs().unwrap();
+    let under = |policy: u64| {
+        let found: Vec<_> = programs.iter().filter(|p| p.policy == policy).collect();
+        assert_eq!(found.len(), 1, "one program under policy {policy}: {programs:?}");
+        found[0].counts.clone()
+    };
+    let (native, hiding_counts) = (under(2), under(3));
+    assert!(native.native.opens > 0 && native.native.stat > 0, "{native:?}");
+    assert!(hiding_counts.served > 0, "{hiding_counts:?}");
+    assert_eq!(
+        hiding_counts.native,
+        NativeLookups::default(),
+        "nothing native where the view hides: {hiding_counts:?}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(identity.join().unwrap(), Ended::Code(0));
+    assert_eq!(hiding.join().unwrap(), Ended::Code(0));
+    // Ended: the total keeps what they counted.
+    let end = control.stats().unwrap();
+    assert!(
+        end.total.native.total() >= after.total.native.total() + native.native.total(),
+        "{after:?} + {native:?} -> {end:?}"
+    );
     drop(stop_w);
     daemon.join().unwrap().unwrap();
     assert!(!sock.exists(), "the run socket is removed at stop");

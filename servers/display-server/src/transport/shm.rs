@@ -38,9 +38,7 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
             eprintln!("ictus display: shared-memory transport stops: {e}");
             break;
         }
-        for h in std::mem::take(&mut *lock(&core.release)) {
-            server.release(h);
-        }
+        release(&mut server, &core);
         loop {
             let mut close = None;
             // A client whose batch was executed: its answers go out before the next
@@ -106,6 +104,11 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
                 None => {}
             }
             if let Some(id) = answer {
+                // Buffers the batch's present cycle retired go back first (the X server
+                // has acknowledged everything that read them): the client, woken by its
+                // answer, then lends again the buffer it wrote two frames ago, still in
+                // the cache, rather than a third or fourth one (doc/display.md).
+                release(&mut server, &core);
                 if sessions.get(&id).is_some_and(|s| !deliver(&mut server, &core, id, s)) {
                     close = Some(id);
                 }
@@ -130,6 +133,13 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
     }
     for (_, s) in sessions.drain() {
         s.close(&core);
+    }
+}
+
+/// Give back the pool buffers other threads (or this one) are done with.
+fn release(server: &mut ictus_shm::Server, core: &Core) {
+    for h in std::mem::take(&mut *lock(&core.release)) {
+        server.release(h);
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ictus_bench::BenchError;
@@ -55,15 +56,43 @@ pub enum Pull {
 /// GETs `/path` from `127.0.0.1:port` and reads it as `pull` says, for at most
 /// `deadline`.
 pub fn get(port: u16, path: &str, pull: Pull, deadline: Duration) -> Result<Received, BenchError> {
-    request(port, path, "", pull, deadline)
+    request(port, path, "", pull, deadline, None)
 }
 
 /// Downloads `/path` from byte `from` on for `dur` (a `Range: bytes=from-` request).
 pub fn get_range(port: u16, path: &str, from: u64, dur: Duration) -> Result<Received, BenchError> {
-    request(port, path, &format!("Range: bytes={from}-\r\n"), Pull::Download { limit: None }, dur)
+    request(port, path, &format!("Range: bytes={from}-\r\n"), Pull::Download { limit: None }, dur, None)
 }
 
-fn request(port: u16, path: &str, headers: &str, pull: Pull, deadline: Duration) -> Result<Received, BenchError> {
+/// Background downloads' progress, shared with whoever measures them while they run.
+#[derive(Debug, Default)]
+pub struct Meter {
+    /// Body bytes received so far, by all the downloads using this meter.
+    pub bytes: AtomicU64,
+    /// Set to make them stop at their next read.
+    pub stop: AtomicBool,
+}
+
+/// [`get_range`] until `meter.stop` (or `limit`), adding every body byte to
+/// `meter.bytes` as it arrives.
+pub fn get_range_metered(
+    port: u16,
+    path: &str,
+    from: u64,
+    limit: Duration,
+    meter: &Meter,
+) -> Result<Received, BenchError> {
+    request(port, path, &format!("Range: bytes={from}-\r\n"), Pull::Download { limit: None }, limit, Some(meter))
+}
+
+fn request(
+    port: u16,
+    path: &str,
+    headers: &str,
+    pull: Pull,
+    deadline: Duration,
+    meter: Option<&Meter>,
+) -> Result<Received, BenchError> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| err("connect", e))?;
     s.set_read_timeout(Some(Duration::from_millis(20))).map_err(|e| err("socket", e))?;
     let _ = s.set_nodelay(true);
@@ -76,7 +105,7 @@ fn request(port: u16, path: &str, headers: &str, pull: Pull, deadline: Duration)
     let mut marks: Vec<(u64, u64)> = Vec::new();
     loop {
         check_stop()?;
-        if t0.elapsed() > deadline {
+        if t0.elapsed() > deadline || meter.is_some_and(|m| m.stop.load(Ordering::Relaxed)) {
             break;
         }
         let want = match pull {
@@ -134,6 +163,9 @@ fn request(port: u16, path: &str, headers: &str, pull: Pull, deadline: Duration)
             }
         }
         body += data.len() as u64;
+        if let Some(m) = meter {
+            m.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
         marks.push((t0.elapsed().as_nanos() as u64, body));
     }
     Ok(Received { status, bytes: body, marks, elapsed: t0.elapsed() })
@@ -159,6 +191,15 @@ pub struct Judged {
     pub held: bool,
 }
 
+/// The stream's window as its player saw it: from the first body byte to the arrival
+/// that completed `window` bytes (or the last read, if it never did), in ns since the
+/// request was sent.
+pub fn window_ns(r: &Received, window: u64) -> (u64, u64) {
+    let done_at = r.marks.iter().find(|m| m.1 >= window).map_or(r.elapsed.as_nanos() as u64, |m| m.0);
+    let t0 = r.first_byte_ns().unwrap_or(done_at).min(done_at);
+    (t0, done_at)
+}
+
 /// Judges a stream that should deliver `rate` bytes/s in `chunk`-byte slots over
 /// `window` bytes. The player starts its clock at the first body byte, `t0`; slot k
 /// (bytes up to (k+1)·chunk) is needed by `t0 + (k+1)·period`, and is late if it
@@ -182,8 +223,8 @@ pub fn judge(r: &Received, rate: f64, chunk: u64, window: u64) -> Judged {
         worst = worst.max(l);
         lateness.push(l);
     }
-    let done_at = r.marks.iter().find(|m| m.1 >= window).map_or(r.elapsed.as_nanos() as u64, |m| m.0);
-    let achieved = r.bytes.min(window) as f64 / (done_at.saturating_sub(t0.min(done_at)) as f64 / 1e9).max(1e-9);
+    let (from, done_at) = window_ns(r, window);
+    let achieved = r.bytes.min(window) as f64 / (done_at.saturating_sub(from) as f64 / 1e9).max(1e-9);
     Judged {
         slots: n,
         late,

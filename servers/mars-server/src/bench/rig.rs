@@ -149,6 +149,12 @@ impl Rig {
         }
     }
 
+    /// Stops one child now (SIGTERM, then SIGKILL after 2 s) and reaps it; it stays
+    /// recorded (stopping it again on drop does nothing).
+    pub fn stop_child(&mut self, id: ChildId) {
+        stop_children(std::slice::from_mut(&mut self.children[id.0]));
+    }
+
     /// Stops (SIGTERM, then SIGKILL after 2 s) and reaps the children recorded since
     /// `from` ([`Rig::mark`]).
     pub fn stop_since(&mut self, from: usize) {
@@ -169,8 +175,12 @@ pub struct ChildId(usize);
 /// Stops our own children: SIGTERM to each, up to 2 s for all to go, then SIGKILL; reaps
 /// them.
 pub fn stop_children(children: &mut [Child]) {
-    for c in children.iter() {
-        // Our own children, by pid.
+    for c in children.iter_mut() {
+        // Our own children, by pid, and only while not reaped: a reaped child's pid
+        // may be another process's by now.
+        if !matches!(c.try_wait(), Ok(None)) {
+            continue;
+        }
         if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
@@ -290,6 +300,8 @@ pub fn set_scheduler(dev: &str, sched: &str) -> Result<(), BenchError> {
 pub struct SlowDisks {
     /// The upper devices, `/dev/loopN`.
     pub disks: Vec<String>,
+    /// The throttled lower device under each.
+    pub lower: Vec<String>,
     /// Bytes/s each is throttled to.
     pub rate: u64,
 }
@@ -306,7 +318,7 @@ pub fn make_slow_disks(rig: &mut Rig, n: usize, size: u64, rate: u64) -> Result<
     let cg = PathBuf::from(format!("{BLKIO}/{PREFIX}{}", std::process::id()));
     fs::create_dir_all(&cg).map_err(|e| format!("creating {}: {e}", cg.display()))?;
     rig.cgroup = Some(cg.clone());
-    let mut disks = Vec::new();
+    let (mut disks, mut lowers) = (Vec::new(), Vec::new());
     for i in 0..n {
         let f = rig.dir.join(format!("disk{i}.img"));
         File::create(&f).and_then(|x| x.set_len(size)).map_err(|e| format!("{}: {e}", f.display()))?;
@@ -316,10 +328,11 @@ pub fn make_slow_disks(rig: &mut Rig, n: usize, size: u64, rate: u64) -> Result<
         fs::write(cg.join("blkio.throttle.read_bps_device"), format!("{mm} {rate}"))
             .map_err(|e| format!("throttling {lower}: {e}"))?;
         disks.push(upper);
+        lowers.push(lower);
     }
     fs::write(cg.join("cgroup.procs"), std::process::id().to_string())
         .map_err(|e| format!("joining the cgroup: {e}"))?;
-    Ok(SlowDisks { disks, rate })
+    Ok(SlowDisks { disks, lower: lowers, rate })
 }
 
 /// Formats `dev` as ext4 and mounts it at `mnt` (recorded in the rig).
