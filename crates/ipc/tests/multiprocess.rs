@@ -669,6 +669,38 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Start the dying caller on `boot`, answer each of its threads' first call (so the
+/// port keeps a call channel per thread), wait until its last calls, a one-way message
+/// and a send-once message are all queued and unread, `kill -9` it, and wait until the
+/// port has seen every channel hang up. Returns the dead caller's pid and the name
+/// of the send right its hello gave (see [`parent_hello`]).
+fn queue_requests_then_kill_the_caller(s: &Space, boot: Name) -> (u32, Name) {
+    let mut cmd = child_command("child_dying_caller", "dying-caller");
+    s.give_bootstrap(&mut cmd, boot).unwrap();
+    let child = ChildGuard::spawn(cmd, "dying-caller");
+    let pid = child.pid();
+    let c = parent_hello(s, boot, &child);
+    send(s, c, with_ports(GIFTS, &[], &[(boot, Disposition::MakeSendOnce)]));
+    let queued = |n: u32| move || s.port_status(boot).unwrap().msgcount == n;
+    // Each caller's first call offers a channel of its own (all are queued before any
+    // is answered, so none finds another's in the pool): answered, the port keeps them.
+    eventually("the first calls queued", queued(CALLERS));
+    for _ in 0..CALLERS {
+        let req = recv(s, boot);
+        assert_eq!((req.id, req.sender.pid), (REQUEST, pid));
+        send(s, req.reply.expect("a reply right").name, Message::new(REQUEST + 1, Vec::new()));
+    }
+    // Then each calls again on its kept channel, and the child sends one message on
+    // its send right and one on the send-once right: all queued, none read.
+    eventually("the last sends queued", queued(CALLERS + 2));
+    assert!(wait_all_asleep(pid), "the child's threads never all blocked");
+    assert_eq!(s.port_status(boot).unwrap().channels, CALLERS);
+    child.kill9();
+    // The port sees every channel hang up, and keeps each while its request waits.
+    eventually("the hang-ups seen", || s.port_status(boot).unwrap().hung_up_channels == CALLERS);
+    (pid, c)
+}
+
 /// A client killed (`kill -9`) right after several sends — calls on its kept call
 /// channels, a one-way message, a message on a send-once right — loses none of them, as
 /// Mach delivers a message queued before its sender died: the server receives each one
@@ -682,33 +714,7 @@ fn requests_of_a_client_killed_after_sending_are_delivered() {
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
-        let mut cmd = child_command("child_dying_caller", "dying-caller");
-        s.give_bootstrap(&mut cmd, boot).unwrap();
-        let child = ChildGuard::spawn(cmd, "dying-caller");
-        let pid = child.pid();
-        let c = parent_hello(&s, boot, &child);
-        send(&s, c, with_ports(GIFTS, &[], &[(boot, Disposition::MakeSendOnce)]));
-        let queued = |n: u32| {
-            let s = &s;
-            move || s.port_status(boot).unwrap().msgcount == n
-        };
-        // Each caller's first call offers a channel of its own (all are queued before
-        // any is answered, so none finds another's in the pool): answered, the port
-        // keeps them.
-        eventually("the first calls queued", queued(CALLERS));
-        for _ in 0..CALLERS {
-            let req = recv(&s, boot);
-            assert_eq!((req.id, req.sender.pid), (REQUEST, pid));
-            send(&s, req.reply.expect("a reply right").name, Message::new(REQUEST + 1, Vec::new()));
-        }
-        // Then each calls again on its kept channel, and the child sends one message
-        // on its send right and one on the send-once right: all queued, none read.
-        eventually("the last sends queued", queued(CALLERS + 2));
-        assert!(wait_all_asleep(pid), "the child's threads never all blocked");
-        assert_eq!(s.port_status(boot).unwrap().channels, CALLERS);
-        child.kill9();
-        // The port sees every channel hang up, and keeps each while its request waits.
-        eventually("the hang-ups seen", || s.port_status(boot).unwrap().hung_up_channels == CALLERS);
+        let (pid, c) = queue_requests_then_kill_the_caller(&s, boot);
         let mut calls = BTreeSet::new();
         let mut others = BTreeSet::new();
         for _ in 0..CALLERS + 2 {
@@ -802,27 +808,7 @@ fn requests_of_a_killed_caller_move_with_the_receive_right() {
     {
         let s = Space::new();
         let boot = s.allocate_port().unwrap();
-        let mut cmd = child_command("child_dying_caller", "dying-caller");
-        s.give_bootstrap(&mut cmd, boot).unwrap();
-        let caller = ChildGuard::spawn(cmd, "dying-caller");
-        let pid = caller.pid();
-        let c = parent_hello(&s, boot, &caller);
-        send(&s, c, with_ports(GIFTS, &[], &[(boot, Disposition::MakeSendOnce)]));
-        let queued = |n: u32| {
-            let s = &s;
-            move || s.port_status(boot).unwrap().msgcount == n
-        };
-        eventually("the first calls queued", queued(CALLERS));
-        for _ in 0..CALLERS {
-            let req = recv(&s, boot);
-            assert_eq!((req.id, req.sender.pid), (REQUEST, pid));
-            send(&s, req.reply.expect("a reply right").name, Message::new(REQUEST + 1, Vec::new()));
-        }
-        eventually("the last sends queued", queued(CALLERS + 2));
-        assert!(wait_all_asleep(pid), "the child's threads never all blocked");
-        assert_eq!(s.port_status(boot).unwrap().channels, CALLERS);
-        caller.kill9();
-        eventually("the hang-ups seen", || s.port_status(boot).unwrap().hung_up_channels == CALLERS);
+        let (pid, c) = queue_requests_then_kill_the_caller(&s, boot);
 
         let boot2 = s.allocate_port().unwrap();
         let mut cmd = child_command("child_new_holder", "new-holder");
