@@ -107,16 +107,25 @@ stop_all() {
 
 is_ours() { [ -f "$dir/$marker" ]; }
 
-# A loopback TCP port nobody listens on, picked at random (the monitor then binds it;
-# if another process takes it in between, the monitor's death says so).
+# A loopback TCP port no socket uses, picked at random below the kernel's ephemeral range
+# (ip_local_port_range): a port inside it can be taken at any moment by some process's
+# outgoing connection, which is how a CI run once lost the monitor's port. Every TCP socket
+# counts, not only listeners (a connected socket's local port also makes bind fail).
+# Another process can still take the port between here and the monitor's bind: `up`
+# then picks new ports and starts the monitor again (three tries).
 free_port() {
-  local used p i
-  used=$(ss -Htln 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
+  local used p i lo hi
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { lo=32768; hi=60999; }
+  # Ports 10000 .. lo-1, or above the range if it starts too low to leave room.
+  local base=10000 span=$((lo - 10000))
+  if [ "$span" -lt 2000 ]; then base=$((hi + 1)); span=$((65535 - hi)); fi
+  [ "$span" -ge 100 ] || die "no room for the monitor's ports outside the ephemeral range $lo-$hi"
+  used=$(ss -Htan 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
   for i in $(seq 1 200); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+    p=$((base + (RANDOM * 32768 + RANDOM) % span))
     grep -qx "$p" <<<"$used" || { echo "$p"; return 0; }
   done
-  die "no free loopback port found between 20000 and 50000"
+  die "no free TCP port found between $base and $((base + span - 1))"
 }
 
 # Starts daemon $1 (name for logs/pids) with the command that follows, in the
@@ -171,11 +180,17 @@ up() {
 
   local t0=$SECONDS fsid v2 v1
   fsid=$(cat /proc/sys/kernel/random/uuid)
-  v2=$(free_port)
-  v1=$(free_port)
-  [ "$v1" != "$v2" ] || v1=$(free_port)
+  local try=0 deadline
+  while :; do
+    try=$((try + 1))
+    v2=$(free_port)
+    v1=$(free_port)
+    [ "$v1" != "$v2" ] || v1=$(free_port)
+    # A failed try's monitor left its store and logs: start clean.
+    rm -rf "$dir/mon.a" "$dir/monmap" "$dir/log/mon.a.log" "$dir/log/mon.a.out" "$dir/run/mon.a.pid"
+    mkdir -p "$dir/mon.a"
 
-  cat >"$conf" <<EOF
+    cat >"$conf" <<EOF
 # Made by scripts/ceph.sh up: a throw-away single-machine cluster; everything in $dir.
 [global]
 fsid = $fsid
@@ -223,16 +238,24 @@ log_file = $dir/log/client.\$pid.log
 admin_socket =
 EOF
 
-  monmaptool --create --fsid "$fsid" --addv a "[v2:$addr:$v2,v1:$addr:$v1]" "$dir/monmap" >"$dir/log/monmaptool.out" 2>&1 \
-    || fail_up "monmaptool failed: $(cat "$dir/log/monmaptool.out")"
-  ceph-mon -c "$conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mon.a.mkfs.out" 2>&1 \
-    || fail_up "ceph-mon --mkfs failed: $(tail -n 5 "$dir/log/mon.a.mkfs.out")"
-  start mon.a ceph-mon -c "$conf" -i a
-  local deadline=$((SECONDS + timeout))
-  until cephcli mon stat >/dev/null 2>&1; do
-    check_alive mon.a || fail_up "the monitor died (ports v2 $v2, v1 $v1)"
-    [ $SECONDS -lt $deadline ] || fail_up "the monitor did not answer within ${timeout} s (log $dir/log/mon.a.log)"
-    sleep 0.3
+    monmaptool --create --fsid "$fsid" --addv a "[v2:$addr:$v2,v1:$addr:$v1]" "$dir/monmap" >"$dir/log/monmaptool.out" 2>&1 \
+      || fail_up "monmaptool failed: $(cat "$dir/log/monmaptool.out")"
+    ceph-mon -c "$conf" -i a --mkfs --monmap "$dir/monmap" >"$dir/log/mon.a.mkfs.out" 2>&1 \
+      || fail_up "ceph-mon --mkfs failed: $(tail -n 5 "$dir/log/mon.a.mkfs.out")"
+    start mon.a ceph-mon -c "$conf" -i a
+    deadline=$((SECONDS + timeout))
+    until cephcli mon stat >/dev/null 2>&1; do
+      if ! check_alive mon.a; then
+        if [ "$try" -lt 3 ] && grep -qs 'Address already in use\|unable to bind' "$dir/log/mon.a.log" "$dir/log/mon.a.out"; then
+          echo "ceph.sh: try $try: another process took port $v2 or $v1; picking new ports" >&2
+          continue 2
+        fi
+        fail_up "the monitor died (ports v2 $v2, v1 $v1)"
+      fi
+      [ $SECONDS -lt $deadline ] || fail_up "the monitor did not answer within ${timeout} s (log $dir/log/mon.a.log)"
+      sleep 0.3
+    done
+    break
   done
   local t_mon=$((SECONDS - t0))
   start mgr.x ceph-mgr -c "$conf" -i x
