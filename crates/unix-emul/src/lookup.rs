@@ -5,7 +5,8 @@
 //! `hide`, no bind mount, no other root; `ro` lines restrict only writes — the server
 //! says so on the generation page ([`GEN_FLAG_NATIVE_LOOKUPS`]) and the session's
 //! filter allows, from the library's code only, `openat` without a write, create,
-//! truncate or `O_TMPFILE` flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`,
+//! truncate or `O_TMPFILE` flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`
+//! (with it too where nothing is read-only: [`wire::GEN_FLAG_NATIVE_WRITE_ACCESS`]),
 //! `readlinkat` and `getcwd`. The library then makes those calls itself, with the path it
 //! copied, and answers from the kernel. Not a policy decision: a hostile program
 //! that jumps to the library's `syscall` with arguments of its choosing gets what
@@ -195,7 +196,12 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
         nr::OPENAT if a[2] & NATIVE_OPEN_WRITE_BITS == 0 => (Kind::Open, a[1]),
         nr::NEWFSTATAT => (Kind::Stat, a[1]),
         nr::STATX => (Kind::Statx, a[1]),
-        nr::FACCESSAT2 if a[2] & NATIVE_ACCESS_WRITE_BIT == 0 => (Kind::Access, a[1]),
+        nr::FACCESSAT2
+            if a[2] & NATIVE_ACCESS_WRITE_BIT == 0
+                || crate::cache::flags() & wire::GEN_FLAG_NATIVE_WRITE_ACCESS != 0 =>
+        {
+            (Kind::Access, a[1])
+        }
         nr::READLINKAT if a[3] as i32 > 0 => (Kind::Readlink, a[1]),
         _ => return None,
     };

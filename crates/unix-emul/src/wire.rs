@@ -70,12 +70,16 @@ pub const GEN_FLAGS_AT: usize = 16;
 /// mount, no other root): the library may do read-only lookups natively (the filter
 /// allows them from its code, with read-only arguments only).
 pub const GEN_FLAG_NATIVE_LOOKUPS: u64 = 1;
+/// Besides, nothing in the view is read-only (no `ro` line, no read-only bind): an
+/// `faccessat2` with `W_OK` gets the kernel's answer from the server too, so the
+/// library may ask the kernel itself (the filter allows it from its code).
+pub const GEN_FLAG_NATIVE_WRITE_ACCESS: u64 = 2;
 /// `O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | __O_TMPFILE`: an `openat` with none of
 /// these only looks, and may be done natively (the filter tests these bits of the
 /// flags' lower half, which is all the kernel reads).
 pub const NATIVE_OPEN_WRITE_BITS: u64 = 0o3 | 0o100 | 0o1000 | 0o20000000;
-/// `W_OK`: a `faccessat2` asking about writes stays served (an `ro` line answers
-/// `EROFS`).
+/// `W_OK`: a `faccessat2` asking about writes stays served where something is
+/// read-only (an `ro` line answers `EROFS`; see [`GEN_FLAG_NATIVE_WRITE_ACCESS`]).
 pub const NATIVE_ACCESS_WRITE_BIT: u64 = 2;
 
 /// The count page ([`COUNT_FD`]): one `u64` per kind of lookup the libraries did

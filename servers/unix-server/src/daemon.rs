@@ -637,7 +637,7 @@ mod tests {
         let (session, _) = sys::seqpacket_pair().unwrap();
         let prog: OwnedFd = std::fs::File::open(std::env::current_exe().unwrap()).unwrap().into();
         let filter = sys::memfd_with(c"test-filter", &[0u8; 16]).unwrap();
-        let generation = sys::GenerationPage::new().unwrap().fd().try_clone_to_owned().unwrap();
+        let generation = sys::GenerationPage::new(false).unwrap().fd().try_clone_to_owned().unwrap();
         let counts = sys::CountPage::new().unwrap().fd().try_clone_to_owned().unwrap();
         let interp = prog.try_clone().unwrap();
         vec![session, prog, filter, generation, counts, interp]

@@ -63,6 +63,10 @@ pub struct FilterPolicy {
     /// (see `ictus_unix_emul::lookup`). From anywhere else, and in every other form,
     /// they are trapped as before.
     pub native_lookups: bool,
+    /// With `native_lookups`: nothing in the view is read-only, so `faccessat2` with
+    /// `W_OK` is allowed from the library's code too (the kernel's answer is the
+    /// server's).
+    pub native_write_access: bool,
     /// Calls the policy refuses besides the table's own refusals (trapped, so the
     /// server can count them and answer the policy's errno).
     pub refused: Vec<u32>,
@@ -105,6 +109,7 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
         match nr {
             sysno::NEWFSTATAT | sysno::STATX | sysno::READLINKAT | sysno::GETCWD => return Act::Lib,
             sysno::OPENAT => return Act::LibIf(Lookup::OpenReadOnly),
+            sysno::FACCESSAT2 if p.native_write_access => return Act::Lib,
             sysno::FACCESSAT2 => return Act::LibIf(Lookup::AccessNoWrite),
             _ => {}
         }
@@ -467,6 +472,7 @@ mod tests {
             unix_datagrams: true,
             served_listings: false,
             native_lookups: false,
+            native_write_access: false,
             refused: vec![],
         };
         let f = build(&p);
@@ -556,6 +562,7 @@ mod tests {
                 unix_datagrams: false,
                 served_listings: false,
                 native_lookups: false,
+                native_write_access: false,
                 refused: vec![],
             });
             let open = build(&FilterPolicy {
@@ -563,6 +570,7 @@ mod tests {
                 unix_datagrams: true,
                 served_listings: false,
                 native_lookups: false,
+                native_write_access: false,
                 refused: vec![],
             });
             for n in [nr::SOCKET, nr::SOCKETPAIR] {
@@ -625,6 +633,14 @@ mod tests {
             assert_eq!(run(&native, nr::FACCESSAT2, LIB, [3, 0x1000, mode, 0x200, 0, 0]), want, "{mode}");
             assert_eq!(run(&native, nr::FACCESSAT2, PROG, [3, 0x1000, mode, 0x200, 0, 0]), TRAP, "{mode}");
         }
+        // Where nothing is read-only, W_OK too (the kernel's answer is the server's).
+        let writable =
+            build(&FilterPolicy { native_lookups: true, native_write_access: true, ..FilterPolicy::default() });
+        for mode in [0u64, 2, 7] {
+            assert_eq!(run(&writable, nr::FACCESSAT2, LIB, [3, 0x1000, mode, 0x200, 0, 0]), RET_ALLOW, "{mode}");
+            assert_eq!(run(&writable, nr::FACCESSAT2, PROG, [3, 0x1000, mode, 0x200, 0, 0]), TRAP, "{mode}");
+        }
+        assert_eq!(run(&writable, nr::OPENAT, LIB, [3, 0x1000, 1, 0o644, 0, 0]), TRAP, "writes stay served");
         // Everything else that names a path stays trapped, from the library too.
         for n in [nr::OPENAT2, nr::OPEN, nr::STAT, nr::ACCESS, nr::FACCESSAT, nr::UNLINKAT, nr::MKDIRAT, nr::EXECVE] {
             assert_eq!(run(&native, n, LIB, [3, 0x1000, 0, 0, 0, 0]), TRAP, "{n}");
@@ -643,6 +659,7 @@ mod tests {
             unix_datagrams: true,
             served_listings: false,
             native_lookups: false,
+            native_write_access: false,
             refused: vec![nr::GETPID, nr::OPENAT],
         });
         assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);

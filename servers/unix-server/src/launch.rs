@@ -203,13 +203,23 @@ pub fn native_lookups(policy: &Policy) -> bool {
     !policy.confines_paths()
 }
 
+/// Whether, besides, `access(W_OK)` may be native: nothing in the view is read-only
+/// (an `ro` line or a read-only bind answers `EROFS`, which only the server knows).
+pub fn native_write_access(policy: &Policy) -> bool {
+    native_lookups(policy) && policy.readonly.is_empty() && policy.mounts.iter().all(|m| !m.readonly)
+}
+
 /// A session for `policy`: its view and a generation page of its own (a page holds
 /// the refused calls and the failed look-ups of one view), counts from zero.
 pub fn new_session(policy: Policy, loader: &Arc<OwnedFd>) -> Result<Session, RunError> {
-    let generation = sys::GenerationPage::new().map_err(|e| RunError::Setup(io(e)))?;
+    // Where the view is the host's tree as it is, kept failures are watched (see
+    // `watch`); any other view's page is bumped every second instead.
+    let generation =
+        sys::GenerationPage::new(crate::ops::identity_policy(&policy)).map_err(|e| RunError::Setup(io(e)))?;
     generation.set_refused(policy.refused.iter().map(|r| r.0));
     if native_lookups(&policy) {
-        generation.set_flags(wire::GEN_FLAG_NATIVE_LOOKUPS);
+        let write = if native_write_access(&policy) { wire::GEN_FLAG_NATIVE_WRITE_ACCESS } else { 0 };
+        generation.set_flags(wire::GEN_FLAG_NATIVE_LOOKUPS | write);
     }
     let counts = sys::CountPage::new().map_err(|e| RunError::Setup(io(e)))?;
     Ok(Session {
@@ -266,6 +276,7 @@ pub fn prepare(
         unix_datagrams: !policy.confines_paths(),
         served_listings: !policy.hidden.is_empty(),
         native_lookups: native_lookups(policy),
+        native_write_access: native_write_access(policy),
         refused: policy.refused.iter().map(|r| r.0).collect(),
     });
     let argv0 = argv.first().ok_or(RunError::NoProgram)?;

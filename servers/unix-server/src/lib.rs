@@ -24,6 +24,7 @@ pub mod server;
 #[allow(unsafe_code)]
 mod sys;
 pub mod view;
+pub mod watch;
 
 /// The control interface and its client (`ictus-unix-api`).
 pub use ictus_unix_api as control_api;

@@ -274,7 +274,12 @@ impl Place {
 /// the view's, and paths go to it as they are (but `/proc/self` and `/dev/fd`, which
 /// would name the server).
 fn identity_view(s: &Session) -> bool {
-    let p = &s.policy;
+    identity_policy(&s.policy)
+}
+
+/// Whether `p`'s view is the host's tree as it is: nothing hidden, read-only or
+/// mounted elsewhere.
+pub fn identity_policy(p: &Policy) -> bool {
     p.mounts.len() == 1
         && p.mounts[0].host == Path::new("/")
         && !p.mounts[0].readonly
@@ -424,9 +429,9 @@ pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[Ow
             _ => {}
         }
     }
-    // A failed walk that went through a symbolic link must not be kept: the link's
-    // target is not among the path's names, so making it would not bump their buckets.
-    if identity && reply.result == -(errno::ENOENT as i64) && reply.data.is_empty() && walked_a_link(pid, cwd, req) {
+    // A failure is kept only once every directory its walk reads is watched, so
+    // that a change made outside the session reaches the page (see `watch`).
+    if identity && reply.result == -(errno::ENOENT as i64) && reply.data.is_empty() && !keep_failure(s, pid, cwd, req) {
         reply.data = vec![1];
     }
     // ... and one that may be kept is published to every library of the session.
@@ -470,31 +475,39 @@ fn last_name(p: &[u8]) -> &[u8] {
 }
 
 /// For a lookup the libraries cache (the calls and paths `Req::missing_before` takes)
-/// that failed: whether its walk met a symbolic link before the missing name (a walk
-/// without links fails the same way; one with a link fails with `ELOOP`). Anything
-/// unexpected counts as a link: the failure is then not cached.
-fn walked_a_link(pid: i32, cwd: &CwdCache, req: &Request<'_>) -> bool {
+/// that failed: whether the failure may be kept — its walk, done again by the
+/// server as the kernel does it, ends at a missing name with every directory it
+/// read watched ([`crate::watch::Watch::failure_walk`]). Without a watch (the
+/// kernel gave none) a failure is kept only if its walk met no link, and the page
+/// is bumped every second instead. Anything unexpected keeps nothing.
+fn keep_failure(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>) -> bool {
     let h = &req.header;
-    let cacheable = match h.op {
-        nr::OPENAT => h.args[2] & (O_CREAT | 0o20000000) == 0,
-        nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT | nr::EXECVEAT => true,
-        _ => false,
+    let (cacheable, follow) = match h.op {
+        nr::OPENAT => (h.args[2] & (O_CREAT | 0o20000000) == 0, h.args[2] & 0o400000 == 0),
+        nr::NEWFSTATAT | nr::FACCESSAT2 => (true, h.args[3] & 0x100 == 0),
+        nr::STATX | nr::EXECVEAT => (true, h.args[if h.op == nr::STATX { 2 } else { 4 }] & 0x100 == 0),
+        nr::READLINKAT => (true, false),
+        _ => (false, false),
     };
-    let Some(path) = req.path1 else { return false };
+    let Some(path) = req.path1 else { return true };
     if !cacheable || path.is_empty() || h.fd_args != 0 {
-        return false;
+        // Not kept by the libraries anyway.
+        return true;
     }
-    let Ok(c) = CString::new(path) else { return true };
     let dir = if path[0] == b'/' {
         None
     } else {
         match cwd.get(pid, h.cwd) {
             Ok(d) => Some(d),
-            Err(_) => return true,
+            Err(_) => return false,
         }
     };
+    if let Some(w) = s.generation.watch() {
+        return w.failure_walk(&s.generation, dir.as_deref().map(|d| d.as_fd()), path, follow);
+    }
+    let Ok(c) = CString::new(path) else { return false };
     let fl = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    !matches!(sys::openat2(dir.as_deref().map(|d| d.as_fd()), &c, fl, 0, sys::NO_LINKS), Err(errno::ENOENT))
+    matches!(sys::openat2(dir.as_deref().map(|d| d.as_fd()), &c, fl, 0, sys::NO_LINKS), Err(errno::ENOENT))
 }
 
 fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {

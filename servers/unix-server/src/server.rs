@@ -40,6 +40,10 @@ pub const MAX_WORKERS: usize = 64;
 pub const MIN_WORKERS: usize = 2;
 /// The epoll token of the stop signal.
 const STOP_TOKEN: u64 = u64::MAX;
+/// The epoll token of the mount table (`/proc/self/mountinfo`: a mount or unmount).
+const MOUNTS_TOKEN: u64 = u64::MAX - 1;
+/// Tokens of generation pages' watches (`crate::watch`) have this bit.
+const WATCH_BIT: u64 = 1 << 62;
 
 struct Conn {
     fd: OwnedFd,
@@ -72,10 +76,43 @@ struct Shared {
     stop_gate: (Mutex<()>, Condvar),
     /// Notified whenever a program or a connection goes (see [`Server::wait_programs`]).
     changed: (Mutex<()>, Condvar),
+    /// Generation pages whose watch is in the epoll, by token (without [`WATCH_BIT`]).
+    watched: Mutex<Vec<Arc<sys::GenerationPage>>>,
+    /// The mount table, polled for changes (`POLLPRI`), if it could be opened.
+    _mounts: Option<std::fs::File>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Shared {
+    /// Every generation page in use: programs started under other policies
+    /// (`ictus unix-server`) have pages of their own.
+    fn pages(&self) -> Vec<Arc<sys::GenerationPage>> {
+        let mut pages = vec![Arc::clone(&self.session.generation)];
+        for (_, session) in self.listeners.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            if !pages.iter().any(|p| Arc::ptr_eq(p, &session.generation)) {
+                pages.push(Arc::clone(&session.generation));
+            }
+        }
+        for page in self.watched.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if !pages.iter().any(|p| Arc::ptr_eq(p, page)) {
+                pages.push(Arc::clone(page));
+            }
+        }
+        pages
+    }
+
+    /// Put `page`'s watch in the epoll, once.
+    fn watch_page(&self, page: &Arc<sys::GenerationPage>) -> Result<(), i32> {
+        let Some(w) = page.watch() else { return Ok(()) };
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        if watched.iter().any(|p| Arc::ptr_eq(p, page)) {
+            return Ok(());
+        }
+        sys::epoll_add_edge(self.ep.as_fd(), w.fd(), WATCH_BIT | watched.len() as u64)?;
+        watched.push(Arc::clone(page));
+        Ok(())
+    }
+
     fn notify_changed(&self) {
         let _g = self.changed.0.lock().unwrap_or_else(|p| p.into_inner());
         self.changed.1.notify_all();
@@ -99,6 +136,9 @@ impl Server {
         let ep = sys::epoll()?;
         let stop_fd = sys::eventfd()?;
         sys::epoll_add_level(ep.as_fd(), stop_fd.as_fd(), STOP_TOKEN)?;
+        // A mount or unmount anywhere may make a kept failure's path resolve.
+        let mounts = std::fs::File::open("/proc/self/mountinfo").ok();
+        let mounts = mounts.filter(|m| sys::epoll_add_priority(ep.as_fd(), m.as_fd(), MOUNTS_TOKEN).is_ok());
         let shared = Arc::new(Shared {
             session,
             ep,
@@ -111,14 +151,19 @@ impl Server {
             stop_fd,
             stop_gate: (Mutex::new(()), Condvar::new()),
             changed: (Mutex::new(()), Condvar::new()),
+            watched: Mutex::new(Vec::new()),
+            _mounts: mounts,
             threads: Mutex::new(Vec::new()),
         });
+        shared.watch_page(&shared.session.generation)?;
         for _ in 0..MIN_WORKERS {
             spawn_worker(&shared);
         }
-        // Names created outside the session are not seen by the server: the
-        // libraries' failed-lookup caches are dropped every second so that they
-        // appear within a second.
+        // Names created outside the session reach watched pages through their
+        // watches (`crate::watch`). What is left to a timer: the libraries' "not a
+        // link" answers (kept by them alone, never watched: dropped every second by
+        // the unlink count), and every kept failure of a page without a watch (a
+        // view other than the host's tree, or no inotify).
         let s = Arc::clone(&shared);
         let t = std::thread::Builder::new()
             .name("unix-generation".into())
@@ -128,16 +173,12 @@ impl Server {
                 while !s.stop.load(Ordering::Acquire) {
                     let now = Instant::now();
                     if now >= next {
-                        // Every generation page in use: programs started under
-                        // other policies (`ictus unix-server`) have pages of their own.
-                        let mut pages = vec![Arc::clone(&s.session.generation)];
-                        for (_, session) in s.listeners.lock().unwrap_or_else(|p| p.into_inner()).values() {
-                            if !pages.iter().any(|p| Arc::ptr_eq(p, &session.generation)) {
-                                pages.push(Arc::clone(&session.generation));
+                        for page in s.pages() {
+                            if page.watch().is_some() {
+                                page.bump_unlinks();
+                            } else {
+                                page.bump();
                             }
-                        }
-                        for page in pages {
-                            page.bump();
                         }
                         next = now + Duration::from_secs(1);
                         continue;
@@ -160,6 +201,7 @@ impl Server {
     /// counts: `ictus unix-server` gives each program one).
     pub fn add_program(&self, session: Arc<Session>) -> Result<OwnedFd, i32> {
         let (server_end, client_end) = sys::seqpacket_pair()?;
+        self.shared.watch_page(&session.generation)?;
         let token = self.shared.next.fetch_add(1, Ordering::Relaxed);
         let fd = Arc::new(server_end);
         self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(token, (Arc::clone(&fd), session));
@@ -252,6 +294,22 @@ fn worker(s: &Arc<Shared>) {
         };
         if ev.0 == STOP_TOKEN {
             break;
+        }
+        if ev.0 == MOUNTS_TOKEN {
+            for page in s.pages() {
+                if let Some(w) = page.watch() {
+                    w.forget_paths();
+                }
+                page.bump();
+            }
+            continue;
+        }
+        if ev.0 & WATCH_BIT != 0 && ev.0 != STOP_TOKEN {
+            let page = s.watched.lock().unwrap_or_else(|p| p.into_inner()).get((ev.0 & !WATCH_BIT) as usize).cloned();
+            if let Some((page, w)) = page.as_ref().and_then(|p| p.watch().map(|w| (p, w))) {
+                w.drain(page);
+            }
+            continue;
         }
         if s.idle.fetch_sub(1, Ordering::AcqRel) == 1
             && s.workers.load(Ordering::Acquire) < MAX_WORKERS

@@ -82,6 +82,51 @@ pub fn readlink(path: &Path) -> Res<Vec<u8>> {
     readlinkat(None, &c)
 }
 
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`'s file type bits (`S_IFMT`), or the errno.
+pub fn lstat_type_at(dir: BorrowedFd<'_>, name: &CStr) -> Res<u32> {
+    // SAFETY: st is plain data the kernel fills (fstatat(2)).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: name is a C string, st a valid struct stat.
+    let r = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    check(r as libc::c_long)?;
+    Ok(st.st_mode & libc::S_IFMT)
+}
+
+/// `fstatfs(fd)`'s file system type.
+pub fn fs_type(fd: BorrowedFd<'_>) -> Res<i64> {
+    // SAFETY: sf is plain data the kernel fills (fstatfs(2)).
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid struct statfs.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut sf) } as libc::c_long)?;
+    Ok(sf.f_type as i64)
+}
+
+/// A non-blocking, close-on-exec inotify instance.
+pub fn inotify() -> Res<OwnedFd> {
+    // SAFETY: no pointers (inotify_init1(2)).
+    let r = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    // SAFETY: a new descriptor.
+    check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Watch the directory `dir` (a descriptor, `O_PATH` will do) for `mask`.
+pub fn inotify_watch(inotify: BorrowedFd<'_>, dir: BorrowedFd<'_>, mask: u32) -> Res<()> {
+    let c = CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(|_| libc::EINVAL)?;
+    // SAFETY: c is a C string (inotify_add_watch(2); the magic link names dir's inode).
+    check(unsafe { libc::inotify_add_watch(inotify.as_raw_fd(), c.as_ptr(), mask) } as libc::c_long).map(|_| ())
+}
+
+/// Read what is queued on a non-blocking descriptor into `buf`: the bytes read, 0
+/// when nothing is.
+pub fn read_nonblocking(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Res<usize> {
+    // SAFETY: buf has buf.len() writable bytes (read(2)).
+    match check(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } as libc::c_long) {
+        Ok(n) => Ok(n as usize),
+        Err(libc::EAGAIN) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
 /// A raw system call whose result is a number.
 ///
 /// # Safety
@@ -257,6 +302,15 @@ pub fn epoll_add_edge(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res
     check(r as libc::c_long).map(|_| ())
 }
 
+/// Add `fd` to `ep` for priority events (`/proc/self/mountinfo`: the mount table
+/// changed), with `token`.
+pub fn epoll_add_priority(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, token: u64) -> Res<()> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLPRI as u32, u64: token };
+    // SAFETY: ev is a valid event (epoll_ctl(2)).
+    let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+    check(r as libc::c_long).map(|_| ())
+}
+
 /// A non-blocking, close-on-exec eventfd.
 pub fn eventfd() -> Res<OwnedFd> {
     // SAFETY: no pointers (eventfd(2)).
@@ -312,11 +366,20 @@ pub struct GenerationPage {
     /// One writer of the shared table at a time (a reader pairs a key with the
     /// generation words around it; two writers of one slot could mix theirs).
     writing: std::sync::Mutex<()>,
+    /// The directories the kept failures walked, watched (where the view is the
+    /// host's tree): changes made outside the session reach the page through it,
+    /// not through a timer. `None`: bumped every second instead.
+    watch: Option<crate::watch::Watch>,
+    /// Name buckets met in the targets of links that kept failures went through
+    /// (one bit per bucket): making such a name anywhere drops every failure.
+    link_names: [std::sync::atomic::AtomicU64; ictus_unix_emul::wire::GEN_BUCKETS / 64],
 }
 
 impl GenerationPage {
-    /// Make the page, writable here, sealed against writers elsewhere.
-    pub fn new() -> Res<GenerationPage> {
+    /// Make the page, writable here, sealed against writers elsewhere; `watched`:
+    /// with a watch of the directories kept failures walk (the view is the host's
+    /// tree; see [`crate::watch`]), if the kernel gives one.
+    pub fn new(watched: bool) -> Res<GenerationPage> {
         use ictus_sys::memfd::{self, SealFlags};
         use ictus_sys::mm::{Mapping, Protection};
         use ictus_unix_emul::wire::GEN_SIZE;
@@ -326,7 +389,14 @@ impl GenerationPage {
         let page = Mapping::shared(fd.as_fd(), GEN_SIZE, Protection::ReadWrite).map_err(|e| e.raw_os_error())?;
         memfd::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL)
             .map_err(|e| e.raw_os_error())?;
-        Ok(GenerationPage { fd, page, writing: std::sync::Mutex::new(()) })
+        let watch = if watched { crate::watch::Watch::new().ok() } else { None };
+        Ok(GenerationPage {
+            fd,
+            page,
+            writing: std::sync::Mutex::new(()),
+            watch,
+            link_names: [const { std::sync::atomic::AtomicU64::new(0) }; ictus_unix_emul::wire::GEN_BUCKETS / 64],
+        })
     }
 
     /// Something may have appeared: every cached failure is stale.
@@ -338,8 +408,29 @@ impl GenerationPage {
     /// are stale (see `ictus_unix_emul::cache`).
     pub fn bump_name(&self, name: &[u8]) {
         use ictus_unix_emul::wire::GEN_BUCKETS_AT;
-        let at = GEN_BUCKETS_AT + 4 * ictus_unix_emul::cache::bucket_of(name);
-        self.page.atomic_u32(at).fetch_add(1, std::sync::atomic::Ordering::Release);
+        use std::sync::atomic::Ordering;
+        let b = ictus_unix_emul::cache::bucket_of(name);
+        // A name met in a link's target is not in the failures' keys: all go.
+        if self.link_names[b / 64].load(Ordering::Acquire) & (1 << (b % 64)) != 0 {
+            self.bump();
+        }
+        self.page.atomic_u32(GEN_BUCKETS_AT + 4 * b).fetch_add(1, Ordering::Release);
+    }
+
+    /// A kept failure went through a link whose target names `name`.
+    pub fn mark_link_name(&self, name: &[u8]) {
+        let b = ictus_unix_emul::cache::bucket_of(name);
+        self.link_names[b / 64].fetch_or(1 << (b % 64), std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The watch of the directories kept failures walked, if the page has one.
+    pub fn watch(&self) -> Option<&crate::watch::Watch> {
+        self.watch.as_ref()
+    }
+
+    /// The generation now (tests).
+    pub fn generation(&self) -> u64 {
+        self.page.atomic_u64(0).load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// What a failed lookup of `path` is kept under now (as the libraries compute it).

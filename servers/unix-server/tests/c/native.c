@@ -1,6 +1,7 @@
 /* Read-only lookups from the program and from the library's code range.
  * argv[1]: a file to look up; argv[2]: a directory to create files in; argv[3]: how
- * many read-only opens and stats (and creates) to make through glibc.
+ * many read-only opens and stats (and creates, and access(W_OK) checks) to make
+ * through glibc.
  * The program maps its own code inside the library's address range (as hostile.c)
  * and calls the lookups from there directly: what the filter lets through natively
  * must be only what the policy shows anyway. */
@@ -34,6 +35,10 @@ int main(int argc, char **argv) {
         if (fd < 0) bad++; else close(fd);
     }
     printf("glibc lookups failed: %d\n", bad);
+    int unwritable = 0;
+    for (int i = 0; i < k; i++)
+        if (access(file, W_OK) != 0) unwritable += errno == EROFS;
+    printf("glibc write checks EROFS: %d\n", unwritable);
     make_gadget();
     char buf[256], stx[256];
     long fd = gadget(257, -100, (long)file, O_RDONLY, 0, 0, 0);
