@@ -988,3 +988,58 @@ fn missing_programs_are_remembered_until_they_are_made() {
     assert_eq!(ended, Ended::Code(0));
     assert_eq!(read(&out), "missing\nmissing\nmissing\nfound\nfound\n");
 }
+
+/// A failure the session keeps ends when another process — outside the session —
+/// makes the name: the program spins on a kept `[ -e F ]` (answered by the library
+/// alone) until the server's watch of the directory sees the create. Nothing else
+/// would end it (the failures are no longer dropped by a timer): without the watch
+/// the loop runs until the `timeout` inside the session fails the test.
+#[test]
+fn a_kept_failure_ends_when_another_process_makes_the_name() {
+    let d = scratch();
+    let sub = d.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let (f, go, out) = (sub.join("later.h"), d.join("go"), d.join("out.txt"));
+    assert!(Command::new("mkfifo").arg(&go).status().unwrap().success());
+    let script = format!(
+        "[ -e {f} ] || echo missing > {o}; [ -e {f} ] || echo still >> {o}; read x < {g}; \
+         until [ -e {f} ]; do :; done; echo found >> {o}",
+        f = f.display(),
+        o = out.display(),
+        g = go.display()
+    );
+    let dd = d.to_path_buf();
+    let session = std::thread::spawn(move || sh_under(None, &dd, &script));
+    for _ in 0..6000 {
+        if read(&out).contains("still") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(read(&out), "missing\nstill\n");
+    // Another process makes it, then lets the program go on.
+    assert!(Command::new("touch").arg(&f).status().unwrap().success());
+    std::fs::write(&go, "go\n").unwrap();
+    let (ended, _) = session.join().unwrap();
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "missing\nstill\nfound\n");
+}
+
+/// A kept failure outlives the seconds that pass while nothing changes (it used to
+/// be dropped by a timer every second and asked again): four lookups of a missing
+/// file a second apart are asked of the server about once, not four times.
+#[test]
+fn a_kept_failure_outlives_the_seconds_when_nothing_changes() {
+    let d = scratch();
+    let f = d.join("never.h");
+    let served = |look: bool| {
+        let check = if look { format!("[ -e {} ] && exit 3; ", f.display()) } else { String::new() };
+        let script = format!("for i in 1 2 3 4; do {check}sleep 1.1; done; exit 0");
+        let (ended, snap) = sh_under(None, &d, &script);
+        assert_eq!(ended, Ended::Code(0));
+        snap.served
+    };
+    let (without, with) = (served(false), served(true));
+    // One first ask; a margin of one for a name of another test's colliding bucket.
+    assert!(with.saturating_sub(without) <= 2, "{with} served with the lookups, {without} without");
+}
