@@ -63,14 +63,16 @@ const MASK: u32 = libc::IN_CREATE
 #[derive(Debug)]
 pub struct Watch {
     fd: OwnedFd,
-    /// Absolute directories watched since the last change that could move one.
-    known: Mutex<HashSet<Vec<u8>>>,
+    /// Absolute directories watched since the last change that could move one, and
+    /// how many times the set was emptied (a walk that began before it was emptied
+    /// adds nothing: the directory it opened may no longer be the one at its path).
+    known: Mutex<(u64, HashSet<Vec<u8>>)>,
 }
 
 impl Watch {
     /// A new inotify instance.
     pub fn new() -> Result<Watch, i32> {
-        Ok(Watch { fd: sys::inotify()?, known: Mutex::new(HashSet::new()) })
+        Ok(Watch { fd: sys::inotify()?, known: Mutex::new((0, HashSet::new())) })
     }
 
     /// The inotify descriptor (in the server's epoll).
@@ -78,9 +80,11 @@ impl Watch {
         self.fd.as_fd()
     }
 
-    fn watch(&self, dir: BorrowedFd<'_>, path: Option<&[u8]>) -> bool {
+    /// Watch `dir`, found at `path` by a walk that began when the set had been
+    /// emptied `epoch` times.
+    fn watch(&self, dir: BorrowedFd<'_>, path: Option<&[u8]>, epoch: u64) -> bool {
         if let Some(p) = path {
-            if self.known.lock().unwrap_or_else(|e| e.into_inner()).contains(p) {
+            if self.known.lock().unwrap_or_else(|e| e.into_inner()).1.contains(p) {
                 return true;
             }
         }
@@ -88,14 +92,23 @@ impl Watch {
             return false;
         }
         if let Some(p) = path {
-            self.known.lock().unwrap_or_else(|e| e.into_inner()).insert(p.to_vec());
+            let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            if known.0 == epoch {
+                known.1.insert(p.to_vec());
+            }
         }
         true
     }
 
+    fn epoch(&self) -> u64 {
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
     /// Forget which paths name watched directories (a mount moved them all).
     pub fn forget_paths(&self) {
-        self.known.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.0 += 1;
+        known.1.clear();
     }
 
     /// Walk `path` — absolute, or relative to `dir` — as the kernel would, following
@@ -111,6 +124,7 @@ impl Watch {
             sys::openat2(at, &c, dir_flags, 0, 0).ok()
         };
         let root = || open(None, b"/");
+        let epoch = self.epoch();
         let absolute = path.first() == Some(&b'/');
         let (mut cur, mut at) = match (absolute, dir) {
             (true, _) => match root() {
@@ -125,7 +139,7 @@ impl Watch {
             // Relative to the server's own directory: not the program's.
             (false, None) => return false,
         };
-        if !self.watch(cur.as_fd(), at.as_deref()) {
+        if !self.watch(cur.as_fd(), at.as_deref(), epoch) {
             return false;
         }
         let mut todo: Vec<Vec<u8>> = components(path).rev().map(<[u8]>::to_vec).collect();
@@ -141,7 +155,7 @@ impl Watch {
                     let cut = p.iter().rposition(|&b| b == b'/').unwrap_or(0);
                     p.truncate(cut.max(1));
                 }
-                if !self.watch(cur.as_fd(), at.as_deref()) {
+                if !self.watch(cur.as_fd(), at.as_deref(), epoch) {
                     return false;
                 }
                 continue;
@@ -166,7 +180,7 @@ impl Watch {
                     let Some(r) = root() else { return false };
                     cur = r;
                     at = Some(b"/".to_vec());
-                    if !self.watch(cur.as_fd(), at.as_deref()) {
+                    if !self.watch(cur.as_fd(), at.as_deref(), epoch) {
                         return false;
                     }
                 }
@@ -185,7 +199,7 @@ impl Watch {
                 }
                 p.extend_from_slice(&name);
             }
-            if !self.watch(cur.as_fd(), at.as_deref()) {
+            if !self.watch(cur.as_fd(), at.as_deref(), epoch) {
                 return false;
             }
         }
@@ -370,6 +384,24 @@ mod tests {
         // What exists keeps nothing; neither does a walk into /proc.
         assert!(!w.failure_walk(&page, None, p.as_os_str().as_encoded_bytes(), true));
         assert!(!w.failure_walk(&page, None, b"/proc/self/nothing", true));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A walk that began before the set of watched paths was emptied adds nothing to
+    /// it: the directory it opened may have been replaced at that path meanwhile.
+    #[test]
+    fn a_walk_older_than_a_move_records_no_path() {
+        let d = scratch("epoch");
+        let page = GenerationPage::new(true).unwrap();
+        let w = page.watch().expect("inotify");
+        let dir = std::fs::File::open(&d).unwrap();
+        let p = d.as_os_str().as_encoded_bytes();
+        let before = w.epoch();
+        w.forget_paths();
+        assert!(w.watch(dir.as_fd(), Some(p), before));
+        assert!(!w.known.lock().unwrap().1.contains(p), "recorded by a walk older than the move");
+        assert!(w.watch(dir.as_fd(), Some(p), w.epoch()));
+        assert!(w.known.lock().unwrap().1.contains(p));
         let _ = std::fs::remove_dir_all(&d);
     }
 
