@@ -64,6 +64,16 @@ impl FrameSrc {
         }
     }
 
+    /// Which client's pool buffer it is, and where in the channel: for a viewed one,
+    /// to tell whether a new frame was written into that very buffer.
+    pub(crate) fn pool_buffer(&self) -> Option<(ictus_shm::ClientId, u64)> {
+        match self {
+            FrameSrc::Held { held, .. } => Some((held.client(), held.offset())),
+            FrameSrc::Viewed { view, .. } => Some((view.client(), view.offset())),
+            _ => None,
+        }
+    }
+
     /// Hand the bytes to a copy.
     pub(crate) fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {

@@ -80,7 +80,15 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
         }
         if let Some(f) = take {
             if let Some(old) = st.overlay.take() {
-                if Area::of(f.rect).contains(&Area::of(old.rect)) {
+                // A viewed buffer is the client's again: if this frame was written
+                // into it, the old frame's pixels are gone, and copying "them" in
+                // would put this frame's bytes at the old one's geometry. The X server
+                // still shows the old frame around this one; an expose there repaints
+                // the contents (as an X client would be asked to).
+                let overwritten = matches!(old.src, crate::core::FrameSrc::Viewed { .. })
+                    && old.src.pool_buffer().is_some()
+                    && old.src.pool_buffer() == f.src.pool_buffer();
+                if overwritten || Area::of(f.rect).contains(&Area::of(old.rect)) {
                     lock(&core.retired).push(old.src);
                 } else {
                     st.overlay = Some(old);

@@ -97,11 +97,31 @@ fn a_client_that_waits_for_each_frame_writes_them_all_into_one_buffer() {
     assert_eq!(buffers.len(), 1, "every frame in the buffer the previous one was in");
     // The last frame's buffer is the client's again, and still what the window shows:
     // drawing over it copies it in first.
+    let last = (0x10_20_30 * 8) & 0xff_ffff;
     d.fill_rect(w, Rect::new(0, 0, 8, 8), 0xabcdef).expect("fill");
     d.sync_shown().expect("sync");
     let got = x.get_image(xid, 64, 48).expect("GetImage");
     assert_eq!(got[0], 0xabcdef);
-    assert_eq!(got[10 * 64 + 10], (0x10_20_30 * 8) & 0xff_ffff);
+    assert_eq!(got[10 * 64 + 10], last);
+    // A smaller frame written into that same buffer: the old frame's pixels are gone
+    // from it, and are not copied in from it (they would be this frame's bytes at the
+    // old geometry); the X server keeps showing the old frame around the new one, also
+    // after drawing elsewhere in the window.
+    let mut f = d.frame(64, 48).expect("frame");
+    f.fill(0x00ff00);
+    f.present(w, 0, 0, 0, 50).expect("present");
+    d.sync_shown().expect("sync");
+    let mut f = d.frame(32, 24).expect("frame");
+    f.fill(0x0000ff);
+    f.present(w, 0, 0, 0, 51).expect("present");
+    d.sync_shown().expect("sync");
+    d.fill_rect(w, Rect::new(40, 40, 4, 4), 0xabcdef).expect("fill");
+    d.sync_shown().expect("sync");
+    let got = x.get_image(xid, 64, 48).expect("GetImage");
+    assert_eq!(got[10 * 64 + 10], 0x0000ff, "the small frame");
+    assert_eq!(got[41 * 64 + 41], 0xabcdef, "the drawing");
+    // (50, 5): at the old geometry, bytes the small frame overwrote in the buffer.
+    assert_eq!(got[5 * 64 + 50], 0x00ff00, "the frame before it, around it");
     // A frame due later (the client does not wait for it) keeps its buffer until
     // another replaces it: the next frame goes into a second buffer.
     let mut f = d.frame(64, 48).expect("frame");
