@@ -12,7 +12,8 @@
 //!   its thread one priority above the measuring threads). It
 //!   keeps a few alarms set ahead on the same grid; lateness = time after the receive −
 //!   the alarm's requested time. It waits as [`AlarmWait::DEFAULT`] says: on the port
-//!   with its own timer until the alarm's time, then polling (`doc/clock.md`). The
+//!   with its own timer until 50 µs before the alarm's time, then polling (the server
+//!   itself wakes 100 µs ahead and sends at the time; `doc/clock.md`). The
 //!   server's own share (its `sent` stamp − requested) is a row of its own, and a
 //!   second receiver on a grid of its own waits in a plain blocking receive
 //!   ([`AlarmWait::BLOCK`]), the way the alarm was received before;
