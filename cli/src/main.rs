@@ -59,6 +59,11 @@ enum Command {
         /// Serve at this SCHED_FIFO priority (1 to 99); if refused, serve anyway and say so.
         #[arg(long, value_name = "PRIORITY", value_parser = ictus_args::priority(1, 99))]
         fifo: Option<Priority>,
+        /// Wake this many microseconds before each deadline and wait for it awake, so
+        /// that alarms go out at their time (0 to 1000; default 100; 0 spends no CPU
+        /// waiting; see doc/clock.md).
+        #[arg(long, value_name = "US", value_parser = ictus_args::micros(0, 1000))]
+        lead_us: Option<Micros>,
     },
     /// Ask the clock server: the time (clock port), or its counters or resolution (control port).
     Clock {
@@ -308,12 +313,13 @@ fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> u8 {
     let quiet = cli.quiet > 0;
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::NameServer { socket } => ictus_name_server::cli::serve(socket).map_err(Into::into),
-        Command::ClockServer { name_server, control_socket, name, fifo } => {
+        Command::ClockServer { name_server, control_socket, name, fifo, lead_us } => {
             ictus_clock_server::cli::serve(ictus_clock_server::cli::ServeOptions {
                 name_server,
                 control_socket,
                 name: Some(name),
                 fifo: fifo.map(Priority::get),
+                lead: lead_us.map(Micros::get),
             })
             .map_err(Into::into)
         }

@@ -59,6 +59,8 @@ struct Class<T> {
     name: String,
     quantum: u32,
     deficit: u64,
+    /// Sectors served outside the rounds ([`Drr::charge`]) not yet paid from a quantum.
+    debt: u64,
     queue: VecDeque<Request<T>>,
     active: bool,
     stats: ClassStats,
@@ -132,6 +134,7 @@ impl<T> Drr<T> {
             name: name.to_string(),
             quantum,
             deficit: 0,
+            debt: 0,
             queue: VecDeque::new(),
             active: false,
             stats: ClassStats::default(),
@@ -188,9 +191,7 @@ impl<T> Drr<T> {
 
     /// The next request to dispatch, forming a round when the last is used up.
     pub fn dispatch(&mut self) -> Option<(ClassId, Request<T>)> {
-        if self.work.is_empty() {
-            self.form_round();
-        }
+        self.next_round();
         let (class, req) = self.work.pop_front()?;
         self.head = req.position;
         self.queued -= 1;
@@ -198,6 +199,40 @@ impl<T> Drr<T> {
         c.stats.dispatched += 1;
         c.stats.sectors += u64::from(req.sectors);
         Some((class, req))
+    }
+
+    /// Counts `sectors` of `class` served outside the rounds — a caller that sends a
+    /// request's successors together with it (a spliced download's pieces linked
+    /// behind the one dispatched) — against the class's deficit, and what the deficit
+    /// does not cover against its next quanta (kept while the class is empty, so a
+    /// class cannot take more than its share by going idle between batches). O(1).
+    pub fn charge(&mut self, class: ClassId, sectors: u32) -> Result<(), DrrError> {
+        let c = self.classes.get_mut(usize::from(class.0)).ok_or(DrrError::NoClass(class))?;
+        let s = u64::from(sectors);
+        let from_deficit = s.min(c.deficit);
+        c.deficit -= from_deficit;
+        c.debt += s - from_deficit;
+        c.stats.dispatched += 1;
+        c.stats.sectors += s;
+        Ok(())
+    }
+
+    /// The class of the request [`Drr::dispatch`] would return next (forming a round
+    /// if the last is used up), without taking it: a caller whose device queue has room
+    /// for some classes only can wait for the next completion instead.
+    pub fn peek_class(&mut self) -> Option<ClassId> {
+        self.next_round();
+        self.work.front().map(|(class, _)| *class)
+    }
+
+    /// Forms rounds until one has work, if the last is used up. Without
+    /// [`Drr::charge`] the first round formed has work (every quantum is at least the
+    /// largest request); a class in debt is visited until its quanta have paid, one
+    /// visit per quantum charged, which keeps the cost O(1) per request.
+    fn next_round(&mut self) {
+        while self.work.is_empty() && !self.active.is_empty() {
+            self.form_round();
+        }
     }
 
     /// Forms the next round's work queue (the paper's `sd_form_workqueue`).
@@ -212,6 +247,9 @@ impl<T> Drr<T> {
             self.ops += 1;
             let c = &mut self.classes[i];
             c.deficit += u64::from(c.quantum);
+            let paid = c.debt.min(c.deficit);
+            c.debt -= paid;
+            c.deficit -= paid;
             let mut served = false;
             while let Some(head) = c.queue.front() {
                 if u64::from(head.sectors) > c.deficit {
@@ -296,6 +334,48 @@ mod tests {
 
     fn req(position: u64, sectors: u32) -> Request<u64> {
         Request { position, sectors, payload: position }
+    }
+
+    #[test]
+    fn a_charged_class_pays_from_its_next_quanta() {
+        let mut d = Drr::new(100);
+        let a = d.add_class("a", 100).unwrap();
+        let b = d.add_class("b", 100).unwrap();
+        // `a` took 250 sectors outside the rounds: its next two visits pay for them.
+        d.charge(a, 250).unwrap();
+        assert_eq!(d.classes().find(|c| c.0 == a).unwrap().3.sectors, 250);
+        for p in 0..4 {
+            d.enqueue(a, req(p, 100)).unwrap();
+            d.enqueue(b, req(100 + p, 100)).unwrap();
+        }
+        let mut order = Vec::new();
+        while let Some((class, _)) = d.dispatch() {
+            order.push(class);
+        }
+        // Rounds 1 and 2: only b (a pays 100 + 100); round 3: a has 50 left of its
+        // quantum, under a request, so b again; then a's 150 fits one request each round.
+        assert_eq!(&order[..3], &[b, b, b]);
+        assert_eq!(order.iter().filter(|&&c| c == a).count(), 4);
+        assert!(d.charge(ClassId(9), 1).is_err());
+    }
+
+    #[test]
+    fn peek_names_the_class_dispatch_returns_without_taking_it() {
+        let mut d = Drr::new(128);
+        let rt = d.add_class("rt", 128).unwrap();
+        let nrt = d.add_class("nrt", 128).unwrap();
+        assert_eq!(d.peek_class(), None);
+        d.enqueue(nrt, req(100, 128)).unwrap();
+        d.enqueue(rt, req(200, 128)).unwrap();
+        for _ in 0..2 {
+            let class = d.peek_class().unwrap();
+            assert_eq!(d.peek_class(), Some(class), "peeking twice changes nothing");
+            let (got, _) = d.dispatch().unwrap();
+            assert_eq!(got, class);
+        }
+        assert_eq!(d.peek_class(), None);
+        assert_eq!(d.len(), 0);
+        assert_eq!(d.rounds(), 1);
     }
 
     #[test]

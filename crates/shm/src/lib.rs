@@ -62,7 +62,7 @@ pub use layout::Geometry;
 #[cfg(not(loom))]
 pub use segment::Payload;
 #[cfg(not(loom))]
-pub use server::{ClientId, Event, Held, Incoming, Next, Server, ServerConfig, ServerStats, SleepMode};
+pub use server::{ClientId, Event, Held, Incoming, Next, Server, ServerConfig, ServerStats, SleepMode, Viewed};
 #[cfg(not(loom))]
 pub use sys::{mappings_named, open_fds};
 #[cfg(not(loom))]

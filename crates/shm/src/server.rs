@@ -408,6 +408,28 @@ impl Server {
         true
     }
 
+    /// Give a held pool buffer back to its client, as [`Server::release`] does, and
+    /// keep seeing it: the [`Viewed`] keeps the memory mapped and reads whatever the
+    /// client writes there from now on (it may lend the buffer again at once and write
+    /// its next payload into it). For a display server that gives a frame's buffer
+    /// back as soon as the screen has the frame, so that the client writes its next
+    /// frame into the same (cached) buffer, yet repaints from it until that frame
+    /// replaces it. A view releases nothing when dropped: the slot is the client's
+    /// again, and if it comes back in a record, that record's own hold owns it.
+    /// `Err(held)` when [`Server::release`] would return `false`.
+    pub fn release_viewed(&mut self, held: Held) -> Result<Viewed, Held> {
+        let Some(chan) = self.chans.iter_mut().find(|c| c.id == held.client && Arc::ptr_eq(&c.seg, &held.seg)) else {
+            return Err(held);
+        };
+        if !chan.held.get(held.slot as usize).copied().unwrap_or(false) {
+            return Err(held);
+        }
+        chan.release_slot(held.slot);
+        chan.consumed = true;
+        let Held { client, slot, len, offset, seg } = held;
+        Ok(Viewed { client, slot, len, offset, seg })
+    }
+
     /// End a client's channel (the client sees its link hang up). Returns whether it
     /// existed.
     pub fn close(&mut self, client: ClientId) -> bool {
@@ -695,6 +717,45 @@ impl Held {
     }
 
     /// The bytes, in place (the client's data: see [`Payload`]).
+    pub fn payload(&self) -> Payload<'_> {
+        Payload::new(self.seg.slot(self.slot, self.len as usize), self.len as usize)
+    }
+}
+
+/// A pool buffer given back to its client but still seen by the server
+/// ([`Server::release_viewed`]): what the client writes there now, read in place.
+/// Its memory stays mapped while the view lives, even if the channel closes.
+#[derive(Debug)]
+pub struct Viewed {
+    client: ClientId,
+    slot: u32,
+    len: u32,
+    offset: u64,
+    seg: Arc<Segment>,
+}
+
+impl Viewed {
+    /// Whose buffer it is.
+    pub fn client(&self) -> ClientId {
+        self.client
+    }
+
+    /// Byte offset of the buffer in the channel's memfd ([`Server::channel_fd`]).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes seen (those of the payload it held).
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether no bytes are seen.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes as the client has them now (the client's data: see [`Payload`]).
     pub fn payload(&self) -> Payload<'_> {
         Payload::new(self.seg.slot(self.slot, self.len as usize), self.len as usize)
     }

@@ -286,6 +286,56 @@ fn a_held_pool_buffer_outlives_its_record_until_released() {
     eventually("the buffer comes back", || c.pool_free() == 2);
 }
 
+/// A held buffer given back with a view: the client can lend the same buffer again at
+/// once and its new bytes are what the view reads; the new record's hold owns the slot
+/// (the view released nothing twice), and releasing it gives the buffer back once.
+#[test]
+fn a_buffer_released_with_a_view_is_lent_again_and_seen_through_the_view() {
+    let space = ictus_ipc::Space::new();
+    let mut server = ictus_shm::Server::new(&space, ServerConfig::default()).expect("server");
+    let service = space.send_right_fd(server.service()).expect("send right");
+    let h = std::thread::spawn(move || connect(&service, options(geometry(2))));
+    eventually("the client connects", || {
+        server.poll_control();
+        while server.try_next().is_some() {}
+        h.is_finished()
+    });
+    let mut c = h.join().expect("client");
+    let hold_next = |server: &mut ictus_shm::Server, tag: u32| {
+        let mut held = None;
+        eventually("the pool record, held", || {
+            if let Some(ictus_shm::Next::Record(r)) = server.try_next() {
+                assert_eq!(r.tag(), tag);
+                held = r.hold();
+            }
+            held.is_some()
+        });
+        held.expect("held")
+    };
+    let first = pattern(3000, 1);
+    let mut p = c.loan_pool(first.len()).expect("loan");
+    p.copy_from_slice(&first);
+    p.commit(1).expect("commit");
+    let held = hold_next(&mut server, 1);
+    let (slot_at, len) = (held.offset(), held.len());
+    let view = server.release_viewed(held).expect("the channel is open and the slot held");
+    assert_eq!((view.offset(), view.len()), (slot_at, len));
+    assert_eq!(view.payload().to_vec(), first);
+    eventually("the buffer comes back", || c.pool_free() == 2);
+    // The most recently returned buffer is lent first: the same one, written anew.
+    let second = pattern(3000, 2);
+    let mut p = c.loan_pool(second.len()).expect("loan");
+    p.copy_from_slice(&second);
+    p.commit(2).expect("commit");
+    assert_eq!(view.payload().to_vec(), second, "the view reads what the client wrote since");
+    let again = hold_next(&mut server, 2);
+    assert_eq!(again.offset(), slot_at, "the same buffer, lent again");
+    drop(view);
+    assert_eq!(c.pool_free(), 1, "dropping the view gave nothing back: the new hold owns the slot");
+    assert!(server.release(again));
+    eventually("the buffer comes back once", || c.pool_free() == 2);
+}
+
 /// A client waiting for a pool buffer sleeps *for room* and is woken by the server's
 /// giving one back, not by its liveness period: the client's liveness here is longer
 /// than the wait's timeout, so only the wake-up for room can end the wait in time.

@@ -32,13 +32,15 @@ pub struct AlarmWait {
 }
 
 impl AlarmWait {
-    /// Poll from the alarm's time for up to 500 µs. A poll ends when the message comes,
-    /// so what it costs per alarm is the clock server's lateness (40–60 µs at the
-    /// median on the shared test machine, `doc/clock.md`), and at most 500 µs (5 % of a
-    /// CPU at 100 Hz) when the server is that late. 200 µs, the first choice, sat at the
-    /// server's own p99 under CPU load: the 2.5 % of alarms sent later fell to a blocking
-    /// receive, whose wake-up took ~1 ms at p99 and made the alarm's p99.
-    pub const DEFAULT: AlarmWait = AlarmWait { lead: Duration::ZERO, spin: Duration::from_micros(500) };
+    /// Poll from 50 µs before the alarm's time for up to 500 µs after it. The clock
+    /// server wakes ahead too and sends within a few microseconds of the time
+    /// (`doc/clock.md`, *The server wakes ahead*), so a receiver awake 50 µs early
+    /// (about its own median wake-up lateness) takes the message as it comes, and one
+    /// that wakes late finds it waiting. What it costs per alarm is those 50 µs and
+    /// the server's lateness, at most 550 µs (5.5 % of a CPU at 100 Hz) when the server
+    /// is that late. 200 µs of polling, the first choice, sat at the server's own p99
+    /// under CPU load: the 2.5 % of alarms sent later fell to a blocking receive.
+    pub const DEFAULT: AlarmWait = AlarmWait { lead: Duration::from_micros(50), spin: Duration::from_micros(500) };
 
     /// Never poll: block on the port until the message wakes us.
     pub const BLOCK: AlarmWait = AlarmWait { lead: Duration::ZERO, spin: Duration::ZERO };

@@ -24,6 +24,10 @@ pub struct ServeOptions {
     /// Serve at this `SCHED_FIFO` priority (the paper's alarm thread ran "at high
     /// priority"); if refused, serve anyway and say so once.
     pub fifo: Option<u8>,
+    /// Wake this long before each deadline and wait for it awake
+    /// ([`Server::set_lead`]; default [`crate::server::DEFAULT_LEAD`], at most
+    /// [`crate::server::MAX_LEAD`]; zero: wake at the deadline, no CPU spent waiting).
+    pub lead: Option<std::time::Duration>,
 }
 
 /// `ictus clock-server`: register the clock port with the name server (again whenever
@@ -45,6 +49,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), CliError> {
         }
         let space = Space::task();
         let mut server = Server::new(space.clone())?;
+        if let Some(lead) = opts.lead {
+            server.set_lead(lead);
+        }
         let name = opts.name.unwrap_or_else(|| SERVICE_NAME.to_owned());
         let names =
             Registrar::start("clock-server", opts.name_server.as_deref(), &space, &[(&name, server.clock_port())])?;

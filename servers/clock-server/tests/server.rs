@@ -463,6 +463,46 @@ fn a_server_on_a_thread_serves_clients_given_its_right() {
     assert!(matches!(clock.read(), Err(ClientError::ServerDied)));
 }
 
+/// The server wakes ahead of each deadline (`Server::set_lead`) and waits for it
+/// awake: with the longest lead, alarms on a tight grid and sleeps still come in order
+/// and never before their time (its `sent` stamp and the sleep's answer), and none is
+/// lost.
+#[test]
+fn a_server_that_wakes_ahead_still_never_sends_early() {
+    let space = Space::new();
+    let mut server = ictus_clock_server::Server::new(space.clone()).unwrap();
+    server.set_lead(ictus_clock_server::server::MAX_LEAD);
+    assert_eq!(server.lead(), ictus_clock_server::server::MAX_LEAD);
+    server.set_lead(Duration::from_secs(1));
+    assert_eq!(server.lead(), ictus_clock_server::server::MAX_LEAD, "capped");
+    let clock_fd = space.send_right_fd(server.clock_port()).unwrap();
+    let (stop, stop_theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let serving = std::thread::spawn(move || server.run(None, stop_theirs.as_fd()));
+
+    let client_space = Space::new();
+    let right = client_space.insert_send_fd(clock_fd).unwrap();
+    let clock = Client::from_right(&client_space, right).with_timeout(WATCHDOG);
+    let port = client_space.allocate_port().unwrap();
+    let start = clock::now() + Duration::from_millis(20);
+    let at = |k: u32| start + Duration::from_micros(700) * k;
+    for k in 0..20u32 {
+        clock.set_alarm(When::At(at(k)), port, u64::from(k)).unwrap();
+    }
+    for k in 0..20u32 {
+        let m = receive_alarm(&client_space, port);
+        assert_eq!((m.tag, m.requested), (u64::from(k), at(k)), "in order");
+        assert!(m.sent >= m.requested, "alarm {k} sent {:?} before its time {:?}", m.sent, m.requested);
+        assert!(clock::now() >= m.requested);
+    }
+    for _ in 0..3 {
+        let target = clock::now() + Duration::from_micros(300);
+        let woke = clock.sleep_until(target).unwrap();
+        assert!(woke >= target && clock::now() >= target, "a sleep is never answered early");
+    }
+    drop(stop);
+    serving.join().expect("server thread").expect("served");
+}
+
 #[test]
 fn a_stalled_server_is_a_timeout_not_a_hang() {
     let fx = Fixture::start();

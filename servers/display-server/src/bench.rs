@@ -511,6 +511,10 @@ impl Scale {
 struct Case {
     name: String,
     rec: LatencyRecorder,
+    /// Frames only, per frame: the client's part (a buffer, and writing the frame
+    /// into it) and the rest (presenting it and waiting until the X server has it).
+    fill: LatencyRecorder,
+    rest: LatencyRecorder,
     /// Per round: mean nanoseconds per iteration, including the round's final sync
     /// with the screen.
     per_iter: Vec<f64>,
@@ -523,6 +527,14 @@ struct Case {
 impl Case {
     fn new(name: impl Into<String>) -> Case {
         Case { name: name.into(), ..Case::default() }
+    }
+    /// One frame that began at `t` and was written at `written`, and is done now.
+    fn stamp(&mut self, t: Instant, written: Instant) {
+        let (fill, all) = ((written - t).as_nanos() as u64, t.elapsed().as_nanos() as u64);
+        self.client_ns += fill as f64;
+        self.fill.record(fill);
+        self.rest.record(all.saturating_sub(fill));
+        self.rec.record(all);
     }
     fn median_per_iter(&self) -> f64 {
         ictus_bench::stats::median(self.per_iter.iter().copied()).unwrap_or(f64::NAN)
@@ -540,6 +552,14 @@ impl Case {
             .with("transport_us", ((self.median_per_iter() - (self.client_ns + self.server_ns) / n) / 1e3).max(0.0))
             .with("ms_min", self.per_iter.iter().copied().fold(f64::INFINITY, f64::min) / 1e6)
             .with("ms_max", self.per_iter.iter().copied().fold(0.0, f64::max) / 1e6);
+        if self.fill.count() > 0 {
+            let us = |r: &LatencyRecorder, q: f64| r.quantile(q) as f64 / 1e3;
+            row = row
+                .with("fill_p50_us", us(&self.fill, 0.5))
+                .with("fill_p99_us", us(&self.fill, 0.99))
+                .with("rest_p50_us", us(&self.rest, 0.5))
+                .with("rest_p99_us", us(&self.rest, 0.99));
+        }
         for (k, v) in &self.extra {
             row = row.with(k, v.clone());
         }
@@ -609,12 +629,19 @@ impl<'a> PeerFrames<'a> {
         Ok(PeerFrames { p, shm, buf: vec![0; w as usize * h as usize * 4] })
     }
 
-    fn frame(&mut self, w: u16, h: u16, k: u32) -> Result<(), BenchError> {
-        let (c, win, gc) = (&self.p.c, self.p.win, self.p.gc);
+    /// Write frame `k` into the segment (or the buffer).
+    fn fill(&mut self, w: u16, h: u16, k: u32) {
         match &mut self.shm {
-            Some((seg, px)) => {
-                let bytes = px_bytes(px);
-                frame_bytes(w, h, k, bytes);
+            Some((_, px)) => frame_bytes(w, h, k, px_bytes(px)),
+            None => frame_bytes(w, h, k, &mut self.buf),
+        }
+    }
+
+    /// Send it to the X server (no round trip).
+    fn put(&mut self, w: u16, h: u16) -> Result<(), BenchError> {
+        let (c, win, gc) = (&self.p.c, self.p.win, self.p.gc);
+        match &self.shm {
+            Some((seg, _)) => {
                 Peer::check(c.shm_put_image(
                     win,
                     gc,
@@ -634,7 +661,6 @@ impl<'a> PeerFrames<'a> {
                 ))?;
             }
             None => {
-                frame_bytes(w, h, k, &mut self.buf);
                 let rows = ((c.maximum_request_bytes() - 64) / (w as usize * 4)).max(1);
                 let mut y = 0usize;
                 while y < h as usize {
@@ -662,18 +688,29 @@ fn px_bytes(px: &mut crate::sys::Pixels) -> &mut [u8] {
     px.as_bytes_mut()
 }
 
-/// Our frame: written into the buffer the transport lends, presented now, and
-/// synced with the screen.
-fn our_frame(d: &mut Display, w: Window, fw: u16, fh: u16, k: u32, due: u64, sync: bool) -> Result<(), BenchError> {
+/// Our frame: written into the buffer the transport lends, presented (now if `due` is
+/// 0), and synced with the screen or flushed. Returns when the frame was written (the
+/// client's part ends there) and, if synced, our server's time on the requests.
+fn our_frame(
+    d: &mut Display,
+    w: Window,
+    fw: u16,
+    fh: u16,
+    k: u32,
+    due: u64,
+    sync: bool,
+) -> Result<(Instant, u64), BenchError> {
     let mut f = d.frame(fw, fh).map_err(|e| io("frame", e))?;
     frame_bytes(fw, fh, k, f.pixels());
+    let written = Instant::now();
     f.present(w, 0, 0, due, k).map_err(|e| io("present", e))?;
-    if sync {
-        d.sync_shown().map_err(|e| io("sync", e))?;
+    let server_ns = if sync {
+        d.sync_shown().map_err(|e| io("sync", e))?.server_ns
     } else {
         d.flush().map_err(|e| io("flush", e))?;
-    }
-    Ok(())
+        0
+    };
+    Ok((written, server_ns))
 }
 
 /// Run the experiment.
@@ -907,15 +944,20 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
             wins.push(o.d.create_window(None, Rect::new(o.at.0, o.at.1, fw, fh), 0).map_err(|e| io("window", e))?);
             o.d.sync_shown().map_err(|e| io("sync", e))?;
         }
+        // The peer's image and segment are made once and reused, as a program keeps its
+        // XShmImage (a new segment per round charged the peer its page faults: over
+        // a quick run's 6 frames a round, ~0.5 ms a 1080p frame; doc/display.md).
+        let mut pfs = [PeerFrames::new(&peer, fw, fh, false)?, PeerFrames::new(&peer, fw, fh, true)?];
         for round in 0..s.rounds {
-            for (shm, c) in [(false, &mut put), (true, &mut xshm)] {
-                let mut pf = PeerFrames::new(&peer, fw, fh, shm)?;
+            for (pf, c) in pfs.iter_mut().zip([&mut put, &mut xshm]) {
                 let t0 = Instant::now();
                 for i in 0..n {
                     let t = Instant::now();
-                    pf.frame(fw, fh, (round * n + i) as u32)?;
+                    pf.fill(fw, fh, (round * n + i) as u32);
+                    let written = Instant::now();
+                    pf.put(fw, fh)?;
                     peer.c.get_input_focus().map_err(|e| io("sync", e))?.reply().map_err(|e| io("sync", e))?;
-                    c.rec.record(t.elapsed().as_nanos() as u64);
+                    c.stamp(t, written);
                 }
                 c.per_iter.push(t0.elapsed().as_nanos() as f64 / n as f64);
                 c.iters += n as u64;
@@ -924,14 +966,16 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                 let t0 = Instant::now();
                 for i in 0..n {
                     let t = Instant::now();
-                    our_frame(&mut o.d, *w, fw, fh, (round * n + i) as u32, 0, true)?;
-                    c.rec.record(t.elapsed().as_nanos() as u64);
+                    let (written, server_ns) = our_frame(&mut o.d, *w, fw, fh, (round * n + i) as u32, 0, true)?;
+                    c.stamp(t, written);
+                    c.server_ns += server_ns as f64;
                 }
                 c.per_iter.push(t0.elapsed().as_nanos() as f64 / n as f64);
                 c.iters += n as u64;
                 let _ = o.d.pending_events().map_err(|e| io("events", e))?.count();
             }
         }
+        drop(pfs);
         let mb = |c: &Case| (fw as f64 * fh as f64 * 4.0) / (c.median_per_iter() / 1e9) / 1e6;
         for (c, t) in [(&mut put, "x11rb PutImage"), (&mut xshm, "x11rb ShmPutImage")] {
             c.extra.insert("mb_s".into(), json!(mb(c)));
@@ -997,6 +1041,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let mut peer_late = LatencyRecorder::new();
     let mut dropped = 0u64;
     let per_round = (s.paced / s.rounds).max(1);
+    let mut paced_peer = PeerFrames::new(&peer, fw, fh, true)?;
     for round in 0..s.rounds {
         // Ours: each frame written a little ahead and presented at its time.
         let t0 = monotonic_ns() + 50_000_000;
@@ -1013,13 +1058,13 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         if pending > 0 {
             return Err(io("paced frames", format!("{pending} frame(s) never reported within 10 s")));
         }
-        // The peer: sleep until the frame is due, then ShmPutImage and sync.
-        let mut pf = PeerFrames::new(&peer, fw, fh, true)?;
+        // The peer: sleep until the frame is due, then write it, ShmPutImage and sync.
         let t0 = monotonic_ns() + 50_000_000;
         for i in 0..per_round {
             let due = t0 + i as u64 * period;
             sleep_until(due);
-            pf.frame(fw, fh, (round * per_round + i) as u32)?;
+            paced_peer.fill(fw, fh, (round * per_round + i) as u32);
+            paced_peer.put(fw, fh)?;
             peer.c.get_input_focus().map_err(|e| io("sync", e))?.reply().map_err(|e| io("sync", e))?;
             peer_late.record(monotonic_ns().saturating_sub(due));
         }
@@ -1049,6 +1094,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         "µs",
         Better::Lower,
     ));
+    drop(paced_peer);
     peer.close()?;
     let looks = ours[2].d.spin_looks().unwrap_or((0, 0));
     report.notes.push(format!(
@@ -1074,8 +1120,10 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         refresh_hz
     ));
     report.notes.push(
-        "client_us: building requests; server_us: our server executing them (it reports this in each sync); transport_us: \
-         the rest of an iteration (IPC, wake-ups, and for the final sync the X server)"
+        "client_us: building requests (frames: getting a buffer and writing the frame into it); server_us: our server \
+         executing them (it reports this in each sync); transport_us: the rest of an iteration (IPC, wake-ups, and the X \
+         server: for the peer's frames all of ShmPutImage/PutImage and its round trip); fill_p50_us / rest_p50_us: per \
+         frame, the client's part and the rest"
             .into(),
     );
     report.notes.push(

@@ -45,6 +45,9 @@ impl Default for Limits {
 pub(crate) enum FrameSrc {
     /// A client's pool buffer, held; `seg` is its channel attached to the X server.
     Held { held: ictus_shm::Held, seg: Option<u32> },
+    /// A client's pool buffer given back once the X server had the frame, still read
+    /// for repaints (see [`FrameJob::give_back`]).
+    Viewed { view: ictus_shm::Viewed, seg: Option<u32> },
     /// An out-of-line region from a port message.
     Ool(OolRegion),
     /// Bytes read from a socket.
@@ -55,8 +58,19 @@ impl FrameSrc {
     pub(crate) fn len(&self) -> usize {
         match self {
             FrameSrc::Held { held, .. } => held.len(),
+            FrameSrc::Viewed { view, .. } => view.len(),
             FrameSrc::Ool(r) => r.len(),
             FrameSrc::Bytes(b) => b.len(),
+        }
+    }
+
+    /// Which client's pool buffer it is, and where in the channel: for a viewed one,
+    /// to tell whether a new frame was written into that very buffer.
+    pub(crate) fn pool_buffer(&self) -> Option<(ictus_shm::ClientId, u64)> {
+        match self {
+            FrameSrc::Held { held, .. } => Some((held.client(), held.offset())),
+            FrameSrc::Viewed { view, .. } => Some((view.client(), view.offset())),
+            _ => None,
         }
     }
 
@@ -64,6 +78,7 @@ impl FrameSrc {
     pub(crate) fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {
             FrameSrc::Held { held, .. } => sys::with_shared(held.payload(), f),
+            FrameSrc::Viewed { view, .. } => sys::with_shared(view.payload(), f),
             FrameSrc::Ool(r) => f(r),
             FrameSrc::Bytes(b) => f(b),
         }
@@ -78,6 +93,13 @@ pub(crate) struct FrameJob {
     pub stride: u32,
     pub tag: u32,
     pub due_ns: u64,
+    /// Due now, and the client waits until the X server has it (a sync with the
+    /// screen in the same batch): once it has, the pool buffer goes back to the
+    /// client at once rather than when a later frame replaces this one, so that a
+    /// client that waits for each frame writes every frame into one buffer, still in
+    /// the cache, as an X client reuses its one MIT-SHM segment (doc/display.md). The
+    /// server keeps reading the buffer for repaints until the next frame replaces it.
+    pub give_back: bool,
 }
 
 /// A window's mutable state.
@@ -236,6 +258,9 @@ pub(crate) struct Core {
     pub retired: Mutex<Vec<FrameSrc>>,
     /// Pool buffers to give back to their clients (by the shared-memory thread).
     pub release: Mutex<Vec<ictus_shm::Held>>,
+    /// Windows whose shown frame's buffer goes back to its client, seen still
+    /// ([`FrameJob::give_back`]; by the shared-memory thread, after `release`).
+    pub give_back: Mutex<Vec<Arc<Win>>>,
     pub shm_waker: Mutex<Option<Arc<Waker>>>,
     pub stop: AtomicBool,
     pub stats: CoreStats,
@@ -266,6 +291,7 @@ impl Core {
             fences: Mutex::new(Vec::new()),
             retired: Mutex::new(Vec::new()),
             release: Mutex::new(Vec::new()),
+            give_back: Mutex::new(Vec::new()),
             shm_waker: Mutex::new(None),
             stop: AtomicBool::new(false),
             stats: CoreStats::default(),
@@ -292,6 +318,11 @@ impl Core {
     /// A pool buffer goes back to its client, through the shared-memory thread.
     pub(crate) fn release_held(&self, h: ictus_shm::Held) {
         lock(&self.release).push(h);
+        self.wake_shm();
+    }
+
+    /// Wake the shared-memory thread (to give buffers back).
+    pub(crate) fn wake_shm(&self) {
         if let Some(w) = lock(&self.shm_waker).as_ref() {
             w.wake();
         }
@@ -366,6 +397,8 @@ pub(crate) struct Session {
     pub channel_seg: Option<u32>,
     /// A frame due now waits for the end of the batch.
     present_now: bool,
+    /// Windows given a frame due now in this batch.
+    now_windows: Vec<Arc<Win>>,
 }
 
 /// What executing a batch found wrong with the bytes (the client is cut off).
@@ -385,6 +418,7 @@ impl Session {
             reply: None,
             channel_seg: None,
             present_now: false,
+            now_windows: Vec::new(),
         }
     }
 
@@ -454,6 +488,7 @@ impl Session {
             core.damaged();
         }
         self.exec_ns += mark.elapsed().as_nanos() as u64;
+        self.now_windows.clear();
         if std::mem::take(&mut self.present_now)
             && crate::present::cycle(core, &mut lock(&core.present), false).is_err()
         {
@@ -473,6 +508,13 @@ impl Session {
             None => Out::Msg(bytes),
         };
         if shown {
+            // The client waits for this batch's frames due now: their buffers can go
+            // back as soon as the X server has them.
+            for win in self.now_windows.drain(..) {
+                for f in lock(&win.st).queue.iter_mut().filter(|f| f.due_ns == 0) {
+                    f.give_back = true;
+                }
+            }
             // Present now, on this thread, and answer after the X server has: two
             // thread hops fewer than asking the presenter.
             lock(&core.fences).push(Fence { outbox: self.outbox.clone(), out });
@@ -568,11 +610,14 @@ impl Session {
                     core.free(vec![src]);
                     return false;
                 }
-                st.queue.push_back(FrameJob { src, rect, stride, tag, due_ns });
+                st.queue.push_back(FrameJob { src, rect, stride, tag, due_ns, give_back: false });
                 drop(st);
                 if due_ns == 0 {
                     // Due now: shown from this thread at the end of the batch.
                     self.present_now = true;
+                    if !self.now_windows.iter().any(|w| Arc::ptr_eq(w, &win)) {
+                        self.now_windows.push(win);
+                    }
                 } else {
                     // The presenter sets its timer for it.
                     core.wake_presenter();

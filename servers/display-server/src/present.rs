@@ -51,6 +51,8 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
     ps.next_due = None;
     let mut frames: Vec<(Arc<Win>, Message)> = Vec::new();
     let mut framed: Vec<u64> = Vec::new();
+    // Windows whose new frame's buffer goes back once the X server has it.
+    let mut give_back: Vec<Arc<Win>> = Vec::new();
     let mut sent = false;
     for win in &wins {
         let mut st = lock(&win.st);
@@ -78,7 +80,15 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
         }
         if let Some(f) = take {
             if let Some(old) = st.overlay.take() {
-                if Area::of(f.rect).contains(&Area::of(old.rect)) {
+                // A viewed buffer is the client's again: if this frame was written
+                // into it, the old frame's pixels are gone, and copying "them" in
+                // would put this frame's bytes at the old one's geometry. The X server
+                // still shows the old frame around this one; an expose there repaints
+                // the contents (as an X client would be asked to).
+                let overwritten = matches!(old.src, crate::core::FrameSrc::Viewed { .. })
+                    && old.src.pool_buffer().is_some()
+                    && old.src.pool_buffer() == f.src.pool_buffer();
+                if overwritten || Area::of(f.rect).contains(&Area::of(old.rect)) {
                     lock(&core.retired).push(old.src);
                 } else {
                     st.overlay = Some(old);
@@ -90,6 +100,9 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
                 Message::Frame { window: win.id, tag: f.tag, due_ns: f.due_ns, shown_ns: 0, dropped: false },
             ));
             framed.push(win.key);
+            if f.give_back && core.x.is_some() {
+                give_back.push(win.clone());
+            }
             st.overlay = Some(f);
             st.overlay_dirty = true;
             if core.x.is_none() {
@@ -119,6 +132,9 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
                 let ok = match &f.src {
                     crate::core::FrameSrc::Held { held, seg: Some(seg) } => {
                         x.put_segment(xw, *seg, held.offset(), f.stride, f.rect).is_ok()
+                    }
+                    crate::core::FrameSrc::Viewed { view, seg: Some(seg) } => {
+                        x.put_segment(xw, *seg, view.offset(), f.stride, f.rect).is_ok()
                     }
                     _ => false,
                 };
@@ -165,6 +181,12 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
         win.outbox.push_wake(Out::Msg(b));
     }
     core.free(retired);
+    if !give_back.is_empty() {
+        // The X server has these frames: their buffers go back (after the retired ones,
+        // so that the client lends this one first), through the shared-memory thread.
+        lock(&core.give_back).extend(give_back);
+        core.wake_shm();
+    }
     if ps.lead.len() > 4 * lock(&core.windows).len() + 16 {
         let live = lock(&core.windows);
         ps.lead.retain(|k, _| live.contains_key(k));

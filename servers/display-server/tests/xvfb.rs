@@ -67,3 +67,72 @@ fn windows_read_back_from_the_x_server_match_what_the_server_holds() {
         server.stop();
     }
 }
+
+/// A client that waits for each frame (present due now, then a sync with the screen)
+/// gets the frame's buffer back as soon as the X server has it, and so writes every
+/// frame into one buffer, as an X client reuses its one MIT-SHM segment; the server
+/// keeps seeing the buffer: each frame reaches the X screen whole, and drawing after
+/// the last one draws over it.
+#[test]
+fn a_client_that_waits_for_each_frame_writes_them_all_into_one_buffer() {
+    let xvfb = Xvfb::start(640, 480).unwrap_or_else(|e| panic!("{e}"));
+    let server = on_x(&xvfb, true, "one-buffer");
+    let mut d = connect(&server, Transport::Shm);
+    let w = d.create_window(None, Rect::new(0, 0, 64, 48), 0).expect("window");
+    d.sync_shown().expect("sync");
+    let xid = server.windows().iter().find(|i| i.id == w.0).and_then(|i| i.xid).expect("an X window");
+    let x = server.x().expect("x");
+    let mut buffers = Vec::new();
+    for i in 0..8u32 {
+        let color = (0x10_20_30 * (i + 1)) & 0xff_ffff;
+        let mut f = d.frame(64, 48).expect("frame");
+        buffers.push(f.pixels().as_ptr() as usize);
+        f.fill(color);
+        f.present(w, 0, 0, 0, i).expect("present");
+        d.sync_shown().expect("sync");
+        let got = x.get_image(xid, 64, 48).expect("GetImage");
+        assert!(got.iter().all(|&p| p == color), "frame {i} is on the X screen, whole");
+    }
+    buffers.dedup();
+    assert_eq!(buffers.len(), 1, "every frame in the buffer the previous one was in");
+    // The last frame's buffer is the client's again, and still what the window shows:
+    // drawing over it copies it in first.
+    let last = (0x10_20_30 * 8) & 0xff_ffff;
+    d.fill_rect(w, Rect::new(0, 0, 8, 8), 0xabcdef).expect("fill");
+    d.sync_shown().expect("sync");
+    let got = x.get_image(xid, 64, 48).expect("GetImage");
+    assert_eq!(got[0], 0xabcdef);
+    assert_eq!(got[10 * 64 + 10], last);
+    // A smaller frame written into that same buffer: the old frame's pixels are gone
+    // from it, and are not copied in from it (they would be this frame's bytes at the
+    // old geometry); the X server keeps showing the old frame around the new one, also
+    // after drawing elsewhere in the window.
+    let mut f = d.frame(64, 48).expect("frame");
+    f.fill(0x00ff00);
+    f.present(w, 0, 0, 0, 50).expect("present");
+    d.sync_shown().expect("sync");
+    let mut f = d.frame(32, 24).expect("frame");
+    f.fill(0x0000ff);
+    f.present(w, 0, 0, 0, 51).expect("present");
+    d.sync_shown().expect("sync");
+    d.fill_rect(w, Rect::new(40, 40, 4, 4), 0xabcdef).expect("fill");
+    d.sync_shown().expect("sync");
+    let got = x.get_image(xid, 64, 48).expect("GetImage");
+    assert_eq!(got[10 * 64 + 10], 0x0000ff, "the small frame");
+    assert_eq!(got[41 * 64 + 41], 0xabcdef, "the drawing");
+    // (50, 5): at the old geometry, bytes the small frame overwrote in the buffer.
+    assert_eq!(got[5 * 64 + 50], 0x00ff00, "the frame before it, around it");
+    // A frame due later (the client does not wait for it) keeps its buffer until
+    // another replaces it: the next frame goes into a second buffer.
+    let mut f = d.frame(64, 48).expect("frame");
+    let first = f.pixels().as_ptr() as usize;
+    f.fill(0x0000ff);
+    f.present(w, 0, 0, ictus_display::monotonic_ns() + 1_000_000, 100).expect("present");
+    d.flush().expect("flush");
+    while !matches!(d.next_event(WATCHDOG).expect("event"), Some(Message::Frame { tag: 100, .. }) | None) {}
+    let mut f = d.frame(64, 48).expect("frame");
+    assert_ne!(f.pixels().as_ptr() as usize, first, "the shown frame's buffer is still held");
+    drop(f);
+    drop(d);
+    server.stop();
+}

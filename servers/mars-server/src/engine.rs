@@ -204,6 +204,9 @@ pub struct EngineStats {
     pub max_rt_need: u64,
     /// The worst device read latency seen (ns).
     pub max_latency_ns: u64,
+    /// The longest a paced stream's pre-roll took, from its first chunk read to its
+    /// clock's start (ns).
+    pub max_preroll_ns: u64,
     /// Whether downloads are spliced from the page cache.
     pub splice: bool,
     /// Bytes of downloads spliced from the page cache to sockets.
@@ -324,6 +327,10 @@ const OP_WAKE: u64 = 6;
 const OP_TICK: u64 = 7;
 const OP_SPLICE_IN: u64 = 8;
 const OP_SPLICE_OUT: u64 = 9;
+/// A drain linked in a chain (its read's index, not the connection's slot).
+const OP_CHAIN_OUT: u64 = 10;
+/// Most pieces linked in one chain of fills and drains.
+const CHAIN_MAX: usize = 16;
 
 fn ud(op: u64, a: u32, b: u32) -> u64 {
     (op << 56) | (u64::from(a) << 24) | u64::from(b & 0xff_ffff)
@@ -337,6 +344,9 @@ fn ud_parts(u: u64) -> (u64, u32, u32) {
 #[derive(Clone, Copy, Debug)]
 struct ReadReq {
     splice: bool,
+    /// A real-time (paced) stream's read: it may use the device queue's depth beyond
+    /// `device_depth`.
+    rt: bool,
     buf: u16,
     owner: Owner,
     dev: u16,
@@ -426,6 +436,8 @@ struct Conn {
     failed: bool,
     /// While a download is spliced: its pipe.
     pipe: Option<Pipe>,
+    /// The reads of its chain of linked fills and drains in the kernel, in order.
+    chain: Vec<u32>,
     /// Bytes the peer had acknowledged at the last tick, while a splice to it is in
     /// flight (a blocking splice reports progress only when it is done).
     acked: Option<u64>,
@@ -434,6 +446,9 @@ struct Conn {
     /// Bytes a paced stream sends at once when it starts, before pacing (`lead=N`: a
     /// stream resumed behind its player's clock).
     lead: u64,
+    /// When a paced stream's first chunk was read (ns since the engine's epoch), while
+    /// it reads its pre-roll.
+    preroll_since: Option<u64>,
 }
 
 const UNLIMITED: u64 = u64::MAX;
@@ -468,9 +483,11 @@ impl Conn {
             sent: 0,
             failed: false,
             pipe: None,
+            chain: Vec::new(),
             acked: None,
             tag: None,
             lead: 0,
+            preroll_since: None,
         }
     }
 }
@@ -485,6 +502,8 @@ pub struct Engine {
     zero_copy: bool,
     drr: Vec<Drr<ReadReq>>,
     inflight: Vec<usize>,
+    /// Of those, the real-time class's reads.
+    inflight_rt: Vec<usize>,
     /// Each device's read latency over the last seconds.
     latency: Vec<LatencyWindow>,
     /// The worst of them now, and of the reads still in flight (ns).
@@ -672,6 +691,7 @@ impl Engine {
             zero_copy,
             drr,
             inflight: vec![0; n],
+            inflight_rt: vec![0; n],
             latency: vec![LatencyWindow::new(LATENCY_HORIZON.as_nanos() as u64); n],
             latency_high: 0,
             rt_need: 0,
@@ -890,7 +910,8 @@ impl Engine {
                 self.sent(a, res, op == OP_SEND_BUF);
             }
             OP_READ => self.read_done(a, res),
-            OP_SPLICE_IN => self.splice_in_done(a, res),
+            OP_SPLICE_IN => self.chain_done(a, true, res),
+            OP_CHAIN_OUT => self.chain_done(a, false, res),
             OP_SPLICE_OUT => self.splice_out_done(a, b, res),
             OP_WAKE => {
                 self.commands();
@@ -1115,10 +1136,11 @@ impl Engine {
         // download in disguise.
         c.lead = c.lead.min(2 * window as u64 * chunk as u64);
         c.upcall = Some(upcall);
-        // The pacer's clock starts when the first chunk is read (`read_done`): a player
-        // starts its clock at the first byte, and the first read may wait behind a busy
-        // device for longer than a period.
+        // The pacer's clock starts when the pre-roll is read (`maybe_start_pacer`): a
+        // player starts its clock at the first byte, and the first read may wait behind
+        // a busy device for longer than a period.
         c.pacer = None;
+        c.preroll_since = None;
         self.paced.push(slot);
         let _ = rt.resume(upcall);
         true
@@ -1160,6 +1182,7 @@ impl Engine {
                     c.since = Instant::now();
                     let paced = c.upcall.take();
                     c.pacer = None;
+                    c.preroll_since = None;
                     c.rate = None;
                     c.class = ClassId(1);
                     c.window = 0;
@@ -1319,6 +1342,7 @@ impl Engine {
             for p in pieces {
                 let req = ReadReq {
                     splice: false,
+                    rt: class == rt_class,
                     buf,
                     owner,
                     dev: p.component,
@@ -1343,33 +1367,50 @@ impl Engine {
     /// paper's adapter queue) plus what the paced streams need in flight at the
     /// measured latency (Little's law), so that a device whose queue other processes
     /// fill still gives them their rate.
+    ///
+    /// The depth beyond `device_depth` is the paced streams' alone: other classes keep
+    /// to the adapter queue. Otherwise downloads fill it whenever the streams' read-ahead
+    /// is full, the reads a stream needs next queue behind theirs in the kernel, the
+    /// measured latency grows, and with it the depth the downloads fill (a loop that
+    /// made a 75 % stream late under four downloads).
     fn kick_devices(&mut self) {
-        let limit = self.cfg.device_depth + self.rt_need;
+        let base = self.cfg.device_depth;
+        let limit = base + self.rt_need;
         for dev in 0..self.drr.len() {
             while self.inflight[dev] < limit {
+                let Some(class) = self.drr[dev].peek_class() else { break };
+                if class != self.rt_class && self.inflight[dev] - self.inflight_rt[dev] >= base {
+                    // DRR's order is kept: the next completion dispatches it.
+                    break;
+                }
                 let Some((_, r)) = self.drr[dev].dispatch() else { break };
                 self.submit_read(r.payload);
             }
         }
     }
 
+    fn read_started(&mut self, r: &ReadReq) {
+        self.inflight[usize::from(r.dev)] += 1;
+        if r.rt {
+            self.inflight_rt[usize::from(r.dev)] += 1;
+        }
+    }
+
+    fn read_ended(&mut self, r: &ReadReq) {
+        self.inflight[usize::from(r.dev)] -= 1;
+        if r.rt {
+            self.inflight_rt[usize::from(r.dev)] -= 1;
+        }
+    }
+
     fn submit_read(&mut self, mut r: ReadReq) {
         r.submitted = self.now_ns();
         if r.splice {
-            self.submit_splice(r);
+            self.submit_chain(r);
             return;
         }
-        let idx = match self.free_reads.pop() {
-            Some(i) => {
-                self.reads[i as usize] = Some(r);
-                i
-            }
-            None => {
-                self.reads.push(Some(r));
-                (self.reads.len() - 1) as u32
-            }
-        };
-        self.inflight[usize::from(r.dev)] += 1;
+        let idx = self.alloc_read(r);
+        self.read_started(&r);
         self.pool.hold(r.buf);
         let ptr = self.pool.ptr(r.buf).wrapping_add(r.at as usize);
         let fd = types::Fd(self.devices[usize::from(r.dev)]);
@@ -1381,15 +1422,36 @@ impl Engine {
         self.push(e.user_data(ud(OP_READ, idx, 0)));
     }
 
-    /// A spliced download's fill, linked to its drain: page-cache pages of the device
-    /// into the connection's pipe, then from the pipe to the socket (references, not
-    /// copies). A short fill fails the link, cancelling the drain; the connection sends
-    /// what the pipe holds and fills again.
-    fn submit_splice(&mut self, r: ReadReq) {
+    fn alloc_read(&mut self, r: ReadReq) -> u32 {
+        match self.free_reads.pop() {
+            Some(i) => {
+                self.reads[i as usize] = Some(r);
+                i
+            }
+            None => {
+                self.reads.push(Some(r));
+                (self.reads.len() - 1) as u32
+            }
+        }
+    }
+
+    /// DRR dispatched a spliced download's next piece: it goes to the kernel as the
+    /// head of a **chain** — page-cache pages of the device into the connection's pipe,
+    /// then from the pipe to the socket (references, not copies), the next piece's fill
+    /// linked after that drain (`IOSQE_IO_LINK`), for the pieces queued behind it (up to
+    /// [`CHAIN_MAX`] and the devices' queue limits; they are charged to the class in
+    /// DRR, as if dispatched with it). Every operation but the last drain skips its
+    /// completion on success (`IOSQE_CQE_SKIP_SUCCESS`), so a chain posts exactly one
+    /// completion: the last drain's, or that of the first operation that failed or came
+    /// back short — the kernel then cancels the rest without completions
+    /// (`REQ_F_SKIP_LINK_CQES`). One io_uring worker runs the chain through without
+    /// waking this thread: one wake-up per chain instead of two per piece.
+    fn submit_chain(&mut self, r: ReadReq) {
         let (slot, gen) = r.owner;
-        let Some(&dev_fd) = self.cached.get(usize::from(r.dev)) else { return };
+        // The devices' queue limits, as `kick_devices` keeps them.
+        let limit = if r.rt { self.cfg.device_depth + self.rt_need } else { self.cfg.device_depth };
         let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
-        if c.gen != gen || c.phase != Phase::Sending {
+        if c.gen != gen || c.phase != Phase::Sending || !c.chain.is_empty() {
             return;
         }
         let Some(pipe) = c.pipe.as_ref() else { return };
@@ -1401,66 +1463,135 @@ impl Engine {
             }
             _ => return,
         }
-        c.ops += 2;
+        // The fresh pieces behind it, while their devices have room.
+        let mut pieces = vec![r];
+        let mut extra = vec![0usize; self.inflight.len()];
+        extra[usize::from(r.dev)] += 1;
+        for item in c.items.iter_mut().skip(1) {
+            let Item::Splice { dev, offset, len, filled: 0, drained: 0, ops, queued: false, failed: false } = item
+            else {
+                break;
+            };
+            let d = usize::from(*dev);
+            if pieces.len() >= CHAIN_MAX || *ops > 0 || self.inflight[d] + extra[d] >= limit {
+                break;
+            }
+            *ops = 2;
+            extra[d] += 1;
+            pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..r });
+        }
+        let class = c.class;
+        c.ops += 2 * pieces.len() as u32;
         c.send_busy = true;
         c.acked = None;
-        let idx = match self.free_reads.pop() {
-            Some(i) => {
-                self.reads[i as usize] = Some(r);
-                i
+        let mut chain = Vec::with_capacity(pieces.len());
+        for (j, p) in pieces.iter().enumerate() {
+            if j > 0 {
+                let _ = self.drr[usize::from(p.dev)].charge(class, p.len.div_ceil(SECTOR as u32));
             }
-            None => {
-                self.reads.push(Some(r));
-                (self.reads.len() - 1) as u32
-            }
-        };
-        self.inflight[usize::from(r.dev)] += 1;
-        let fill = opcode::Splice::new(types::Fd(dev_fd), r.offset as i64, types::Fd(pw), -1, r.len)
-            .build()
-            .flags(squeue::Flags::IO_LINK)
-            .user_data(ud(OP_SPLICE_IN, idx, 0));
-        let drain = opcode::Splice::new(types::Fd(pr), -1, types::Fd(sock), -1, r.len).build().user_data(ud(
-            OP_SPLICE_OUT,
-            slot,
-            gen,
-        ));
-        // Linked entries must be in one submission: make room for both first.
+            let idx = self.alloc_read(*p);
+            self.read_started(p);
+            chain.push(idx);
+        }
+        let n = chain.len();
+        let mut entries = Vec::with_capacity(2 * n);
+        for (j, (p, &idx)) in pieces.iter().zip(&chain).enumerate() {
+            let dev_fd = self.cached.get(usize::from(p.dev)).copied().unwrap_or(-1);
+            let link = squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS;
+            entries.push(
+                opcode::Splice::new(types::Fd(dev_fd), p.offset as i64, types::Fd(pw), -1, p.len)
+                    .build()
+                    .flags(link)
+                    .user_data(ud(OP_SPLICE_IN, idx, 0)),
+            );
+            let drain = opcode::Splice::new(types::Fd(pr), -1, types::Fd(sock), -1, p.len).build();
+            let drain = if j + 1 < n { drain.flags(link) } else { drain };
+            entries.push(drain.user_data(ud(OP_CHAIN_OUT, idx, 0)));
+        }
+        if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+            c.chain = chain;
+        }
+        // Linked entries must be in one submission: make room for all first.
         let room = {
             let sq = self.ring.submission();
             sq.capacity() - sq.len()
         };
-        if room < 2 {
+        if room < entries.len() {
             let _ = self.ring.submit();
         }
-        self.push(fill);
-        self.push(drain);
+        for e in entries {
+            self.push(e);
+        }
     }
 
-    fn splice_in_done(&mut self, idx: u32, res: i32) {
-        let Some(r) = self.reads.get_mut(idx as usize).and_then(Option::take) else { return };
-        self.free_reads.push(idx);
-        self.inflight[usize::from(r.dev)] -= 1;
-        self.stats.reads += 1;
+    /// A chain's one completion (see [`Engine::submit_chain`]): the pieces before the
+    /// one it names were filled and drained whole, that one is as `res` says, and those
+    /// after it did not run (they go back to DRR).
+    fn chain_done(&mut self, idx: u32, fill: bool, res: i32) {
+        let Some(r) = self.reads.get(idx as usize).and_then(Option::as_ref).copied() else { return };
         let (slot, gen) = r.owner;
         let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
-        if c.gen != gen {
+        if c.gen != gen || !c.chain.contains(&idx) {
             return;
         }
-        c.ops -= 1;
-        if c.phase == Phase::Closing {
+        let chain = std::mem::take(&mut c.chain);
+        c.ops -= 2 * chain.len() as u32;
+        c.send_busy = false;
+        let closing = c.phase == Phase::Closing;
+        for &i in &chain {
+            if let Some(r) = self.reads.get_mut(i as usize).and_then(Option::take) {
+                self.free_reads.push(i);
+                self.read_ended(&r);
+                self.stats.reads += 1;
+            }
+        }
+        if closing {
             self.maybe_free(slot);
             return;
         }
-        if let Some(Item::Splice { ops, filled, failed, .. }) = c.items.front_mut() {
-            *ops = ops.saturating_sub(1);
-            if res > 0 {
-                *filled += res as u32;
-                c.read += res as u64;
-            } else {
-                // An error, or the end of the device before the stream's end.
-                *failed = true;
+        let k = chain.iter().position(|&i| i == idx).unwrap_or(0);
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        let (mut read, mut sent) = (0u64, 0u64);
+        for j in 0..chain.len() {
+            let Some(Item::Splice { len, filled, drained, ops, failed, .. }) = c.items.get_mut(j) else { break };
+            *ops = 0;
+            let rest = *len - *filled;
+            if j < k || (j == k && !fill && res >= 0 && res as u32 == rest) {
+                *filled = *len;
+                *drained = *len;
+                read += u64::from(rest);
+                sent += u64::from(rest);
+            } else if j == k && fill {
+                // A short fill (the end of the device before the stream's, or a
+                // signal) or an error; what the pipe holds is drained next.
+                if res > 0 {
+                    *filled += res as u32;
+                    read += res as u64;
+                } else {
+                    *failed = true;
+                }
+            } else if j == k {
+                // Its fill was whole; the drain came back short, or failed (EPIPE,
+                // ECONNRESET…: the client is gone).
+                *filled = *len;
+                read += u64::from(rest);
+                if res > 0 {
+                    *drained += res as u32;
+                    sent += res as u64;
+                } else {
+                    *failed = true;
+                }
             }
         }
+        while matches!(c.items.front(), Some(Item::Splice { len, drained, failed: false, .. }) if drained == len) {
+            c.items.pop_front();
+        }
+        c.read += read;
+        c.sent += sent;
+        if sent > 0 {
+            c.progress = Instant::now();
+        }
+        self.stats.bytes_spliced += sent;
         self.dirty.push(slot);
     }
 
@@ -1521,7 +1652,7 @@ impl Engine {
         let Some(r) = self.reads.get_mut(idx as usize).and_then(Option::take) else { return };
         self.free_reads.push(idx);
         let dev = usize::from(r.dev);
-        self.inflight[dev] -= 1;
+        self.read_ended(&r);
         self.stats.reads += 1;
         let now = self.now_ns();
         self.latency[dev].record(now, now.saturating_sub(r.submitted));
@@ -1546,14 +1677,6 @@ impl Engine {
                             if *pending == 0 {
                                 c.read += u64::from(*len);
                                 self.pool.set_state(r.buf, BufState::Full);
-                                if let (Some(rate), None) = (c.rate, &c.pacer) {
-                                    // The first chunk of a paced stream: its clock starts,
-                                    // its lead (a catch-up) released at once.
-                                    let chunk = self.cfg.buf_size as u64;
-                                    let lead = c.lead / chunk;
-                                    c.pacer = Some(Pacer::with_lead(now, chunk, rate, lead));
-                                    c.send_credit = 1 + lead;
-                                }
                             }
                             break;
                         }
@@ -1562,10 +1685,49 @@ impl Engine {
                 self.dirty.push(slot);
             }
         }
+        self.maybe_start_pacer(slot, now);
         self.pool.unhold(r.buf);
     }
 
+    /// A paced stream's clock starts (its first chunk sent, its lead — a catch-up —
+    /// released at once) when its **pre-roll** is read: the read-ahead floor's worth of
+    /// chunks, or all it asked for, or after twice the floor's time since its first
+    /// chunk was read, whichever comes first. Until then it reads at the real-time
+    /// class's share of the device with nothing consumed. Started at its first chunk,
+    /// a stream taking most of a device (75 % under DRR's 80 % real-time share) built
+    /// its read-ahead from the small difference only, i.e. not within a 3 s clip, and
+    /// any stall of the device's queue made it late; a player waits for its buffer too.
+    fn maybe_start_pacer(&mut self, slot: u32, now: u64) {
+        let (chunk, ra) = (self.cfg.buf_size as u64, self.cfg.readahead);
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        let (Some(rate), None) = (c.rate, &c.pacer) else { return };
+        let (mut full, mut reading) = (0usize, false);
+        for item in &c.items {
+            if let Item::Chunk { pending, .. } = item {
+                if *pending == 0 {
+                    full += 1;
+                } else {
+                    reading = true;
+                }
+            }
+        }
+        if full == 0 {
+            return;
+        }
+        let since = *c.preroll_since.get_or_insert(now);
+        let want = ra.floor_window(rate, chunk).min(c.window.max(1));
+        let all = c.cursor.is_none() && c.segs.is_empty() && !reading;
+        if full >= want || all || now.saturating_sub(since) >= ra.floor_ns.saturating_mul(2) {
+            let lead = c.lead / chunk;
+            c.pacer = Some(Pacer::with_lead(now, chunk, rate, lead));
+            c.send_credit = 1 + lead;
+            self.stats.max_preroll_ns = self.stats.max_preroll_ns.max(now.saturating_sub(since));
+            self.dirty.push(slot);
+        }
+    }
+
     fn start_send(&mut self, slot: u32) {
+        let rt_class = self.rt_class;
         let zero_copy = self.zero_copy;
         let registered = self.registered;
         let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
@@ -1617,6 +1779,7 @@ impl Engine {
                     let (class, owner) = (c.class, (slot, gen));
                     let req = ReadReq {
                         splice: true,
+                        rt: class == rt_class,
                         buf: 0,
                         owner,
                         dev,
@@ -1808,6 +1971,10 @@ impl Engine {
         for slot in expired {
             self.stats.timed_out += 1;
             self.close(slot);
+        }
+        let now_ns = self.now_ns();
+        for slot in self.paced.clone() {
+            self.maybe_start_pacer(slot, now_ns);
         }
         self.dirty.append(&mut self.starved);
         self.dirty.append(&mut self.waiting);

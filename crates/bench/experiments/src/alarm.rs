@@ -12,7 +12,8 @@
 //!   its thread one priority above the measuring threads). It
 //!   keeps a few alarms set ahead on the same grid; lateness = time after the receive −
 //!   the alarm's requested time. It waits as [`AlarmWait::DEFAULT`] says: on the port
-//!   with its own timer until the alarm's time, then polling (`doc/clock.md`). The
+//!   with its own timer until 50 µs before the alarm's time, then polling (the server
+//!   itself wakes 100 µs ahead and sends at the time; `doc/clock.md`). The
 //!   server's own share (its `sent` stamp − requested) is a row of its own, and a
 //!   second receiver on a grid of its own waits in a plain blocking receive
 //!   ([`AlarmWait::BLOCK`]), the way the alarm was received before;
@@ -214,12 +215,16 @@ fn start_cyclictest(sched: Sched, interval: Duration, loops: u64) -> std::io::Re
 const QUARTERS: [u32; 3] = [0, 1, 3];
 
 /// A grid of `loops` deadlines one `interval` apart from `t0`, whose place within the
-/// period rotates: in the `p`-th third of the window (p = 0, 1, 2) deadline k is at
-/// `t0 + k·interval + QUARTERS[(lane + p) % 3]·interval/4`. Three grids on lanes 0, 1
-/// and 2 are a quarter of a period apart at every instant, and each spends a third of
-/// its wake-ups at each quarter: a periodic disturbance at one phase falls on each of
-/// them alike. Deadlines always increase (a step back from the last quarter to the first
-/// still leaves a quarter of a period).
+/// period rotates **every period**: deadline k is at
+/// `t0 + k·interval + QUARTERS[(lane + (k − 1) mod 3) % 3]·interval/4`. Three grids on
+/// lanes 0, 1 and 2 are a quarter of a period apart at every instant, and in any three
+/// consecutive periods each visits each quarter once: a periodic disturbance at one
+/// phase falls on each of them alike *and at the same times*, so a disturbance that
+/// comes and goes within a window is shared too. (Until 2026-11-26 the grids traded
+/// quarters only each third of a window, and a 100 ms stall of the whole machine at a
+/// fixed phase, whose length changed within the window, decided the headline: see
+/// `doc/clock.md`, *The 100 ms stall*.) Deadlines always increase (a step back from the
+/// last quarter to the first still leaves a quarter of a period).
 #[derive(Clone, Copy, Debug)]
 struct Grid {
     t0: Time,
@@ -231,8 +236,7 @@ struct Grid {
 impl Grid {
     /// Deadline `k` (1..=loops).
     fn at(&self, k: u64) -> Time {
-        let third = (k.saturating_sub(1) * 3 / self.loops.max(1)).min(2) as usize;
-        let quarter = QUARTERS[(self.lane + third) % 3];
+        let quarter = QUARTERS[(self.lane + (k.saturating_sub(1) % 3) as usize) % 3];
         self.t0 + self.interval * k as u32 + self.interval * quarter / 4
     }
 }
@@ -824,6 +828,14 @@ mod tests {
             if loops % 3 == 0 {
                 for c in counts {
                     assert_eq!(c, [loops / 3, loops / 3, 0, loops / 3], "loops {loops}");
+                }
+            }
+            // Any three consecutive periods visit the three quarters, on every lane.
+            for k in 1..=loops.saturating_sub(2) {
+                for g in &grids {
+                    let mut seen: Vec<u32> = (k..k + 3).map(|j| quarter_of(g, j)).collect();
+                    seen.sort_unstable();
+                    assert_eq!(seen, vec![0, 1, 3], "loops {loops}, k {k}, lane {}", g.lane);
                 }
             }
         }

@@ -136,10 +136,35 @@ pub(crate) fn run(core: Arc<Core>, mut server: ictus_shm::Server, wait: WaitConf
     }
 }
 
-/// Give back the pool buffers other threads (or this one) are done with.
+/// Give back the pool buffers other threads (or this one) are done with; then the
+/// buffers of frames the X server has and whose clients wait for each frame
+/// ([`crate::core::FrameJob::give_back`]), which the windows keep seeing. Those go last,
+/// so that the client's next loan (the most recently returned buffer first) is the
+/// frame's own buffer.
 fn release(server: &mut ictus_shm::Server, core: &Core) {
     for h in std::mem::take(&mut *lock(&core.release)) {
         server.release(h);
+    }
+    let wins = std::mem::take(&mut *lock(&core.give_back));
+    if wins.is_empty() {
+        return;
+    }
+    // No present cycle is in flight while this is held (they hold it from their first
+    // request to the X server's answer): a frame marked to give back and shown is one
+    // the X server has acknowledged.
+    let _cycles = lock(&core.present);
+    for win in wins {
+        let mut st = lock(&win.st);
+        let Some(f) = st.overlay.as_mut().filter(|f| f.give_back) else { continue };
+        f.give_back = false;
+        let src = std::mem::replace(&mut f.src, FrameSrc::Bytes(Vec::new()));
+        f.src = match src {
+            FrameSrc::Held { held, seg } => match server.release_viewed(held) {
+                Ok(view) => FrameSrc::Viewed { view, seg },
+                Err(held) => FrameSrc::Held { held, seg },
+            },
+            other => other,
+        };
     }
 }
 

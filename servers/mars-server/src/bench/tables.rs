@@ -273,8 +273,9 @@ struct Cell {
     /// Why a run's numbers cannot all be true ([`Window::impossible`]), per run.
     impossible: Vec<Option<String>>,
     /// Our engine's read-ahead at the end of each run: (largest window, most reads
-    /// needed in flight beyond the base depth, worst device latency ns).
-    engine: Vec<(u64, u64, u64)>,
+    /// needed in flight beyond the base depth, worst device latency ns, longest
+    /// pre-roll ns).
+    engine: Vec<(u64, u64, u64, u64)>,
 }
 
 impl Cell {
@@ -577,11 +578,12 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
         if !c.fio_own.is_empty() {
             row = row.with("fio_own_mb_s", med(&c.fio_own) / 1e6);
         }
-        if let Some(&(w, need, lat)) = c.engine.iter().max_by_key(|e| e.2) {
+        if let Some(&(w, need, lat, _)) = c.engine.iter().max_by_key(|e| e.2) {
             row = row
                 .with("readahead_chunks_max", w)
                 .with("rt_reads_in_flight_max", need)
-                .with("device_latency_ms_max", lat as f64 / 1e6);
+                .with("device_latency_ms_max", lat as f64 / 1e6)
+                .with("preroll_ms_max", c.engine.iter().map(|e| e.3).max().unwrap_or(0) as f64 / 1e6);
         }
         out.rows.push(row.to_value());
         for (i, e) in c.impossible.iter().enumerate() {
@@ -751,12 +753,12 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
 }
 
 /// Our engine's read-ahead over the run just measured.
-fn engine_seen(server: &Running) -> (u64, u64, u64) {
+fn engine_seen(server: &Running) -> (u64, u64, u64, u64) {
     server
         .handle
         .as_ref()
         .and_then(|h| h.stats())
-        .map_or((0, 0, 0), |s| (s.max_window, s.max_rt_need, s.max_latency_ns))
+        .map_or((0, 0, 0, 0), |s| (s.max_window, s.max_rt_need, s.max_latency_ns, s.max_preroll_ns))
 }
 
 /// Table 3: three streams paced by 60, 75 and 120 ms upcalls, on the striped volume.
