@@ -1,7 +1,14 @@
 //! The library's connections to the server: one `SOCK_SEQPACKET` socket per thread,
-//! made on first use by sending one end of a fresh socketpair on the session socket
-//! every process inherits ([`SESSION_FD`]). The kernel stamps every request with the
-//! sender's pid, uid and gid, and hangs the socket up when the process dies.
+//! made on first use: a fresh socketpair, one end named by number in a hello on the
+//! session socket every process inherits ([`SESSION_FD`]); the server takes it with
+//! `pidfd_getfd` and answers on it, and only then does the library close its copy.
+//! The kernel stamps every request with the sender's pid, uid and gid and a pidfd of
+//! it, and hangs the socket up when the process dies.
+//!
+//! The library sends with `sendto` and no address, never `sendmsg`: descriptors a
+//! request names go as numbers ([`crate::wire::RequestHeader::fd_args`]), so the
+//! filter can trap every `sendmsg` and every addressed `sendto` from anywhere, the
+//! library's code included (an address is what it cannot read).
 //!
 //! Threads, `fork` and `vfork` are not intercepted: the table finds out lazily.
 //! A thread is keyed by (pid, tid); a process whose pid is not the table's owner is
@@ -37,6 +44,16 @@ const SCM_RIGHTS: i32 = 1;
 const MSG_CMSG_CLOEXEC: u64 = 0x4000_0000;
 const MSG_NOSIGNAL: u64 = 0x4000;
 const KCMP_VM: u64 = 1;
+const PR_GET_DUMPABLE: u64 = 3;
+const PR_SET_DUMPABLE: u64 = 4;
+/// Yama's `PR_SET_PTRACER`: which process may ptrace this one when
+/// `kernel.yama.ptrace_scope` is 1 (`EINVAL` without Yama: ignored).
+const PR_SET_PTRACER: u64 = 0x5961_6d61;
+const SO_PEERCRED: u64 = 17;
+const POLLIN: i16 = 1;
+/// How long the library waits for the server to take a new connection before it
+/// says why it could not (generous: a loaded machine).
+const HELLO_TIMEOUT_MS: u64 = 60_000;
 
 #[repr(C)]
 struct Iovec {
@@ -66,43 +83,38 @@ struct Cmsg([u8; CMSG_ROOM]);
 /// Why a call could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallError {
-    /// A descriptor to attach is not open (the program passed a bad one).
-    BadFd,
     /// No connection could be made (descriptors exhausted).
     NoConnection,
 }
 
-fn send(fd: i32, bytes: &[u8], fds: &[i32]) -> i64 {
-    let iov = Iovec { base: bytes.as_ptr(), len: bytes.len() };
-    let mut cmsg = Cmsg([0; CMSG_ROOM]);
-    let mut msg = Msghdr {
-        name: core::ptr::null_mut(),
-        namelen: 0,
-        iov: &iov,
-        iovlen: 1,
-        control: core::ptr::null_mut(),
-        controllen: 0,
-        flags: 0,
-    };
-    if !fds.is_empty() {
-        let n = fds.len().min(MAX_FDS);
-        let len = 16 + 4 * n;
-        cmsg.0[0..8].copy_from_slice(&(len as u64).to_le_bytes());
-        cmsg.0[8..12].copy_from_slice(&SOL_SOCKET.to_le_bytes());
-        cmsg.0[12..16].copy_from_slice(&SCM_RIGHTS.to_le_bytes());
-        for (i, f) in fds.iter().take(n).enumerate() {
-            cmsg.0[16 + 4 * i..20 + 4 * i].copy_from_slice(&f.to_le_bytes());
-        }
-        msg.control = cmsg.0.as_mut_ptr();
-        msg.controllen = (len + 7) & !7;
-    }
+fn send(fd: i32, bytes: &[u8]) -> i64 {
     loop {
-        // SAFETY: msg points at live buffers for the duration of the call (sendmsg(2)).
-        let r = unsafe { syscall6(sys::SYS_SENDMSG, fd as u64, &msg as *const Msghdr as u64, MSG_NOSIGNAL, 0, 0, 0) };
+        // SAFETY: bytes is a live buffer; no address (sendto(2)).
+        let r = unsafe {
+            syscall6(sys::SYS_SENDTO, fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, MSG_NOSIGNAL, 0, 0)
+        };
         if r != -4 {
             return r;
         }
     }
+}
+
+/// Run `f` with this process dumpable: the server takes descriptors from it with
+/// `pidfd_getfd`, which needs ptrace access, and a process that made itself
+/// non-dumpable (`PR_SET_DUMPABLE` 0, as agents holding keys do) refuses that to
+/// anyone but root. It is made dumpable only for the call, then put back.
+fn while_dumpable<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: no pointers (prctl(2): PR_GET_DUMPABLE).
+    let was = unsafe { syscall6(sys::SYS_PRCTL, PR_GET_DUMPABLE, 0, 0, 0, 0, 0) };
+    if was != 0 {
+        return f();
+    }
+    // SAFETY: no pointers (PR_SET_DUMPABLE).
+    unsafe { syscall6(sys::SYS_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0) };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { syscall6(sys::SYS_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0) };
+    r
 }
 
 /// Receive one message; returns (bytes, descriptors received).
@@ -175,11 +187,24 @@ fn new_connection() -> Result<i32, CallError> {
     let one: i32 = 1;
     // SAFETY: an int option.
     unsafe { syscall6(54, pair[0] as u64, 1, 16, &one as *const i32 as u64, 4, 0) };
-    let sent = send(SESSION_FD, &wire::HELLO, &[pair[1]]);
+    allow_server_to_trace();
+    let hello = wire::encode_hello(pair[1]);
+    let taken = while_dumpable(|| {
+        if send(SESSION_FD, &hello) < 0 {
+            sys::close(pair[0]);
+            sys::close(pair[1]);
+            sys::fatal(&[b"the session socket is gone; the Unix server has stopped"], 127);
+        }
+        wait_taken(pair[0])
+    });
     sys::close(pair[1]);
-    if sent < 0 {
+    if !taken {
         sys::close(pair[0]);
-        sys::fatal(&[b"the session socket is gone; the Unix server has stopped"], 127);
+        sys::fatal(
+            &[b"the Unix server did not take this process's connection (it takes it with pidfd_getfd, \
+                which needs ptrace access to the process: kernel.yama.ptrace_scope above 1?)"],
+            127,
+        );
     }
     // SAFETY: no pointers.
     let moved = unsafe { syscall6(sys::SYS_FCNTL, pair[0] as u64, F_DUPFD_CLOEXEC, RESERVED_LO as u64, 0, 0, 0) };
@@ -192,6 +217,64 @@ fn new_connection() -> Result<i32, CallError> {
         return Err(CallError::NoConnection);
     }
     Ok(moved as i32)
+}
+
+/// Wait for the server's answer to a hello on the new connection `fd`: it has then
+/// taken its end, and the library's copy may close. `false` if it never comes.
+fn wait_taken(fd: i32) -> bool {
+    #[repr(C)]
+    struct PollFd {
+        fd: i32,
+        events: i16,
+        revents: i16,
+    }
+    let mut p = PollFd { fd, events: POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one pollfd (poll(2)).
+        let r = unsafe { syscall6(sys::SYS_POLL, &mut p as *mut PollFd as u64, 1, HELLO_TIMEOUT_MS, 0, 0, 0) };
+        if r == -4 {
+            continue;
+        }
+        if r != 1 {
+            return false;
+        }
+        break;
+    }
+    let mut got = [0u8; 8];
+    let mut fds = [-1i32; MAX_FDS];
+    match recv(fd, &mut got, &mut fds, true) {
+        Ok((n, nfds)) => {
+            for f in fds.iter().take(nfds) {
+                sys::close(*f);
+            }
+            n == wire::HELLO.len() && got == wire::HELLO
+        }
+        Err(_) => false,
+    }
+}
+
+/// Where Yama restricts ptrace to ancestors (`ptrace_scope` 1), let the server —
+/// the process at the other end of the session socket, which is not always an
+/// ancestor (`ictus unix-server`) — take descriptors from this one.
+fn allow_server_to_trace() {
+    let mut cred = [0i32; 3];
+    let mut len = 12u32;
+    // SAFETY: a struct ucred's room and its length (getsockopt(2), unix(7)).
+    let r = unsafe {
+        syscall6(
+            sys::SYS_GETSOCKOPT,
+            SESSION_FD as u64,
+            SOL_SOCKET as u64,
+            SO_PEERCRED,
+            cred.as_mut_ptr() as u64,
+            &mut len as *mut u32 as u64,
+            0,
+        )
+    };
+    if r == 0 && cred[0] > 0 {
+        // SAFETY: no pointers (prctl(2), Yama).
+        unsafe { syscall6(sys::SYS_PRCTL, PR_SET_PTRACER, cred[0] as u64, 0, 0, 0, 0) };
+    }
 }
 
 /// Whether this process shares its memory with its parent (a `vfork` child).
@@ -338,31 +421,30 @@ pub struct Answer {
     pub nfds: usize,
 }
 
-/// Send the request in `buf[..len]` with `fds` attached, and receive the reply into
-/// `buf`. Signals other than SIGSYS and the synchronous ones wait until the reply is
-/// in, so that a handler's own calls never cross this one's.
-pub fn call(buf: &mut [u8], len: usize, fds: &[i32], cloexec: bool) -> Result<Answer, CallError> {
+/// Send the request in `buf[..len]` and receive the reply into `buf`; `lends_fds`:
+/// the request names descriptors the server takes from this process. Signals other
+/// than SIGSYS and the synchronous ones wait until the reply is in, so that a
+/// handler's own calls never cross this one's.
+pub fn call(buf: &mut [u8], len: usize, lends_fds: bool, cloexec: bool) -> Result<Answer, CallError> {
     let mut old = 0u64;
     let block = BLOCK_DURING_CALL;
     // SAFETY: both pointers are to live u64s; sigsetsize 8 (rt_sigprocmask(2)).
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 0, &block as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0) };
-    let result = call_blocked(buf, len, fds, cloexec);
+    let result =
+        if lends_fds { while_dumpable(|| call_blocked(buf, len, cloexec)) } else { call_blocked(buf, len, cloexec) };
     // SAFETY: as above.
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 2, &old as *const u64 as u64, 0, 8, 0, 0) };
     result
 }
 
-fn call_blocked(buf: &mut [u8], len: usize, fds: &[i32], cloexec: bool) -> Result<Answer, CallError> {
+fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
     let conn = acquire()?;
     let fd = match conn {
         Conn::Slot(_, fd) | Conn::Temporary(fd) => fd,
     };
-    let sent = send(fd, &buf[..len], fds);
+    let sent = send(fd, &buf[..len]);
     if sent < 0 {
         release(conn);
-        if sent == -9 {
-            return Err(CallError::BadFd);
-        }
         sys::fatal(&[b"lost the connection to the Unix server"], 127);
     }
     let mut got = [-1i32; MAX_FDS];
