@@ -53,7 +53,7 @@ const SO_PEERCRED: u64 = 17;
 const POLLIN: i16 = 1;
 /// How long the library waits for the server to take a new connection before it
 /// says why it could not (generous: a loaded machine).
-const HELLO_TIMEOUT_MS: u64 = 60_000;
+const HELLO_TIMEOUT_MS: u64 = 20_000;
 
 #[repr(C)]
 struct Iovec {

@@ -151,6 +151,10 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const MAX_REPLY: usize = 64 * 1024;
 /// Most descriptors in one message.
 pub const MAX_FDS: usize = 3;
+/// Most control data a program's send carries to the server (`SENDMSG`: the
+/// kernel's own limit, `optmem_max`, is 20 KiB by default; 253 descriptors —
+/// `SCM_MAX_FD` — take 1,028 bytes). More is `ENOBUFS`, as the kernel answers.
+pub const MAX_SEND_CONTROL: usize = 4096;
 
 /// Request header. All fields little-endian, as on the machine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

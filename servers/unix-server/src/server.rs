@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ictus_unix_emul::sysno as nr;
 use ictus_unix_emul::wire::{self, Request};
 
 use crate::ops::{self, Session};
@@ -357,22 +358,31 @@ pub fn pidfd_support() -> bool {
 /// program holds. A number that is not a descriptor of the sender, or one of the
 /// library's reserved ones, is `EBADF`.
 fn take_fds(m: &sys::Received, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
-    let mut out = Vec::new();
-    if req.header.fd_args == 0 {
-        return Ok(out);
+    // Descriptors are ints: the kernel reads the lower half of the register.
+    let mut numbers: Vec<i32> =
+        (0..6).filter(|i| req.header.fd_args & (1 << i) != 0).map(|i| req.header.args[i] as u32 as i32).collect();
+    if req.header.op == nr::SENDMSG {
+        // A send's SCM_RIGHTS name descriptors too, after its socket.
+        let (_, control, _) = ops::send_parts(req)?;
+        for c in ops::parse_control(control)? {
+            if let ops::SendControl::Rights(r) = c {
+                numbers.extend_from_slice(&r);
+            }
+        }
+    }
+    if numbers.is_empty() {
+        return Ok(Vec::new());
     }
     with_sender_pidfd(m, |pidfd| {
-        for (i, &a) in req.header.args.iter().enumerate() {
-            if req.header.fd_args & (1 << i) == 0 {
-                continue;
-            }
-            let n = i32::try_from(a as i64).map_err(|_| libc::EBADF)?;
-            if !(0..wire::RESERVED_LO).contains(&n) {
-                return Err(libc::EBADF);
-            }
-            out.push(sys::pidfd_getfd(pidfd, n).map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })?);
-        }
-        Ok(out)
+        numbers
+            .iter()
+            .map(|&n| {
+                if !(0..wire::RESERVED_LO).contains(&n) {
+                    return Err(libc::EBADF);
+                }
+                sys::pidfd_getfd(pidfd, n).map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })
+            })
+            .collect()
     })?
 }
 
@@ -402,6 +412,9 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     let reply = match (m.truncated || !m.fds.is_empty(), m.cred) {
         (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len]) {
             Ok(req) => match take_fds(&m, &req) {
+                Ok(fds) if req.header.op == nr::SENDMSG => {
+                    ops::serve_send(&conn.session, m.cred.unwrap_or_default(), &req, &fds)
+                }
                 Ok(fds) => ops::serve(&conn.session, pid, &conn.cwd, &req, &fds),
                 Err(e) => ops::Reply { result: -(e as i64), ..ops::Reply::default() },
             },
