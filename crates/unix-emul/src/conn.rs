@@ -100,9 +100,11 @@ fn send(fd: i32, bytes: &[u8]) -> i64 {
 }
 
 /// Run `f` with this process dumpable: the server takes descriptors from it with
-/// `pidfd_getfd`, which needs ptrace access, and a process that made itself
-/// non-dumpable (`PR_SET_DUMPABLE` 0, as agents holding keys do) refuses that to
-/// anyone but root. It is made dumpable only for the call, then put back.
+/// `pidfd_getfd` and reads its `/proc/PID` entries (working directory, umask), which
+/// need ptrace access, and a process that made itself non-dumpable
+/// (`PR_SET_DUMPABLE` 0, as agents holding keys do) refuses that to anyone but root
+/// (its `/proc/PID` then belongs to root). It is made dumpable only for the call,
+/// then put back: one `prctl` more per call for the others.
 fn while_dumpable<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: no pointers (prctl(2): PR_GET_DUMPABLE).
     let was = unsafe { syscall6(sys::SYS_PRCTL, PR_GET_DUMPABLE, 0, 0, 0, 0, 0) };
@@ -421,17 +423,16 @@ pub struct Answer {
     pub nfds: usize,
 }
 
-/// Send the request in `buf[..len]` and receive the reply into `buf`; `lends_fds`:
-/// the request names descriptors the server takes from this process. Signals other
+/// Send the request in `buf[..len]` and receive the reply into `buf`, with this
+/// process dumpable meanwhile (see [`while_dumpable`]). Signals other
 /// than SIGSYS and the synchronous ones wait until the reply is in, so that a
 /// handler's own calls never cross this one's.
-pub fn call(buf: &mut [u8], len: usize, lends_fds: bool, cloexec: bool) -> Result<Answer, CallError> {
+pub fn call(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
     let mut old = 0u64;
     let block = BLOCK_DURING_CALL;
     // SAFETY: both pointers are to live u64s; sigsetsize 8 (rt_sigprocmask(2)).
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 0, &block as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0) };
-    let result =
-        if lends_fds { while_dumpable(|| call_blocked(buf, len, cloexec)) } else { call_blocked(buf, len, cloexec) };
+    let result = while_dumpable(|| call_blocked(buf, len, cloexec));
     // SAFETY: as above.
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 2, &old as *const u64 as u64, 0, 8, 0, 0) };
     result

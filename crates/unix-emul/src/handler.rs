@@ -567,7 +567,7 @@ impl Req {
             wire::encode_request(buf, self.op, crate::cache::cwd_generation(), self.fd_args, self.args, p1, p2, extra)
                 .ok_or(-(errno::ENAMETOOLONG as i64))?;
         // The descriptors named go as numbers: the server takes them from this process.
-        conn::call(buf, len, self.fd_args != 0, cloexec).map_err(|e| match e {
+        conn::call(buf, len, cloexec).map_err(|e| match e {
             CallError::NoConnection => -(errno::EMFILE as i64),
         })
     }

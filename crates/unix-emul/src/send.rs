@@ -183,7 +183,7 @@ fn served(fd: u64, flags: u64, name: &[u8], control: &[u8], data: &[u8]) -> i64 
         at += part.len();
     }
     buf[20..24].copy_from_slice(&((name.len() + control.len() + data.len()) as u32).to_le_bytes());
-    let ans = match crate::conn::call(buf, at, true, false) {
+    let ans = match crate::conn::call(buf, at, false) {
         Ok(a) => a,
         Err(_) => return -(errno::EMFILE as i64),
     };

@@ -698,6 +698,11 @@ fn a_hostile_program_gets_past_no_policy_and_harms_no_other() {
 }
 
 /// The whole path without privileges: the test binary runs itself as uid 65534.
+/// Then, under a view that confines paths (so every lookup is served), a program
+/// that made itself non-dumpable still lends its descriptors to a server of its own
+/// user (pidfd_getfd needs ptrace access, which non-dumpable processes refuse to
+/// anyone but root): a new thread's connection, an open from a directory
+/// descriptor, a datagram with a descriptor; and it stays non-dumpable.
 #[test]
 fn runs_unprivileged() {
     // SAFETY: geteuid has no preconditions.
@@ -705,6 +710,8 @@ fn runs_unprivileged() {
         return unprivileged_child();
     }
     let d = scratch();
+    c_program(&d, "nodump", false);
+    std::fs::create_dir_all(d.join("hidden")).unwrap();
     let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: chown of our own scratch directory, a C string.
     assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
@@ -725,6 +732,7 @@ fn runs_unprivileged() {
     let st = cmd.status().unwrap();
     assert!(st.success());
     assert_eq!(read(&d.join("out.txt")), "65534 ok\n");
+    assert_eq!(read(&d.join("nodump.out")), "set 0\nthread stat ok\nopenat ok\nbind ok\nsendmsg ok\ndumpable 0\n");
 }
 
 fn unprivileged_child() {
@@ -735,6 +743,12 @@ fn unprivileged_child() {
         &format!("echo \"$(id -u) $(cat /etc/hostname > /dev/null && echo ok)\" > {}", d.join("out.txt").display()),
     );
     assert_eq!(ended, Ended::Code(0));
+    let (ended, _) = sh_under(
+        Some(&format!("hide {}\n", d.join("hidden").display())),
+        &d,
+        &format!("{p} {d} > {d}/nodump.out 2>&1", p = d.join("nodump").display(), d = d.display()),
+    );
+    assert_eq!(ended, Ended::Code(0), "{}", read(&d.join("nodump.out")));
 }
 
 /// One long-lived server, several programs at once, its control interface (found
