@@ -45,6 +45,12 @@ const STOP_TOKEN: u64 = u64::MAX;
 
 struct Conn {
     fd: OwnedFd,
+    /// The process that made the connection (the library makes it in the process
+    /// that uses it): its pid and a pidfd of it (`SO_PEERPIDFD`), which the
+    /// descriptors a request names are taken from — only from a request that
+    /// process sent (the stamped pid says). Once per connection, where a pidfd per
+    /// message (`SO_PASSPIDFD`) cost every request a pidfd made and closed.
+    maker: Option<(i32, OwnedFd)>,
     /// The working directory its relative paths start from.
     cwd: ops::CwdCache,
     /// The session of the program it belongs to (its policy, its counts).
@@ -297,13 +303,16 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
                 if sys::pass_credentials(fd.as_fd()).is_err() {
                     continue;
                 }
-                let _ = sys::pass_pidfd(fd.as_fd());
+                let maker = match (sys::peer_cred(fd.as_fd()), sys::peer_pidfd(fd.as_fd())) {
+                    (Ok((pid, _, _)), Ok(p)) if pid > 0 => Some((pid, p)),
+                    _ => None,
+                };
                 // Tell the library it may close its copy of the server's end.
                 if sys::send(fd.as_fd(), &wire::HELLO, &[]).is_err() {
                     continue;
                 }
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
-                let conn = Arc::new(Conn { fd, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
+                let conn = Arc::new(Conn { fd, maker, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
                 session.stats.connections.fetch_add(1, Ordering::Relaxed);
                 session.stats.open.fetch_add(1, Ordering::Relaxed);
@@ -356,8 +365,10 @@ pub fn pidfd_support() -> bool {
 /// The descriptors a request names (argument `i` for each bit `i` of `fd_args`, in
 /// order), taken from the sender with `pidfd_getfd`: the same open files the
 /// program holds. A number that is not a descriptor of the sender, or one of the
-/// library's reserved ones, is `EBADF`.
-fn take_fds(m: &sys::Received, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
+/// library's reserved ones, is `EBADF`; so is every one named by a process other
+/// than the connection's maker (a fork child using its parent's connection: the
+/// library never does).
+fn take_fds(m: &sys::Received, conn: &Conn, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
     // Descriptors are ints: the kernel reads the lower half of the register.
     let mut numbers: Vec<i32> =
         (0..6).filter(|i| req.header.fd_args & (1 << i) != 0).map(|i| req.header.args[i] as u32 as i32).collect();
@@ -373,7 +384,7 @@ fn take_fds(m: &sys::Received, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
     if numbers.is_empty() {
         return Ok(Vec::new());
     }
-    with_sender_pidfd(m, |pidfd| {
+    let take = |pidfd: std::os::fd::BorrowedFd<'_>| -> Result<Vec<OwnedFd>, i32> {
         numbers
             .iter()
             .map(|&n| {
@@ -383,7 +394,12 @@ fn take_fds(m: &sys::Received, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
                 sys::pidfd_getfd(pidfd, n).map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })
             })
             .collect()
-    })?
+    };
+    match (&conn.maker, m.cred) {
+        (Some((maker, pidfd)), Some((pid, _, _))) if *maker == pid => take(pidfd.as_fd()),
+        (Some(_), _) => Err(libc::EBADF),
+        (None, _) => with_sender_pidfd(m, take)?,
+    }
 }
 
 fn drop_conn(s: &Arc<Shared>, token: u64) {
@@ -411,7 +427,7 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     // with any attached is malformed.
     let reply = match (m.truncated || !m.fds.is_empty(), m.cred) {
         (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len]) {
-            Ok(req) => match take_fds(&m, &req) {
+            Ok(req) => match take_fds(&m, &conn, &req) {
                 Ok(fds) if req.header.op == nr::SENDMSG => {
                     ops::serve_send(&conn.session, m.cred.unwrap_or_default(), &req, &fds)
                 }

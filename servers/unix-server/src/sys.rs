@@ -143,6 +143,23 @@ pub fn pass_pidfd(fd: BorrowedFd<'_>) -> Res<()> {
     check(r as libc::c_long).map(|_| ())
 }
 
+/// `SO_PEERPIDFD` (Linux 6.5): a pidfd of the process that made the peer's end
+/// (for a socketpair, the process that called `socketpair`), fixed when it was made.
+pub fn peer_pidfd(fd: BorrowedFd<'_>) -> Res<OwnedFd> {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int option and its length (getsockopt(2), unix(7)).
+    let r = unsafe {
+        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, 77, (&mut v as *mut libc::c_int).cast(), &mut len)
+    };
+    check(r as libc::c_long)?;
+    if v < 0 {
+        return Err(libc::ESRCH);
+    }
+    // SAFETY: a new descriptor the kernel gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(v) })
+}
+
 /// `pidfd_open(pid, 0)`: a pidfd of the process `pid` names now (open to pid reuse:
 /// only where the kernel has no `SCM_PIDFD`).
 pub fn pidfd_open(pid: i32) -> Res<OwnedFd> {
