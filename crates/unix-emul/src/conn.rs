@@ -1,7 +1,9 @@
 //! The library's connections to the server: one `SOCK_SEQPACKET` socket per thread,
 //! made on first use: a fresh socketpair, one end named by number in a hello on the
 //! session socket every process inherits ([`SESSION_FD`]); the server takes it with
-//! `pidfd_getfd` and answers on it, and only then does the library close its copy.
+//! `pidfd_getfd`. The first request follows at once on the new connection (no round
+//! trip for the hello), and the library closes its copy of the server's end when the
+//! first reply is in: the server has taken it then.
 //! The kernel stamps every request with the sender's pid, uid and gid and a pidfd of
 //! it, and hangs the socket up when the process dies.
 //!
@@ -28,10 +30,14 @@ struct Slot {
     key: AtomicU64,
     fd: AtomicI32,
     busy: AtomicU32,
+    /// The library's copy of the server's end of a new connection, kept until the
+    /// first reply shows the server has taken it; -1 after.
+    pending: AtomicI32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Slot = Slot { key: AtomicU64::new(0), fd: AtomicI32::new(-1), busy: AtomicU32::new(0) };
+const EMPTY: Slot =
+    Slot { key: AtomicU64::new(0), fd: AtomicI32::new(-1), busy: AtomicU32::new(0), pending: AtomicI32::new(-1) };
 static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
@@ -176,7 +182,10 @@ fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_FDS], cloexec: bool) -> Res
     Ok((n as usize, got))
 }
 
-fn new_connection() -> Result<i32, CallError> {
+/// A new connection: `(the library's end, its copy of the server's end)`, both in
+/// the reserved range where the program cannot close them; the second is named in
+/// the hello and closed after the first reply ([`call_blocked`]).
+fn new_connection() -> Result<(i32, i32), CallError> {
     let mut pair = [0i32; 2];
     // SAFETY: pair has room for two descriptors (socketpair(2)).
     let r = unsafe { syscall6(53, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair.as_mut_ptr() as u64, 0, 0) };
@@ -190,40 +199,30 @@ fn new_connection() -> Result<i32, CallError> {
     // SAFETY: an int option.
     unsafe { syscall6(54, pair[0] as u64, 1, 16, &one as *const i32 as u64, 4, 0) };
     allow_server_to_trace();
-    let hello = wire::encode_hello(pair[1]);
-    let taken = while_dumpable(|| {
-        if send(SESSION_FD, &hello) < 0 {
-            sys::close(pair[0]);
-            sys::close(pair[1]);
-            sys::fatal(&[b"the session socket is gone; the Unix server has stopped"], 127);
+    let mut moved = [-1i32; 2];
+    for (m, fd) in moved.iter_mut().zip(pair) {
+        // SAFETY: no pointers.
+        let r = unsafe { syscall6(sys::SYS_FCNTL, fd as u64, F_DUPFD_CLOEXEC, RESERVED_LO as u64, 0, 0, 0) };
+        sys::close(fd);
+        *m = r as i32;
+    }
+    if moved.iter().any(|m| !(0..CONN_HI).contains(m)) {
+        for m in moved.into_iter().filter(|&m| m >= 0) {
+            sys::close(m);
         }
-        wait_taken(pair[0])
-    });
-    sys::close(pair[1]);
-    if !taken {
-        sys::close(pair[0]);
-        sys::fatal(
-            &[b"the Unix server did not take this process's connection (it takes it with pidfd_getfd, \
-                which needs ptrace access to the process: kernel.yama.ptrace_scope above 1?)"],
-            127,
-        );
-    }
-    // SAFETY: no pointers.
-    let moved = unsafe { syscall6(sys::SYS_FCNTL, pair[0] as u64, F_DUPFD_CLOEXEC, RESERVED_LO as u64, 0, 0, 0) };
-    sys::close(pair[0]);
-    if moved < 0 {
         return Err(CallError::NoConnection);
     }
-    if moved >= CONN_HI as i64 {
-        sys::close(moved as i32);
-        return Err(CallError::NoConnection);
+    if send(SESSION_FD, &wire::encode_hello(moved[1])) < 0 {
+        sys::close(moved[0]);
+        sys::close(moved[1]);
+        sys::fatal(&[b"the session socket is gone; the Unix server has stopped"], 127);
     }
-    Ok(moved as i32)
+    Ok((moved[0], moved[1]))
 }
 
-/// Wait for the server's answer to a hello on the new connection `fd`: it has then
-/// taken its end, and the library's copy may close. `false` if it never comes.
-fn wait_taken(fd: i32) -> bool {
+/// Wait for the first reply on a new connection `fd`: if it never comes, the server
+/// could not take the connection (`false`).
+fn wait_first_reply(fd: i32) -> bool {
     #[repr(C)]
     struct PollFd {
         fd: i32,
@@ -234,24 +233,9 @@ fn wait_taken(fd: i32) -> bool {
     loop {
         // SAFETY: one pollfd (poll(2)).
         let r = unsafe { syscall6(sys::SYS_POLL, &mut p as *mut PollFd as u64, 1, HELLO_TIMEOUT_MS, 0, 0, 0) };
-        if r == -4 {
-            continue;
+        if r != -4 {
+            return r == 1;
         }
-        if r != 1 {
-            return false;
-        }
-        break;
-    }
-    let mut got = [0u8; 8];
-    let mut fds = [-1i32; MAX_FDS];
-    match recv(fd, &mut got, &mut fds, true) {
-        Ok((n, nfds)) => {
-            for f in fds.iter().take(nfds) {
-                sys::close(*f);
-            }
-            n == wire::HELLO.len() && got == wire::HELLO
-        }
-        Err(_) => false,
     }
 }
 
@@ -292,9 +276,10 @@ fn shares_parent_memory() -> bool {
 fn adopt(pid: i32) {
     for s in &TABLE {
         if s.key.load(Ordering::Relaxed) != 0 {
-            let fd = s.fd.swap(-1, Ordering::Relaxed);
-            if fd >= 0 {
-                sys::close(fd);
+            for fd in [s.fd.swap(-1, Ordering::Relaxed), s.pending.swap(-1, Ordering::Relaxed)] {
+                if fd >= 0 {
+                    sys::close(fd);
+                }
             }
             s.key.store(0, Ordering::Relaxed);
             s.busy.store(0, Ordering::Relaxed);
@@ -315,9 +300,10 @@ fn reclaim(pid: i32) {
         if unsafe { syscall6(sys::SYS_TGKILL, pid as u64, tid, 0, 0, 0, 0) } == -3
             && s.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            let fd = s.fd.swap(-1, Ordering::AcqRel);
-            if fd >= 0 {
-                sys::close(fd);
+            for fd in [s.fd.swap(-1, Ordering::AcqRel), s.pending.swap(-1, Ordering::AcqRel)] {
+                if fd >= 0 {
+                    sys::close(fd);
+                }
             }
             s.key.store(0, Ordering::Release);
             s.busy.store(0, Ordering::Release);
@@ -327,7 +313,19 @@ fn reclaim(pid: i32) {
 
 enum Conn {
     Slot(&'static Slot, i32),
-    Temporary(i32),
+    /// A connection for one call, and its pending end.
+    Temporary(i32, i32),
+}
+
+fn temporary() -> Result<Conn, CallError> {
+    new_connection().map(|(fd, pending)| Conn::Temporary(fd, pending))
+}
+
+fn in_slot(s: &'static Slot) -> Result<Conn, CallError> {
+    let (fd, pending) = new_connection()?;
+    s.pending.store(pending, Ordering::Release);
+    s.fd.store(fd, Ordering::Release);
+    Ok(Conn::Slot(s, fd))
 }
 
 fn acquire() -> Result<Conn, CallError> {
@@ -338,7 +336,7 @@ fn acquire() -> Result<Conn, CallError> {
     let owner = OWNER.load(Ordering::Acquire);
     if owner != pid {
         if owner != 0 && shares_parent_memory() {
-            return new_connection().map(Conn::Temporary);
+            return temporary();
         }
         adopt(pid);
     }
@@ -348,21 +346,13 @@ fn acquire() -> Result<Conn, CallError> {
             if s.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 // Re-entered on this thread (a signal handler's call): a connection
                 // of its own, so the replies cannot cross.
-                return new_connection().map(Conn::Temporary);
+                return temporary();
             }
             let fd = s.fd.load(Ordering::Acquire);
             if fd >= 0 {
                 return Ok(Conn::Slot(s, fd));
             }
-            let fd = match new_connection() {
-                Ok(fd) => fd,
-                Err(e) => {
-                    s.busy.store(0, Ordering::Release);
-                    return Err(e);
-                }
-            };
-            s.fd.store(fd, Ordering::Release);
-            return Ok(Conn::Slot(s, fd));
+            return in_slot(s).inspect_err(|_| s.busy.store(0, Ordering::Release));
         }
     }
     for round in 0..2 {
@@ -374,30 +364,27 @@ fn acquire() -> Result<Conn, CallError> {
                     s.busy.store(0, Ordering::Release);
                     continue;
                 }
-                let fd = match new_connection() {
-                    Ok(fd) => fd,
-                    Err(e) => {
-                        s.key.store(0, Ordering::Release);
-                        s.busy.store(0, Ordering::Release);
-                        return Err(e);
-                    }
-                };
-                s.fd.store(fd, Ordering::Release);
-                return Ok(Conn::Slot(s, fd));
+                return in_slot(s).inspect_err(|_| {
+                    s.key.store(0, Ordering::Release);
+                    s.busy.store(0, Ordering::Release);
+                });
             }
         }
         if round == 0 {
             reclaim(pid);
         }
     }
-    new_connection().map(Conn::Temporary)
+    temporary()
 }
 
 fn release(c: Conn) {
     match c {
         Conn::Slot(s, _) => s.busy.store(0, Ordering::Release),
-        Conn::Temporary(fd) => {
+        Conn::Temporary(fd, pending) => {
             sys::close(fd);
+            if pending >= 0 {
+                sys::close(pending);
+            }
         }
     }
 }
@@ -440,13 +427,30 @@ pub fn call(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallErr
 
 fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
     let conn = acquire()?;
-    let fd = match conn {
-        Conn::Slot(_, fd) | Conn::Temporary(fd) => fd,
+    let (fd, pending) = match conn {
+        Conn::Slot(s, fd) => (fd, s.pending.load(Ordering::Acquire)),
+        Conn::Temporary(fd, pending) => (fd, pending),
     };
     let sent = send(fd, &buf[..len]);
     if sent < 0 {
         release(conn);
         sys::fatal(&[b"lost the connection to the Unix server"], 127);
+    }
+    if pending >= 0 {
+        // A new connection: the server takes it with pidfd_getfd (which needs ptrace
+        // access); its first reply says it did, and the copy of its end may go.
+        if !wait_first_reply(fd) {
+            release(conn);
+            sys::fatal(
+                &[b"the Unix server did not take this process's connection (it takes it with pidfd_getfd, \
+                    which needs ptrace access to the process: kernel.yama.ptrace_scope above 1?)"],
+                127,
+            );
+        }
+        if let Conn::Slot(s, _) = conn {
+            s.pending.store(-1, Ordering::Release);
+            sys::close(pending);
+        }
     }
     let mut got = [-1i32; MAX_FDS];
     let r = recv(fd, buf, &mut got, cloexec);

@@ -19,8 +19,7 @@
 /// `"IUX1"`, first word of every request and reply.
 pub const MAGIC: u32 = 0x3158_5549;
 /// The hello that gives the server a new connection, sent on [`SESSION_FD`] followed
-/// by the connection's descriptor number in the sender ([`encode_hello`]); the server
-/// answers it with these eight bytes on the connection once it has taken it.
+/// by the connection's descriptor number in the sender ([`encode_hello`]).
 pub const HELLO: [u8; 8] = *b"IUXHELLO";
 /// Length of a hello: [`HELLO`] and a descriptor number.
 pub const HELLO_LEN: usize = 12;

@@ -307,10 +307,6 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
                     (Ok((pid, _, _)), Ok(p)) if pid > 0 => Some((pid, p)),
                     _ => None,
                 };
-                // Tell the library it may close its copy of the server's end.
-                if sys::send(fd.as_fd(), &wire::HELLO, &[]).is_err() {
-                    continue;
-                }
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
                 let conn = Arc::new(Conn { fd, maker, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
