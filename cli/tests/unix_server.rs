@@ -257,3 +257,70 @@ fn unix_server_without_a_name_server_says_so_and_leaves_nothing() {
     assert!(!stats.status.success());
     assert!(text(&stats).contains("start `ictus name-server` first"), "{}", text(&stats));
 }
+
+/// `ictus unix run --server` decides nothing about what its program sees: the server
+/// does. So it refuses a run socket served by another user (here `nobody`'s real
+/// `ictus unix-server`, which would take root's program) with a clear error, before
+/// sending anything, judged by the uid the kernel gives for the socket's server
+/// (`SO_PEERCRED`).
+#[test]
+fn unix_run_refuses_a_server_of_another_user() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to start a server as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::shared("unix-server-other");
+    // Writable by anyone: had the program run under nobody's server, its file would be there.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let theirs = dir.join("nobody");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (ns_sock, run_sock) = (theirs.join("ns.sock"), theirs.join("run.sock"));
+    let as_nobody = |cmd: &mut Command| {
+        cmd.current_dir("/").uid(65534).gid(65534).env_remove("XDG_RUNTIME_DIR");
+    };
+    let mut ns = {
+        let mut cmd = ictus();
+        cmd.arg("name-server").arg("--socket").arg(&ns_sock).stdout(Stdio::null()).stderr(Stdio::null());
+        as_nobody(&mut cmd);
+        Proc::spawn("ictus name-server as nobody", &mut cmd)
+    };
+    wait_until("nobody's name server to answer", || {
+        let mut cmd = ictus();
+        cmd.arg("names").arg("--socket").arg(&ns_sock);
+        as_nobody(&mut cmd);
+        run(&mut cmd).status.success()
+    });
+    let mut server = {
+        let mut cmd = ictus();
+        cmd.arg("unix-server")
+            .arg("--socket")
+            .arg(&run_sock)
+            .arg("--name-server")
+            .arg(&ns_sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        as_nobody(&mut cmd);
+        Proc::spawn("ictus unix-server as nobody", &mut cmd)
+    };
+    wait_until("nobody's Unix server to be registered", || {
+        let mut cmd = ictus();
+        cmd.arg("names").arg("--socket").arg(&ns_sock);
+        as_nobody(&mut cmd);
+        String::from_utf8_lossy(&run(&mut cmd).stdout).lines().any(|n| n == "unix")
+    });
+    let out = dir.join("ran");
+    let refused = run(ictus()
+        .args(["-q", "unix", "run", "--server", "--socket"])
+        .arg(&run_sock)
+        .args(["--", "sh", "-c", &format!("echo ran > {}", out.display())])
+        .current_dir(dir.path()));
+    assert!(!refused.status.success(), "root's program ran under nobody's server: {}", text(&refused));
+    assert!(text(&refused).contains("runs as uid 65534, not as this user"), "{}", text(&refused));
+    assert!(!out.exists(), "the program ran");
+    assert!(server.terminate().success());
+    assert!(ns.terminate().success());
+}

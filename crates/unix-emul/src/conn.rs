@@ -1,7 +1,16 @@
 //! The library's connections to the server: one `SOCK_SEQPACKET` socket per thread,
-//! made on first use by sending one end of a fresh socketpair on the session socket
-//! every process inherits ([`SESSION_FD`]). The kernel stamps every request with the
-//! sender's pid, uid and gid, and hangs the socket up when the process dies.
+//! made on first use: a fresh socketpair, one end named by number in a hello on the
+//! session socket every process inherits ([`SESSION_FD`]); the server takes it with
+//! `pidfd_getfd`. The first request follows at once on the new connection (no round
+//! trip for the hello), and the library closes its copy of the server's end when the
+//! first reply is in: the server has taken it then.
+//! The kernel stamps every request with the sender's pid, uid and gid and a pidfd of
+//! it, and hangs the socket up when the process dies.
+//!
+//! The library sends with `sendto` and no address, never `sendmsg`: descriptors a
+//! request names go as numbers ([`crate::wire::RequestHeader::fd_args`]), so the
+//! filter can trap every `sendmsg` and every addressed `sendto` from anywhere, the
+//! library's code included (an address is what it cannot read).
 //!
 //! Threads, `fork` and `vfork` are not intercepted: the table finds out lazily.
 //! A thread is keyed by (pid, tid); a process whose pid is not the table's owner is
@@ -21,10 +30,14 @@ struct Slot {
     key: AtomicU64,
     fd: AtomicI32,
     busy: AtomicU32,
+    /// The library's copy of the server's end of a new connection, kept until the
+    /// first reply shows the server has taken it; -1 after.
+    pending: AtomicI32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Slot = Slot { key: AtomicU64::new(0), fd: AtomicI32::new(-1), busy: AtomicU32::new(0) };
+const EMPTY: Slot =
+    Slot { key: AtomicU64::new(0), fd: AtomicI32::new(-1), busy: AtomicU32::new(0), pending: AtomicI32::new(-1) };
 static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
@@ -37,6 +50,16 @@ const SCM_RIGHTS: i32 = 1;
 const MSG_CMSG_CLOEXEC: u64 = 0x4000_0000;
 const MSG_NOSIGNAL: u64 = 0x4000;
 const KCMP_VM: u64 = 1;
+const PR_GET_DUMPABLE: u64 = 3;
+const PR_SET_DUMPABLE: u64 = 4;
+/// Yama's `PR_SET_PTRACER`: which process may ptrace this one when
+/// `kernel.yama.ptrace_scope` is 1 (`EINVAL` without Yama: ignored).
+const PR_SET_PTRACER: u64 = 0x5961_6d61;
+const SO_PEERCRED: u64 = 17;
+const POLLIN: i16 = 1;
+/// How long the library waits for the server to take a new connection before it
+/// says why it could not (generous: a loaded machine).
+const HELLO_TIMEOUT_MS: u64 = 20_000;
 
 #[repr(C)]
 struct Iovec {
@@ -66,43 +89,40 @@ struct Cmsg([u8; CMSG_ROOM]);
 /// Why a call could not be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallError {
-    /// A descriptor to attach is not open (the program passed a bad one).
-    BadFd,
     /// No connection could be made (descriptors exhausted).
     NoConnection,
 }
 
-fn send(fd: i32, bytes: &[u8], fds: &[i32]) -> i64 {
-    let iov = Iovec { base: bytes.as_ptr(), len: bytes.len() };
-    let mut cmsg = Cmsg([0; CMSG_ROOM]);
-    let mut msg = Msghdr {
-        name: core::ptr::null_mut(),
-        namelen: 0,
-        iov: &iov,
-        iovlen: 1,
-        control: core::ptr::null_mut(),
-        controllen: 0,
-        flags: 0,
-    };
-    if !fds.is_empty() {
-        let n = fds.len().min(MAX_FDS);
-        let len = 16 + 4 * n;
-        cmsg.0[0..8].copy_from_slice(&(len as u64).to_le_bytes());
-        cmsg.0[8..12].copy_from_slice(&SOL_SOCKET.to_le_bytes());
-        cmsg.0[12..16].copy_from_slice(&SCM_RIGHTS.to_le_bytes());
-        for (i, f) in fds.iter().take(n).enumerate() {
-            cmsg.0[16 + 4 * i..20 + 4 * i].copy_from_slice(&f.to_le_bytes());
-        }
-        msg.control = cmsg.0.as_mut_ptr();
-        msg.controllen = (len + 7) & !7;
-    }
+fn send(fd: i32, bytes: &[u8]) -> i64 {
     loop {
-        // SAFETY: msg points at live buffers for the duration of the call (sendmsg(2)).
-        let r = unsafe { syscall6(sys::SYS_SENDMSG, fd as u64, &msg as *const Msghdr as u64, MSG_NOSIGNAL, 0, 0, 0) };
+        // SAFETY: bytes is a live buffer; no address (sendto(2)).
+        let r = unsafe {
+            syscall6(sys::SYS_SENDTO, fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, MSG_NOSIGNAL, 0, 0)
+        };
         if r != -4 {
             return r;
         }
     }
+}
+
+/// Run `f` with this process dumpable: the server takes descriptors from it with
+/// `pidfd_getfd` and reads its `/proc/PID` entries (working directory, umask), which
+/// need ptrace access, and a process that made itself non-dumpable
+/// (`PR_SET_DUMPABLE` 0, as agents holding keys do) refuses that to anyone but root
+/// (its `/proc/PID` then belongs to root). It is made dumpable only for the call,
+/// then put back: one `prctl` more per call for the others.
+fn while_dumpable<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: no pointers (prctl(2): PR_GET_DUMPABLE).
+    let was = unsafe { syscall6(sys::SYS_PRCTL, PR_GET_DUMPABLE, 0, 0, 0, 0, 0) };
+    if was != 0 {
+        return f();
+    }
+    // SAFETY: no pointers (PR_SET_DUMPABLE).
+    unsafe { syscall6(sys::SYS_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0) };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { syscall6(sys::SYS_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0) };
+    r
 }
 
 /// Receive one message; returns (bytes, descriptors received).
@@ -162,7 +182,10 @@ fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_FDS], cloexec: bool) -> Res
     Ok((n as usize, got))
 }
 
-fn new_connection() -> Result<i32, CallError> {
+/// A new connection: `(the library's end, its copy of the server's end)`, both in
+/// the reserved range where the program cannot close them; the second is named in
+/// the hello and closed after the first reply ([`call_blocked`]).
+fn new_connection() -> Result<(i32, i32), CallError> {
     let mut pair = [0i32; 2];
     // SAFETY: pair has room for two descriptors (socketpair(2)).
     let r = unsafe { syscall6(53, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair.as_mut_ptr() as u64, 0, 0) };
@@ -175,23 +198,69 @@ fn new_connection() -> Result<i32, CallError> {
     let one: i32 = 1;
     // SAFETY: an int option.
     unsafe { syscall6(54, pair[0] as u64, 1, 16, &one as *const i32 as u64, 4, 0) };
-    let sent = send(SESSION_FD, &wire::HELLO, &[pair[1]]);
-    sys::close(pair[1]);
-    if sent < 0 {
-        sys::close(pair[0]);
+    allow_server_to_trace();
+    let mut moved = [-1i32; 2];
+    for (m, fd) in moved.iter_mut().zip(pair) {
+        // SAFETY: no pointers.
+        let r = unsafe { syscall6(sys::SYS_FCNTL, fd as u64, F_DUPFD_CLOEXEC, RESERVED_LO as u64, 0, 0, 0) };
+        sys::close(fd);
+        *m = r as i32;
+    }
+    if moved.iter().any(|m| !(0..CONN_HI).contains(m)) {
+        for m in moved.into_iter().filter(|&m| m >= 0) {
+            sys::close(m);
+        }
+        return Err(CallError::NoConnection);
+    }
+    if send(SESSION_FD, &wire::encode_hello(moved[1])) < 0 {
+        sys::close(moved[0]);
+        sys::close(moved[1]);
         sys::fatal(&[b"the session socket is gone; the Unix server has stopped"], 127);
     }
-    // SAFETY: no pointers.
-    let moved = unsafe { syscall6(sys::SYS_FCNTL, pair[0] as u64, F_DUPFD_CLOEXEC, RESERVED_LO as u64, 0, 0, 0) };
-    sys::close(pair[0]);
-    if moved < 0 {
-        return Err(CallError::NoConnection);
+    Ok((moved[0], moved[1]))
+}
+
+/// Wait for the first reply on a new connection `fd`: if it never comes, the server
+/// could not take the connection (`false`).
+fn wait_first_reply(fd: i32) -> bool {
+    #[repr(C)]
+    struct PollFd {
+        fd: i32,
+        events: i16,
+        revents: i16,
     }
-    if moved >= CONN_HI as i64 {
-        sys::close(moved as i32);
-        return Err(CallError::NoConnection);
+    let mut p = PollFd { fd, events: POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one pollfd (poll(2)).
+        let r = unsafe { syscall6(sys::SYS_POLL, &mut p as *mut PollFd as u64, 1, HELLO_TIMEOUT_MS, 0, 0, 0) };
+        if r != -4 {
+            return r == 1;
+        }
     }
-    Ok(moved as i32)
+}
+
+/// Where Yama restricts ptrace to ancestors (`ptrace_scope` 1), let the server —
+/// the process at the other end of the session socket, which is not always an
+/// ancestor (`ictus unix-server`) — take descriptors from this one.
+fn allow_server_to_trace() {
+    let mut cred = [0i32; 3];
+    let mut len = 12u32;
+    // SAFETY: a struct ucred's room and its length (getsockopt(2), unix(7)).
+    let r = unsafe {
+        syscall6(
+            sys::SYS_GETSOCKOPT,
+            SESSION_FD as u64,
+            SOL_SOCKET as u64,
+            SO_PEERCRED,
+            cred.as_mut_ptr() as u64,
+            &mut len as *mut u32 as u64,
+            0,
+        )
+    };
+    if r == 0 && cred[0] > 0 {
+        // SAFETY: no pointers (prctl(2), Yama).
+        unsafe { syscall6(sys::SYS_PRCTL, PR_SET_PTRACER, cred[0] as u64, 0, 0, 0, 0) };
+    }
 }
 
 /// Whether this process shares its memory with its parent (a `vfork` child).
@@ -207,9 +276,10 @@ fn shares_parent_memory() -> bool {
 fn adopt(pid: i32) {
     for s in &TABLE {
         if s.key.load(Ordering::Relaxed) != 0 {
-            let fd = s.fd.swap(-1, Ordering::Relaxed);
-            if fd >= 0 {
-                sys::close(fd);
+            for fd in [s.fd.swap(-1, Ordering::Relaxed), s.pending.swap(-1, Ordering::Relaxed)] {
+                if fd >= 0 {
+                    sys::close(fd);
+                }
             }
             s.key.store(0, Ordering::Relaxed);
             s.busy.store(0, Ordering::Relaxed);
@@ -230,9 +300,10 @@ fn reclaim(pid: i32) {
         if unsafe { syscall6(sys::SYS_TGKILL, pid as u64, tid, 0, 0, 0, 0) } == -3
             && s.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            let fd = s.fd.swap(-1, Ordering::AcqRel);
-            if fd >= 0 {
-                sys::close(fd);
+            for fd in [s.fd.swap(-1, Ordering::AcqRel), s.pending.swap(-1, Ordering::AcqRel)] {
+                if fd >= 0 {
+                    sys::close(fd);
+                }
             }
             s.key.store(0, Ordering::Release);
             s.busy.store(0, Ordering::Release);
@@ -242,7 +313,19 @@ fn reclaim(pid: i32) {
 
 enum Conn {
     Slot(&'static Slot, i32),
-    Temporary(i32),
+    /// A connection for one call, and its pending end.
+    Temporary(i32, i32),
+}
+
+fn temporary() -> Result<Conn, CallError> {
+    new_connection().map(|(fd, pending)| Conn::Temporary(fd, pending))
+}
+
+fn in_slot(s: &'static Slot) -> Result<Conn, CallError> {
+    let (fd, pending) = new_connection()?;
+    s.pending.store(pending, Ordering::Release);
+    s.fd.store(fd, Ordering::Release);
+    Ok(Conn::Slot(s, fd))
 }
 
 fn acquire() -> Result<Conn, CallError> {
@@ -253,7 +336,7 @@ fn acquire() -> Result<Conn, CallError> {
     let owner = OWNER.load(Ordering::Acquire);
     if owner != pid {
         if owner != 0 && shares_parent_memory() {
-            return new_connection().map(Conn::Temporary);
+            return temporary();
         }
         adopt(pid);
     }
@@ -263,21 +346,13 @@ fn acquire() -> Result<Conn, CallError> {
             if s.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 // Re-entered on this thread (a signal handler's call): a connection
                 // of its own, so the replies cannot cross.
-                return new_connection().map(Conn::Temporary);
+                return temporary();
             }
             let fd = s.fd.load(Ordering::Acquire);
             if fd >= 0 {
                 return Ok(Conn::Slot(s, fd));
             }
-            let fd = match new_connection() {
-                Ok(fd) => fd,
-                Err(e) => {
-                    s.busy.store(0, Ordering::Release);
-                    return Err(e);
-                }
-            };
-            s.fd.store(fd, Ordering::Release);
-            return Ok(Conn::Slot(s, fd));
+            return in_slot(s).inspect_err(|_| s.busy.store(0, Ordering::Release));
         }
     }
     for round in 0..2 {
@@ -289,30 +364,27 @@ fn acquire() -> Result<Conn, CallError> {
                     s.busy.store(0, Ordering::Release);
                     continue;
                 }
-                let fd = match new_connection() {
-                    Ok(fd) => fd,
-                    Err(e) => {
-                        s.key.store(0, Ordering::Release);
-                        s.busy.store(0, Ordering::Release);
-                        return Err(e);
-                    }
-                };
-                s.fd.store(fd, Ordering::Release);
-                return Ok(Conn::Slot(s, fd));
+                return in_slot(s).inspect_err(|_| {
+                    s.key.store(0, Ordering::Release);
+                    s.busy.store(0, Ordering::Release);
+                });
             }
         }
         if round == 0 {
             reclaim(pid);
         }
     }
-    new_connection().map(Conn::Temporary)
+    temporary()
 }
 
 fn release(c: Conn) {
     match c {
         Conn::Slot(s, _) => s.busy.store(0, Ordering::Release),
-        Conn::Temporary(fd) => {
+        Conn::Temporary(fd, pending) => {
             sys::close(fd);
+            if pending >= 0 {
+                sys::close(pending);
+            }
         }
     }
 }
@@ -338,32 +410,47 @@ pub struct Answer {
     pub nfds: usize,
 }
 
-/// Send the request in `buf[..len]` with `fds` attached, and receive the reply into
-/// `buf`. Signals other than SIGSYS and the synchronous ones wait until the reply is
-/// in, so that a handler's own calls never cross this one's.
-pub fn call(buf: &mut [u8], len: usize, fds: &[i32], cloexec: bool) -> Result<Answer, CallError> {
+/// Send the request in `buf[..len]` and receive the reply into `buf`, with this
+/// process dumpable meanwhile (see [`while_dumpable`]). Signals other
+/// than SIGSYS and the synchronous ones wait until the reply is in, so that a
+/// handler's own calls never cross this one's.
+pub fn call(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
     let mut old = 0u64;
     let block = BLOCK_DURING_CALL;
     // SAFETY: both pointers are to live u64s; sigsetsize 8 (rt_sigprocmask(2)).
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 0, &block as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0) };
-    let result = call_blocked(buf, len, fds, cloexec);
+    let result = while_dumpable(|| call_blocked(buf, len, cloexec));
     // SAFETY: as above.
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 2, &old as *const u64 as u64, 0, 8, 0, 0) };
     result
 }
 
-fn call_blocked(buf: &mut [u8], len: usize, fds: &[i32], cloexec: bool) -> Result<Answer, CallError> {
+fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
     let conn = acquire()?;
-    let fd = match conn {
-        Conn::Slot(_, fd) | Conn::Temporary(fd) => fd,
+    let (fd, pending) = match conn {
+        Conn::Slot(s, fd) => (fd, s.pending.load(Ordering::Acquire)),
+        Conn::Temporary(fd, pending) => (fd, pending),
     };
-    let sent = send(fd, &buf[..len], fds);
+    let sent = send(fd, &buf[..len]);
     if sent < 0 {
         release(conn);
-        if sent == -9 {
-            return Err(CallError::BadFd);
-        }
         sys::fatal(&[b"lost the connection to the Unix server"], 127);
+    }
+    if pending >= 0 {
+        // A new connection: the server takes it with pidfd_getfd (which needs ptrace
+        // access); its first reply says it did, and the copy of its end may go.
+        if !wait_first_reply(fd) {
+            release(conn);
+            sys::fatal(
+                &[b"the Unix server did not take this process's connection (it takes it with pidfd_getfd, \
+                    which needs ptrace access to the process: kernel.yama.ptrace_scope above 1?)"],
+                127,
+            );
+        }
+        if let Conn::Slot(s, _) = conn {
+            s.pending.store(-1, Ordering::Release);
+            sys::close(pending);
+        }
     }
     let mut got = [-1i32; MAX_FDS];
     let r = recv(fd, buf, &mut got, cloexec);

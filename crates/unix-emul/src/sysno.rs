@@ -33,6 +33,9 @@ pub const DUP2: u32 = 33;
 pub const GETPID: u32 = 39;
 pub const SOCKET: u32 = 41;
 pub const SOCKETPAIR: u32 = 53;
+pub const SENDTO: u32 = 44;
+pub const SENDMSG: u32 = 46;
+pub const SENDMMSG: u32 = 307;
 pub const CONNECT: u32 = 42;
 pub const BIND: u32 = 49;
 pub const CLONE: u32 = 56;
@@ -219,13 +222,16 @@ pub mod errno {
     pub const EINVAL: i32 = 22;
     pub const EMFILE: i32 = 24;
     pub const EROFS: i32 = 30;
+    pub const EPIPE: i32 = 32;
     pub const ENAMETOOLONG: i32 = 36;
     pub const ENOSYS: i32 = 38;
     pub const ELOOP: i32 = 40;
+    pub const EMSGSIZE: i32 = 90;
     pub const ENODATA: i32 = 61;
     pub const EAFNOSUPPORT: i32 = 97;
     pub const EOPNOTSUPP: i32 = 95;
     pub const ENOTSUP: i32 = 95;
+    pub const ENOBUFS: i32 = 105;
 }
 
 /// What happens to a system call, decided once here.
@@ -264,8 +270,9 @@ pub enum ArgCheck {
     Ioctl,
     /// `socket(domain, type, …)` and `socketpair`: families other than `AF_UNIX`
     /// when the network is off; `AF_UNIX` datagram sockets when the view confines
-    /// paths (a datagram's destination path is resolved by the kernel in
-    /// `sendto`/`sendmsg`, which the filter cannot see into: see doc/unix.md).
+    /// paths and addressed sends cannot be served (a datagram's destination path is
+    /// resolved by the kernel in `sendto`/`sendmsg`, which the filter cannot see
+    /// into: see doc/unix.md).
     Socket,
     /// Argument N is a signal mask pointer: non-null goes to the library (SIGSYS must
     /// never be blocked, or the kernel kills the program at its next trapped call).
@@ -380,6 +387,7 @@ const NAMES: &[(u32, &str)] = &[
     (43, "accept"),
     (44, "sendto"),
     (45, "recvfrom"),
+    (46, "sendmsg"),
     (49, "bind"),
     (50, "listen"),
     (53, "socketpair"),
@@ -448,6 +456,7 @@ const NAMES: &[(u32, &str)] = &[
     (280, "utimensat"),
     (298, "perf_event_open"),
     (302, "prlimit64"),
+    (307, "sendmmsg"),
     (308, "setns"),
     (316, "renameat2"),
     (317, "seccomp"),

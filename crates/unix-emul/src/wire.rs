@@ -2,9 +2,14 @@
 //! on (reserved descriptors, the library's address range, the filter's probe).
 //!
 //! A request is one `SOCK_SEQPACKET` datagram: a [`RequestHeader`], then up to two
-//! paths and some extra bytes, with the program's descriptors the call names attached
-//! by `SCM_RIGHTS` and the caller's pid, uid and gid by `SCM_CREDENTIALS`. A reply is
-//! a [`ReplyHeader`], its data, and the descriptors the server hands over.
+//! paths and some extra bytes, sent with `sendto` and no address; the kernel adds the
+//! caller's pid, uid and gid (`SCM_CREDENTIALS`) and a pidfd of it (`SCM_PIDFD`). The
+//! program's descriptors the call names travel as numbers in the header's arguments
+//! ([`RequestHeader::fd_args`] says which): the server takes them from the sender with
+//! `pidfd_getfd`, so the library never needs `sendmsg` (which the filter can then
+//! trap from everywhere: its address is the one thing the filter cannot read). A
+//! reply is a [`ReplyHeader`], its data, and the descriptors the server hands over
+//! (`SCM_RIGHTS`, received with `recvmsg`).
 //!
 //! The server decodes requests with [`Request::parse`] (a checked view: nothing is
 //! read before its length is checked); the fuzz target `unix_request` drives it.
@@ -13,8 +18,28 @@
 
 /// `"IUX1"`, first word of every request and reply.
 pub const MAGIC: u32 = 0x3158_5549;
-/// The hello that gives the server a new connection, sent on [`SESSION_FD`].
+/// The hello that gives the server a new connection, sent on [`SESSION_FD`] followed
+/// by the connection's descriptor number in the sender ([`encode_hello`]).
 pub const HELLO: [u8; 8] = *b"IUXHELLO";
+/// Length of a hello: [`HELLO`] and a descriptor number.
+pub const HELLO_LEN: usize = 12;
+
+/// The hello naming descriptor `fd` of the sender.
+pub fn encode_hello(fd: i32) -> [u8; HELLO_LEN] {
+    let mut h = [0u8; HELLO_LEN];
+    h[..8].copy_from_slice(&HELLO);
+    h[8..].copy_from_slice(&fd.to_le_bytes());
+    h
+}
+
+/// The descriptor number a hello names, if `bytes` is one (a non-negative number).
+pub fn parse_hello(bytes: &[u8]) -> Option<i32> {
+    if bytes.len() != HELLO_LEN || bytes[..8] != HELLO {
+        return None;
+    }
+    let fd = le32(bytes, 8) as i32;
+    (fd >= 0).then_some(fd)
+}
 
 /// The session socket every process of a session inherits: hellos go there.
 pub const SESSION_FD: i32 = 1023;
@@ -129,6 +154,10 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const MAX_REPLY: usize = 64 * 1024;
 /// Most descriptors in one message.
 pub const MAX_FDS: usize = 3;
+/// Most control data a program's send carries to the server (`SENDMSG`: the
+/// kernel's own limit, `optmem_max`, is 20 KiB by default; 253 descriptors —
+/// `SCM_MAX_FD` — take 1,028 bytes). More is `ENOBUFS`, as the kernel answers.
+pub const MAX_SEND_CONTROL: usize = 4096;
 
 /// Request header. All fields little-endian, as on the machine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -138,7 +167,8 @@ pub struct RequestHeader {
     pub magic: u32,
     /// The system call number.
     pub op: u32,
-    /// Bit `i` set: argument `i` is a descriptor, attached in argument order.
+    /// Bit `i` set: argument `i` is a descriptor of the sender, which the server takes
+    /// with `pidfd_getfd` (at most [`MAX_FDS`] of them).
     pub fd_args: u32,
     /// Length of the first path (no NUL); `u32::MAX` if there is none.
     pub len1: u32,
@@ -191,7 +221,7 @@ pub enum WireError {
     Length,
     /// A path longer than [`PATH_MAX`] or containing a NUL.
     Path,
-    /// The descriptors attached are not the ones the header announces.
+    /// More descriptors named than [`MAX_FDS`], or a bit beyond the six arguments.
     Fds,
 }
 
@@ -202,7 +232,7 @@ impl core::fmt::Display for WireError {
             WireError::Magic => "bad magic",
             WireError::Length => "lengths do not add up to the datagram",
             WireError::Path => "path too long or containing NUL",
-            WireError::Fds => "attached descriptors differ from the header",
+            WireError::Fds => "more than three descriptors, or not among the six arguments",
         })
     }
 }
@@ -233,8 +263,8 @@ fn le64(b: &[u8], at: usize) -> u64 {
 }
 
 impl<'a> Request<'a> {
-    /// Check a datagram that arrived with `nfds` descriptors.
-    pub fn parse(bytes: &'a [u8], nfds: usize) -> Result<Request<'a>, WireError> {
+    /// Check a datagram.
+    pub fn parse(bytes: &'a [u8]) -> Result<Request<'a>, WireError> {
         if bytes.len() < REQUEST_HEADER {
             return Err(WireError::Short);
         }
@@ -255,7 +285,7 @@ impl<'a> Request<'a> {
         if header.magic != MAGIC {
             return Err(WireError::Magic);
         }
-        if header.fd_args & !0x3f != 0 || header.fd_args.count_ones() as usize != nfds || nfds > MAX_FDS {
+        if header.fd_args & !0x3f != 0 || header.fd_args.count_ones() as usize > MAX_FDS {
             return Err(WireError::Fds);
         }
         let body = &bytes[REQUEST_HEADER..];
@@ -351,7 +381,7 @@ mod tests {
     fn a_request_round_trips() {
         let mut buf = [0u8; 512];
         let n = encode_request(&mut buf, 257, 7, 1, [3, 0, 2, 0o644, 0, 0], Some(b"a/b"), None, b"xy").unwrap();
-        let r = Request::parse(&buf[..n], 1).unwrap();
+        let r = Request::parse(&buf[..n]).unwrap();
         assert_eq!(r.header.op, 257);
         assert_eq!(r.path1, Some(&b"a/b"[..]));
         assert_eq!(r.path2, None);
@@ -364,18 +394,32 @@ mod tests {
     fn bad_requests_are_refused() {
         let mut buf = [0u8; 512];
         let n = encode_request(&mut buf, 2, 0, 0, [0; 6], Some(b"abc"), None, b"").unwrap();
-        assert_eq!(Request::parse(&buf[..n - 1], 0), Err(WireError::Length));
-        assert_eq!(Request::parse(&buf[..n], 1), Err(WireError::Fds));
-        assert_eq!(Request::parse(&buf[..10], 0), Err(WireError::Short));
+        assert_eq!(Request::parse(&buf[..n - 1]), Err(WireError::Length));
+        assert_eq!(Request::parse(&buf[..10]), Err(WireError::Short));
+        let mut many = buf;
+        many[8..12].copy_from_slice(&0xfu32.to_le_bytes());
+        assert_eq!(Request::parse(&many[..n]), Err(WireError::Fds));
+        many[8..12].copy_from_slice(&0x40u32.to_le_bytes());
+        assert_eq!(Request::parse(&many[..n]), Err(WireError::Fds));
         let mut bad = buf;
         bad[REQUEST_HEADER + 1] = 0;
-        assert_eq!(Request::parse(&bad[..n], 0), Err(WireError::Path));
+        assert_eq!(Request::parse(&bad[..n]), Err(WireError::Path));
         bad = buf;
         bad[12..16].copy_from_slice(&(u32::MAX - 1).to_le_bytes());
-        assert_eq!(Request::parse(&bad[..n], 0), Err(WireError::Path));
+        assert_eq!(Request::parse(&bad[..n]), Err(WireError::Path));
         bad = buf;
         bad[0] = 0;
-        assert_eq!(Request::parse(&bad[..n], 0), Err(WireError::Magic));
+        assert_eq!(Request::parse(&bad[..n]), Err(WireError::Magic));
+    }
+
+    #[test]
+    fn hellos_name_a_descriptor() {
+        assert_eq!(parse_hello(&encode_hello(961)), Some(961));
+        assert_eq!(parse_hello(&encode_hello(-1)), None);
+        assert_eq!(parse_hello(&HELLO), None);
+        let mut h = encode_hello(5);
+        h[0] = b'X';
+        assert_eq!(parse_hello(&h), None);
     }
 
     #[test]

@@ -50,9 +50,18 @@ const fn arg_hi(i: u8) -> u32 {
 pub struct FilterPolicy {
     /// Network families other than `AF_UNIX` allowed.
     pub network: bool,
-    /// `AF_UNIX` datagram sockets allowed (the view is the host's tree: see
-    /// [`Policy::confines_paths`](crate::policy::Policy::confines_paths)).
+    /// `AF_UNIX` datagram sockets allowed (the view is the host's tree — see
+    /// [`Policy::confines_paths`](crate::policy::Policy::confines_paths) — or
+    /// addressed sends are served).
     pub unix_datagrams: bool,
+    /// Sends whose destination or control data the filter cannot see are served
+    /// (the view confines paths, so the kernel's resolution of an `AF_UNIX` path is
+    /// not the view's): `sendto` with an address, `sendmsg` and `sendmmsg` are
+    /// trapped from anywhere — and end the process when they come from the
+    /// library's code, which never makes them (it sends with `sendto` and no
+    /// address): a program that jumps there is hostile. `sendto` without an
+    /// address stays native.
+    pub served_sends: bool,
     /// Directory listings (`getdents`, `getdents64`) are served, so the names the
     /// view hides are left out of them (the policy hides something).
     pub served_listings: bool,
@@ -89,9 +98,24 @@ enum Act {
     Check(ArgCheck),
     /// To the library's code only with read-only arguments; else trapped.
     LibIf(Lookup),
+    /// `sendto`: allowed without an address (argument 4 null), else trapped.
+    SendTo,
+    /// `sendto` the policy refuses: the library's code only, without an address.
+    SendToLib,
+    /// Trapped from the program; the process is killed if it comes from the
+    /// library's code (which never makes it).
+    NotFromLib,
 }
 
 fn action(nr: u32, p: &FilterPolicy) -> Act {
+    if p.served_sends {
+        match nr {
+            sysno::SENDMSG | sysno::SENDMMSG => return Act::NotFromLib,
+            sysno::SENDTO if p.refused.contains(&nr) => return Act::SendToLib,
+            sysno::SENDTO => return Act::SendTo,
+            _ => {}
+        }
+    }
     if p.refused.contains(&nr) {
         // Refused to the program; the library's own calls stay allowed (they are
         // harmless: a refusal of a native call is policy for the program, and the
@@ -235,7 +259,13 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
     .collect();
     let lookup_labels: Vec<(Lookup, usize)> =
         [Lookup::OpenReadOnly, Lookup::AccessNoWrite].into_iter().map(|c| (c, a.label())).collect();
+    let send_to = a.label();
+    let send_to_lib = a.label();
+    let not_from_lib = a.label();
     let label_of = |act: Act| match act {
+        Act::SendTo => send_to,
+        Act::SendToLib => send_to_lib,
+        Act::NotFromLib => not_from_lib,
         Act::Allow => allow,
         Act::Trap => trap,
         Act::Lib => lib,
@@ -404,6 +434,46 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
         a.at(to_lib);
         a.push(Ins::Ja(lib));
     }
+    // sendto: an address (a pointer in argument 4) is trapped; none is native (or,
+    // if the policy refuses sendto, the library's only).
+    for (l, to_lib) in [(send_to, false), (send_to_lib, true)] {
+        let lo_zero = a.label();
+        let none = a.label();
+        let addressed = a.label();
+        a.at(l);
+        a.push(Ins::Ld(arg_lo(4)));
+        a.push(Ins::J(JMP_JEQ_K, 0, lo_zero, addressed));
+        a.at(lo_zero);
+        a.push(Ins::Ld(arg_hi(4)));
+        a.push(Ins::J(JMP_JEQ_K, 0, none, addressed));
+        a.at(none);
+        if to_lib {
+            a.push(Ins::Ja(lib));
+        } else {
+            a.push(Ins::Ret(RET_ALLOW));
+        }
+        a.at(addressed);
+        a.push(Ins::Ret(RET_TRAP | wire::TRAP_DATA as u32));
+    }
+    // sendmsg/sendmmsg under served sends: trapped, or killed from the library's code.
+    {
+        let hi_ok = a.label();
+        let lo_ok = a.label();
+        let outside = a.label();
+        let inside = a.label();
+        a.at(not_from_lib);
+        a.push(Ins::Ld(OFF_IP_HI));
+        a.push(Ins::J(JMP_JEQ_K, (wire::LIB_LO >> 32) as u32, hi_ok, outside));
+        a.at(hi_ok);
+        a.push(Ins::Ld(OFF_IP_LO));
+        a.push(Ins::J(JMP_JGE_K, wire::LIB_LO as u32, lo_ok, outside));
+        a.at(lo_ok);
+        a.push(Ins::J(JMP_JGE_K, wire::LIB_HI as u32, outside, inside));
+        a.at(inside);
+        a.push(Ins::Ret(RET_KILL_PROCESS));
+        a.at(outside);
+        a.push(Ins::Ret(RET_TRAP | wire::TRAP_DATA as u32));
+    }
     // From the library's own code: allowed; from anywhere else: trapped to it.
     let lib_hi_ok = a.label();
     let lib_lo_ok = a.label();
@@ -473,6 +543,7 @@ mod tests {
             served_listings: false,
             native_lookups: false,
             native_write_access: false,
+            served_sends: false,
             refused: vec![],
         };
         let f = build(&p);
@@ -563,6 +634,7 @@ mod tests {
                 served_listings: false,
                 native_lookups: false,
                 native_write_access: false,
+                served_sends: false,
                 refused: vec![],
             });
             let open = build(&FilterPolicy {
@@ -571,6 +643,7 @@ mod tests {
                 served_listings: false,
                 native_lookups: false,
                 native_write_access: false,
+                served_sends: false,
                 refused: vec![],
             });
             for n in [nr::SOCKET, nr::SOCKETPAIR] {
@@ -589,6 +662,48 @@ mod tests {
                 assert_eq!(run(&open, n, PROG, [2, 2, 0, 0, 0, 0]), inet);
             }
         }
+    }
+
+    #[test]
+    fn addressed_sends_are_served_where_the_view_confines_paths() {
+        let native = build(&FilterPolicy::default());
+        let served = build(&FilterPolicy { served_sends: true, unix_datagrams: true, ..FilterPolicy::default() });
+        let refusing = build(&FilterPolicy {
+            served_sends: true,
+            unix_datagrams: true,
+            refused: vec![nr::SENDTO, nr::SENDMSG],
+            ..FilterPolicy::default()
+        });
+        let addr = [3, 0x1000, 10, 0, 0x2000, 110];
+        let none = [3, 0x1000, 10, 0, 0, 0];
+        let high = [3, 0x1000, 10, 0, 1 << 32, 110];
+        // Where the view is the host's, the kernel's resolution is the view's.
+        for n in [nr::SENDTO, nr::SENDMSG, nr::SENDMMSG] {
+            assert_eq!(run(&native, n, PROG, addr), RET_ALLOW, "{n}");
+        }
+        // sendto: an address is trapped from anywhere, the library's code included.
+        assert_eq!(run(&served, nr::SENDTO, PROG, none), RET_ALLOW);
+        assert_eq!(run(&served, nr::SENDTO, LIB, none), RET_ALLOW);
+        for args in [addr, high] {
+            assert_eq!(run(&served, nr::SENDTO, PROG, args), TRAP);
+            assert_eq!(run(&served, nr::SENDTO, LIB, args), TRAP);
+            assert_eq!(run(&refusing, nr::SENDTO, LIB, args), TRAP);
+        }
+        // Refused to the program: the library still reaches the server, without an address.
+        assert_eq!(run(&refusing, nr::SENDTO, PROG, none), TRAP);
+        assert_eq!(run(&refusing, nr::SENDTO, LIB, none), RET_ALLOW);
+        // sendmsg, sendmmsg: trapped from the program, fatal from the library's code.
+        for f in [&served, &refusing] {
+            for n in [nr::SENDMSG, nr::SENDMMSG] {
+                assert_eq!(run(f, n, PROG, none), TRAP, "{n}");
+                assert_eq!(run(f, n, LIB, none), RET_KILL_PROCESS, "{n}");
+                assert_eq!(run(f, n, wire::LIB_HI, none), TRAP, "{n}");
+                assert_eq!(run(f, n, LIB | (1 << 32), none), TRAP, "{n}");
+            }
+        }
+        // Datagram sockets are back.
+        assert_eq!(run(&served, nr::SOCKET, PROG, [1, 2, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&served, 47, PROG, none), RET_ALLOW);
     }
 
     #[test]
@@ -660,6 +775,7 @@ mod tests {
             served_listings: false,
             native_lookups: false,
             native_write_access: false,
+            served_sends: false,
             refused: vec![nr::GETPID, nr::OPENAT],
         });
         assert_eq!(run(&f, nr::GETPID, PROG, [0; 6]), TRAP);

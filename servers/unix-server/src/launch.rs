@@ -208,10 +208,19 @@ pub fn start_server(policy: Policy) -> Result<(Server, PathBuf), RunError> {
     Ok((server, loader_path))
 }
 
+/// Whether the session's sends with a destination or control data are served (see
+/// [`FilterPolicy::served_sends`]): where the view confines paths, and the kernel
+/// attaches a pidfd of a request's sender (the server takes the descriptors named
+/// with it; without, a sender that dies mid-request could have its pid reused, and
+/// such sends, and `AF_UNIX` datagram sockets, stay refused as before).
+pub fn served_sends(policy: &Policy) -> bool {
+    policy.confines_paths() && crate::server::pidfd_support()
+}
+
 /// Whether the libraries may do read-only lookups natively: the view confines
 /// nothing such a lookup could reveal (no `hide`, no bind mount, no other root; `ro`
 /// lines restrict only writes, and writes stay served). See `ictus_unix_emul::lookup`.
-pub fn native_lookups(policy: &Policy) -> bool {
+fn native_lookups(policy: &Policy) -> bool {
     !policy.confines_paths()
 }
 
@@ -285,7 +294,8 @@ pub fn prepare(
     let policy = &session.policy;
     let filter_bytes = filter::build(&FilterPolicy {
         network: policy.network,
-        unix_datagrams: !policy.confines_paths(),
+        unix_datagrams: !policy.confines_paths() || served_sends(policy),
+        served_sends: served_sends(policy),
         served_listings: !policy.hidden.is_empty(),
         native_lookups: native_lookups(policy),
         native_write_access: native_write_access(policy),

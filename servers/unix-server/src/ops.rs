@@ -1339,15 +1339,29 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
 fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[u8]) -> Res<i64> {
     let fd = fd.ok_or(errno::EBADF)?;
     let call = if op == nr::CONNECT { libc::SYS_connect } else { libc::SYS_bind };
+    let (sun, _dir) = host_address(s, pid, addr, op == nr::BIND)?;
+    if op == nr::BIND {
+        // The socket file is created with the program's umask.
+        let _ = sys::umask_of(pid);
+    }
+    raw(call, [fdl(fd), sun.as_ptr() as _, sun.len() as _, 0, 0, 0])
+}
+
+/// The address the server uses for the program's `addr` (`connect`, `bind`, a
+/// send's destination): an `AF_UNIX` path resolved in the view, as
+/// `/proc/self/fd/DIR/name` with `DIR` (returned: keep it open for the call) the
+/// parent directory opened without following links; abstract names and other
+/// families as they are, only with the network on; unnamed as it is.
+fn host_address(s: &Session, pid: i32, addr: &[u8], bind: bool) -> Res<(Vec<u8>, Option<OwnedFd>)> {
     if addr.len() < 2 {
-        return raw(call, [fdl(fd), addr.as_ptr() as _, addr.len() as _, 0, 0, 0]);
+        return Ok((addr.to_vec(), None));
     }
     let family = u16::from_le_bytes([addr[0], addr[1]]) as i32;
     if family != libc::AF_UNIX {
         if !s.policy.network {
             return Err(errno::EACCES);
         }
-        return raw(call, [fdl(fd), addr.as_ptr() as _, addr.len() as _, 0, 0, 0]);
+        return Ok((addr.to_vec(), None));
     }
     let path = &addr[2..];
     if path.is_empty() || path[0] == 0 {
@@ -1358,11 +1372,11 @@ fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[
         if !s.policy.network && path.first() == Some(&0) {
             return Err(errno::EACCES);
         }
-        return raw(call, [fdl(fd), addr.as_ptr() as _, addr.len() as _, 0, 0, 0]);
+        return Ok((addr.to_vec(), None));
     }
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
-    let r = resolve(s, pid, &Arg { path, dirfd: None, cwd: None }, op == nr::CONNECT)?;
-    if op == nr::BIND {
+    let r = resolve(s, pid, &Arg { path, dirfd: None, cwd: None }, !bind)?;
+    if bind {
         writable(&r)?;
     }
     let (dir, name) = parent(&r)?;
@@ -1370,14 +1384,145 @@ fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[
     if via.len() >= 108 || via.as_bytes().contains(&0) {
         return Err(libc::ENAMETOOLONG);
     }
-    let mut sun = [0u8; 110];
-    sun[0..2].copy_from_slice(&(libc::AF_UNIX as u16).to_le_bytes());
-    sun[2..2 + via.len()].copy_from_slice(via.as_bytes());
-    if op == nr::BIND {
-        // The socket file is created with the program's umask.
-        let _ = sys::umask_of(pid);
+    let mut sun = Vec::with_capacity(2 + via.len() + 1);
+    sun.extend_from_slice(&(libc::AF_UNIX as u16).to_le_bytes());
+    sun.extend_from_slice(via.as_bytes());
+    sun.push(0);
+    Ok((sun, Some(dir)))
+}
+
+/// Most control data a send carries (the library's bound too).
+pub const MAX_SEND_CONTROL: usize = wire::MAX_SEND_CONTROL;
+/// The kernel's `SCM_MAX_FD`.
+const MAX_RIGHTS: usize = 253;
+
+/// A control message of a program's send, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendControl {
+    /// `SCM_RIGHTS`: descriptor numbers of the sender.
+    Rights(Vec<i32>),
+    /// `SCM_CREDENTIALS`: the pid, uid and gid the sender claims.
+    Credentials(i32, u32, u32),
+}
+
+/// The parts of a `SENDMSG` request (see `ictus_unix_emul::send`): arguments
+/// `[fd, flags, name length, control length, data length]`, the extra bytes the
+/// name, the control data and the data. `EINVAL` if they do not add up.
+pub fn send_parts<'a>(req: &Request<'a>) -> Res<(&'a [u8], &'a [u8], &'a [u8])> {
+    let a = req.header.args;
+    let (nl, cl, dl) = (a[2], a[3], a[4]);
+    if nl > 128 || cl > MAX_SEND_CONTROL as u64 || req.header.fd_args != 1 {
+        return Err(errno::EINVAL);
     }
-    raw(call, [fdl(fd), sun.as_ptr() as _, (2 + via.len() + 1) as _, 0, 0, 0])
+    let (nl, cl) = (nl as usize, cl as usize);
+    if ((nl + cl) as u64).checked_add(dl) != Some(req.extra.len() as u64) {
+        return Err(errno::EINVAL);
+    }
+    let (name, rest) = req.extra.split_at(nl);
+    let (control, data) = rest.split_at(cl);
+    Ok((name, control, data))
+}
+
+/// Check a send's control data as the kernel would read it (`CMSG_NXTHDR`): each
+/// message's length inside the data, at `SOL_SOCKET`, `SCM_RIGHTS` (at most 253
+/// descriptors in all) or `SCM_CREDENTIALS`; anything else is `EINVAL` (the server
+/// sends with its own privileges: it passes on nothing it cannot check).
+pub fn parse_control(control: &[u8]) -> Res<Vec<SendControl>> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    let mut rights = 0usize;
+    while control.len() - at >= 16 {
+        let len = u64::from_le_bytes(control[at..at + 8].try_into().map_err(|_| errno::EINVAL)?);
+        let level = i32::from_le_bytes(control[at + 8..at + 12].try_into().map_err(|_| errno::EINVAL)?);
+        let kind = i32::from_le_bytes(control[at + 12..at + 16].try_into().map_err(|_| errno::EINVAL)?);
+        if len < 16 || len > (control.len() - at) as u64 || level != libc::SOL_SOCKET {
+            return Err(errno::EINVAL);
+        }
+        let body = &control[at + 16..at + len as usize];
+        match kind {
+            libc::SCM_RIGHTS if body.len() % 4 == 0 => {
+                rights += body.len() / 4;
+                if rights > MAX_RIGHTS {
+                    return Err(errno::EINVAL);
+                }
+                out.push(SendControl::Rights(
+                    body.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+                ));
+            }
+            libc::SCM_CREDENTIALS if body.len() == 12 => {
+                let w = |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
+                out.push(SendControl::Credentials(w(0) as i32, w(4), w(8)));
+            }
+            _ => return Err(errno::EINVAL),
+        }
+        at += (len as usize).div_ceil(8) * 8;
+        if at > control.len() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Serve a program's send with a destination or control data (`SENDMSG`): the
+/// socket is `fds[0]`, the descriptors of its `SCM_RIGHTS` the rest, in order (the
+/// caller took them from the sender). `cred` is what the kernel stamped on the
+/// request: `SCM_CREDENTIALS` must name the sender itself (`EPERM` otherwise), and
+/// are then left to the kernel, which stamps the server's own (a receiver sees the
+/// server's pid, the program's user).
+pub fn serve_send(s: &Session, cred: (i32, u32, u32), req: &Request<'_>, fds: &[OwnedFd]) -> Reply {
+    s.stats.served.fetch_add(1, Ordering::Relaxed);
+    if let Some(e) = s.policy.refusal(req.header.op) {
+        return refuse(s, req.header.op, e);
+    }
+    res((|| {
+        let (name, control, data) = send_parts(req)?;
+        let sock = fds.first().ok_or(errno::EBADF)?;
+        let mut rights: Vec<i32> = Vec::new();
+        for c in parse_control(control)? {
+            match c {
+                SendControl::Rights(_) => {}
+                SendControl::Credentials(p, u, g) if (p, u, g) == cred => {}
+                SendControl::Credentials(..) => return Err(errno::EPERM),
+            }
+        }
+        for f in &fds[1..] {
+            rights.push(f.as_raw_fd());
+        }
+        let (addr, _dir) = if name.is_empty() { (Vec::new(), None) } else { host_address(s, cred.0, name, false)? };
+        let mut cbuf = vec![0u64; (16 + 4 * rights.len()).div_ceil(8)];
+        let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+        // SAFETY: msghdr is plain data.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !addr.is_empty() {
+            msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+            msg.msg_namelen = addr.len() as u32;
+        }
+        if !rights.is_empty() {
+            let bytes = 16 + 4 * rights.len();
+            // SAFETY: cbuf has room for one header and the descriptors (8-aligned).
+            unsafe {
+                let c = cbuf.as_mut_ptr() as *mut libc::cmsghdr;
+                (*c).cmsg_len = bytes;
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                let d = (c as *mut u8).add(16) as *mut i32;
+                for (i, f) in rights.iter().enumerate() {
+                    std::ptr::write_unaligned(d.add(i), *f);
+                }
+            }
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = bytes;
+        }
+        let flags = (req.header.args[1] as u32 as libc::c_int) | libc::MSG_NOSIGNAL;
+        // SAFETY: msg points at live buffers (sendmsg(2)).
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, flags) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        }
+        Ok(r as i64)
+    })())
 }
 
 /// Resolve and open a program for exec from the working directory of `pid`, as
@@ -1389,6 +1534,67 @@ pub fn exec_path(s: &Session, pid: i32, path: &[u8]) -> Res<Reply> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cmsg(level: i32, kind: i32, body: &[u8], len: Option<u64>) -> Vec<u8> {
+        let mut c = Vec::new();
+        c.extend_from_slice(&len.unwrap_or(16 + body.len() as u64).to_le_bytes());
+        c.extend_from_slice(&level.to_le_bytes());
+        c.extend_from_slice(&kind.to_le_bytes());
+        c.extend_from_slice(body);
+        c.resize(c.len().div_ceil(8) * 8, 0);
+        c
+    }
+
+    #[test]
+    fn a_sends_control_data_is_checked_as_the_kernel_reads_it() {
+        let fds: Vec<u8> = [5i32, 7].iter().flat_map(|f| f.to_le_bytes()).collect();
+        let cred: Vec<u8> = [42u32, 1000, 1000].iter().flat_map(|f| f.to_le_bytes()).collect();
+        let mut both = cmsg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &fds, None);
+        both.extend(cmsg(libc::SOL_SOCKET, libc::SCM_CREDENTIALS, &cred, None));
+        assert_eq!(
+            parse_control(&both),
+            Ok(vec![SendControl::Rights(vec![5, 7]), SendControl::Credentials(42, 1000, 1000)])
+        );
+        assert_eq!(parse_control(&[]), Ok(vec![]));
+        // A length past the end, shorter than a header, another level or type, a
+        // descriptor list that is not whole, credentials of the wrong size: EINVAL.
+        for bad in [
+            cmsg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &fds, Some(200)),
+            cmsg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &fds, Some(8)),
+            cmsg(0, libc::SCM_RIGHTS, &fds, None),
+            cmsg(libc::SOL_SOCKET, 0x4, &fds, None),
+            cmsg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &fds[..6], None),
+            cmsg(libc::SOL_SOCKET, libc::SCM_CREDENTIALS, &fds, None),
+        ] {
+            assert_eq!(parse_control(&bad), Err(errno::EINVAL), "{bad:?}");
+        }
+        // More than SCM_MAX_FD descriptors in all.
+        let many: Vec<u8> = (0..200i32).flat_map(|f| f.to_le_bytes()).collect();
+        let mut two = cmsg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &many, None);
+        two.extend(cmsg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &many, None));
+        assert_eq!(parse_control(&two), Err(errno::EINVAL));
+    }
+
+    #[test]
+    fn a_sends_parts_must_add_up() {
+        let mut buf = [0u8; 256];
+        let n = wire::encode_request(&mut buf, nr::SENDMSG, 0, 1, [3, 0, 2, 0, 3, 0], None, None, b"abxyz").unwrap();
+        let r = Request::parse(&buf[..n]).unwrap();
+        assert_eq!(send_parts(&r), Ok((&b"ab"[..], &b""[..], &b"xyz"[..])));
+        for args in [
+            [3, 0, 2, 0, 4, 0],
+            [3, 0, 129, 0, 0, 0],
+            [3, 0, 0, 5000, 0, 0],
+            [3, 0, u64::MAX, 0, 7, 0],
+            [3, 0, 2, 0, u64::MAX, 0],
+        ] {
+            let n = wire::encode_request(&mut buf, nr::SENDMSG, 0, 1, args, None, None, b"abxyz").unwrap();
+            assert_eq!(send_parts(&Request::parse(&buf[..n]).unwrap()), Err(errno::EINVAL), "{args:?}");
+        }
+        // The socket is the one descriptor argument.
+        let n = wire::encode_request(&mut buf, nr::SENDMSG, 0, 3, [3, 0, 2, 0, 3, 0], None, None, b"abxyz").unwrap();
+        assert_eq!(send_parts(&Request::parse(&buf[..n]).unwrap()), Err(errno::EINVAL));
+    }
 
     #[test]
     fn shebang_lines() {

@@ -19,7 +19,8 @@
 //!   condition variable ([`Server::wait_programs`]), not by polling.
 //! - A process that exits or is killed (even by `kill -9`) closes its connections:
 //!   the kernel hangs them up, the server drops them. Nothing else is kept per process
-//!   but the path of its last exec (for `/proc/PID/exe`), dropped with it.
+//!   but the path of its last exec (for `/proc/PID/exe`), kept until the program ends
+//!   (a process's connections close at every exec, so their end is no sign of its).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -29,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ictus_unix_emul::sysno as nr;
 use ictus_unix_emul::wire::{self, Request};
 
 use crate::ops::{self, Session};
@@ -47,8 +49,12 @@ const WATCH_BIT: u64 = 1 << 62;
 
 struct Conn {
     fd: OwnedFd,
-    /// The pid that sent the hello (the owner, for clean-up of per-process state).
-    pid: i32,
+    /// The process that made the connection (the library makes it in the process
+    /// that uses it): its pid and a pidfd of it (`SO_PEERPIDFD`), which the
+    /// descriptors a request names are taken from — only from a request that
+    /// process sent (the stamped pid says). Once per connection, where a pidfd per
+    /// message (`SO_PASSPIDFD`) cost every request a pidfd made and closed.
+    maker: Option<(i32, OwnedFd)>,
     /// The working directory its relative paths start from.
     cwd: ops::CwdCache,
     /// The session of the program it belongs to (its policy, its counts).
@@ -203,6 +209,13 @@ impl Server {
         let (server_end, client_end) = sys::seqpacket_pair()?;
         self.shared.watch_page(&session.generation)?;
         let token = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        // Every hello then carries a pidfd of its sender (see `with_sender_pidfd`), or
+        // on an older kernel its pid.
+        if pidfd_support() {
+            sys::pass_pidfd(server_end.as_fd())?;
+        } else {
+            sys::pass_credentials(server_end.as_fd())?;
+        }
         let fd = Arc::new(server_end);
         self.shared.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(token, (Arc::clone(&fd), session));
         if let Err(e) = sys::epoll_arm(self.shared.ep.as_fd(), fd.as_fd(), token, true) {
@@ -331,19 +344,29 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
     loop {
         match sys::recv(listener.as_fd(), &mut buf, true) {
             Ok(Some(m)) => {
-                let ok = m.len == wire::HELLO.len() && buf[..m.len] == wire::HELLO && m.fds.len() == 1 && !m.truncated;
-                let kind_ok = ok && sys::socket_kind(m.fds[0].as_fd()) == Some((libc::SOCK_SEQPACKET, libc::AF_UNIX));
-                if !kind_ok {
+                // The hello names the connection by its number in the sender; the
+                // kernel's pidfd of the sender (or, before Linux 6.5, its stamped pid)
+                // says whose. Descriptors attached (an older library, or a program
+                // sending on the session socket) are not used: they close as m drops.
+                let taken = match (wire::parse_hello(&buf[..m.len]), m.truncated || !m.fds.is_empty()) {
+                    (Some(n), false) => with_sender_pidfd(&m, |p| sys::pidfd_getfd(p, n).ok()).ok().flatten(),
+                    _ => None,
+                };
+                let Some(fd) =
+                    taken.filter(|fd| sys::socket_kind(fd.as_fd()) == Some((libc::SOCK_SEQPACKET, libc::AF_UNIX)))
+                else {
                     session.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    continue; // the descriptors close as m drops
-                }
-                let fd = m.fds.into_iter().next().expect("one");
+                    continue;
+                };
                 if sys::pass_credentials(fd.as_fd()).is_err() {
                     continue;
                 }
+                let maker = match (sys::peer_cred(fd.as_fd()), sys::peer_pidfd(fd.as_fd())) {
+                    (Ok((pid, _, _)), Ok(p)) if pid > 0 => Some((pid, p)),
+                    _ => None,
+                };
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
-                let pid = m.cred.map_or(0, |c| c.0);
-                let conn = Arc::new(Conn { fd, pid, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
+                let conn = Arc::new(Conn { fd, maker, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
                 session.stats.connections.fetch_add(1, Ordering::Relaxed);
                 session.stats.open.fetch_add(1, Ordering::Relaxed);
@@ -364,16 +387,79 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
     let _ = sys::epoll_arm(s.ep.as_fd(), listener.as_fd(), token, false);
 }
 
+/// A pidfd of a message's sender: the one the kernel attached (`SCM_PIDFD`), or,
+/// on a kernel without it (before 6.5), one opened by the pid it stamped — which
+/// names another process if the sender has died and its pid been reused in
+/// between (said once at start: [`pidfd_support`]).
+fn with_sender_pidfd<T>(m: &sys::Received, f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> T) -> Result<T, i32> {
+    match (&m.pidfd, m.cred) {
+        (Some(p), _) => Ok(f(p.as_fd())),
+        (None, Some((pid, _, _))) if pid > 0 && !pidfd_support() => sys::pidfd_open(pid).map(|p| f(p.as_fd())),
+        _ => Err(libc::EBADF),
+    }
+}
+
+/// Whether this kernel attaches a pidfd of the sender to each message
+/// (`SO_PASSPIDFD`, Linux 6.5); says once if not.
+pub fn pidfd_support() -> bool {
+    static SUPPORT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORT.get_or_init(|| {
+        let ok = sys::seqpacket_pair().is_ok_and(|(a, _)| sys::pass_pidfd(a.as_fd()).is_ok());
+        if !ok {
+            eprintln!(
+                "ictus unix: this kernel has no SO_PASSPIDFD (Linux 6.5): descriptors named in requests are \
+                 taken from the process with the stamped pid, which a process that dies mid-request could \
+                 have handed on to another; addressed datagram sends stay refused under views that confine paths"
+            );
+        }
+        ok
+    })
+}
+
+/// The descriptors a request names (argument `i` for each bit `i` of `fd_args`, in
+/// order), taken from the sender with `pidfd_getfd`: the same open files the
+/// program holds. A number that is not a descriptor of the sender, or one of the
+/// library's reserved ones, is `EBADF`; so is every one named by a process other
+/// than the connection's maker (a fork child using its parent's connection: the
+/// library never does).
+fn take_fds(m: &sys::Received, conn: &Conn, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
+    // Descriptors are ints: the kernel reads the lower half of the register.
+    let mut numbers: Vec<i32> =
+        (0..6).filter(|i| req.header.fd_args & (1 << i) != 0).map(|i| req.header.args[i] as u32 as i32).collect();
+    if req.header.op == nr::SENDMSG {
+        // A send's SCM_RIGHTS name descriptors too, after its socket.
+        let (_, control, _) = ops::send_parts(req)?;
+        for c in ops::parse_control(control)? {
+            if let ops::SendControl::Rights(r) = c {
+                numbers.extend_from_slice(&r);
+            }
+        }
+    }
+    if numbers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let take = |pidfd: std::os::fd::BorrowedFd<'_>| -> Result<Vec<OwnedFd>, i32> {
+        numbers
+            .iter()
+            .map(|&n| {
+                if !(0..wire::RESERVED_LO).contains(&n) {
+                    return Err(libc::EBADF);
+                }
+                sys::pidfd_getfd(pidfd, n).map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })
+            })
+            .collect()
+    };
+    match (&conn.maker, m.cred) {
+        (Some((maker, pidfd)), Some((pid, _, _))) if *maker == pid => take(pidfd.as_fd()),
+        (Some(_), _) => Err(libc::EBADF),
+        (None, _) => with_sender_pidfd(m, take)?,
+    }
+}
+
 fn drop_conn(s: &Arc<Shared>, token: u64) {
     let gone = s.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
     if let Some(c) = gone {
         c.session.stats.open.fetch_sub(1, Ordering::Relaxed);
-        // The last connection of a process takes its exec record with it.
-        let pid = c.pid;
-        let still = s.conns.lock().unwrap_or_else(|p| p.into_inner()).values().any(|o| o.pid == pid);
-        if !still {
-            c.session.exes.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
-        }
         s.notify_changed();
     }
 }
@@ -391,9 +477,17 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
             Err(_) => return drop_conn(s, token),
         }
     };
-    let reply = match (m.truncated, m.cred) {
-        (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len], m.fds.len()) {
-            Ok(req) => ops::serve(&conn.session, pid, &conn.cwd, &req, &m.fds),
+    // Descriptors come by number (taken from the sender), never attached: a message
+    // with any attached is malformed.
+    let reply = match (m.truncated || !m.fds.is_empty(), m.cred) {
+        (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len]) {
+            Ok(req) => match take_fds(&m, &conn, &req) {
+                Ok(fds) if req.header.op == nr::SENDMSG => {
+                    ops::serve_send(&conn.session, m.cred.unwrap_or_default(), &req, &fds)
+                }
+                Ok(fds) => ops::serve(&conn.session, pid, &conn.cwd, &req, &fds),
+                Err(e) => ops::Reply { result: -(e as i64), ..ops::Reply::default() },
+            },
             Err(_) => malformed(&conn.session),
         },
         _ => malformed(&conn.session),

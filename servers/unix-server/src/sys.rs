@@ -170,6 +170,61 @@ pub fn pass_credentials(fd: BorrowedFd<'_>) -> Res<()> {
     check(r as libc::c_long).map(|_| ())
 }
 
+/// `SO_PASSPIDFD` (Linux 6.5): every message received carries a pidfd of its sender.
+const SO_PASSPIDFD: libc::c_int = 76;
+/// `SCM_PIDFD`: the control message that carries it.
+const SCM_PIDFD: libc::c_int = 4;
+
+/// Turn on `SO_PASSPIDFD`: every message then carries a pidfd of the process that
+/// sent it (`SCM_PIDFD`), made by the kernel when the message was sent — the process
+/// itself, even if it has died and its pid been reused since. `ENOPROTOOPT` before
+/// Linux 6.5.
+pub fn pass_pidfd(fd: BorrowedFd<'_>) -> Res<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: an int option (setsockopt(2), unix(7)).
+    let r = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_PASSPIDFD, (&one as *const libc::c_int).cast(), 4)
+    };
+    check(r as libc::c_long).map(|_| ())
+}
+
+/// `SO_PEERPIDFD` (Linux 6.5): a pidfd of the process that made the peer's end
+/// (for a socketpair, the process that called `socketpair`), fixed when it was made.
+pub fn peer_pidfd(fd: BorrowedFd<'_>) -> Res<OwnedFd> {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int option and its length (getsockopt(2), unix(7)).
+    let r = unsafe {
+        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, 77, (&mut v as *mut libc::c_int).cast(), &mut len)
+    };
+    check(r as libc::c_long)?;
+    if v < 0 {
+        return Err(libc::ESRCH);
+    }
+    // SAFETY: a new descriptor the kernel gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(v) })
+}
+
+/// `pidfd_open(pid, 0)`: a pidfd of the process `pid` names now (open to pid reuse:
+/// only where the kernel has no `SCM_PIDFD`).
+pub fn pidfd_open(pid: i32) -> Res<OwnedFd> {
+    // SAFETY: no pointers (pidfd_open(2)).
+    let r = unsafe { libc::syscall(434, pid as libc::c_long, 0 as libc::c_long) };
+    // SAFETY: a new descriptor the kernel gave us.
+    check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_getfd(pidfd, fd, 0)`: a copy of descriptor `fd` of the process `pidfd`
+/// refers to (the same open file, close-on-exec). Needs ptrace access to it
+/// (`PTRACE_MODE_ATTACH_REALCREDS`): `EPERM` otherwise, `EBADF` if it has no such
+/// descriptor, `ESRCH` if it has exited.
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: i32) -> Res<OwnedFd> {
+    // SAFETY: no pointers (pidfd_getfd(2)).
+    let r = unsafe { libc::syscall(438, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+    // SAFETY: a new descriptor the kernel gave us.
+    check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// One received message.
 #[derive(Debug)]
 pub struct Received {
@@ -179,6 +234,8 @@ pub struct Received {
     pub fds: Vec<OwnedFd>,
     /// The sender's pid, uid, gid, if credentials came.
     pub cred: Option<(i32, u32, u32)>,
+    /// A pidfd of the sender, if the socket has `SO_PASSPIDFD`.
+    pub pidfd: Option<OwnedFd>,
     /// The datagram or its control data was cut.
     pub truncated: bool,
 }
@@ -186,8 +243,8 @@ pub struct Received {
 /// `recvmsg` with room for `max_fds` descriptors and credentials; descriptors are
 /// close-on-exec. `Ok(None)` at end of stream (hang-up).
 pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], dontwait: bool) -> Res<Option<Received>> {
-    // Room for SCM_RIGHTS of up to 8 descriptors and SCM_CREDENTIALS.
-    let mut control = [0u64; 16];
+    // Room for SCM_RIGHTS of up to 8 descriptors, SCM_CREDENTIALS and SCM_PIDFD.
+    let mut control = [0u64; 20];
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     // SAFETY: msghdr is plain data.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -201,6 +258,7 @@ pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], dontwait: bool) -> Res<Option<Re
     let n = check(n as libc::c_long)? as usize;
     let mut fds = Vec::new();
     let mut cred = None;
+    let mut pidfd = None;
     // SAFETY: walking the control messages the kernel wrote, with the libc macros.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -214,15 +272,20 @@ pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], dontwait: bool) -> Res<Option<Re
             } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
                 let u: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::ucred);
                 cred = Some((u.pid, u.uid, u.gid));
+            } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SCM_PIDFD {
+                let f = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
+                if f >= 0 {
+                    pidfd = Some(OwnedFd::from_raw_fd(f));
+                }
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    if n == 0 && fds.is_empty() && cred.is_none() {
+    if n == 0 && fds.is_empty() && cred.is_none() && pidfd.is_none() {
         return Ok(None);
     }
     let truncated = msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-    Ok(Some(Received { len: n, fds, cred, truncated }))
+    Ok(Some(Received { len: n, fds, cred, pidfd, truncated }))
 }
 
 /// `sendmsg` of `bytes` with `fds` attached.

@@ -19,8 +19,10 @@ fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 fn request(data: &[u8]) -> Option<u32> {
-    let (&n, rest) = data.split_first()?;
-    let r = Request::parse(rest, (n % 5) as usize).ok()?;
+    let (_, rest) = data.split_first()?;
+    let _ = ictus_unix_emul::wire::parse_hello(rest);
+    let r = Request::parse(rest).ok()?;
+    assert!(r.header.fd_args.count_ones() as usize <= ictus_unix_emul::wire::MAX_FDS);
     for p in [r.path1, r.path2].into_iter().flatten() {
         assert!(p.len() <= ictus_unix_emul::wire::PATH_MAX && !p.contains(&0));
     }

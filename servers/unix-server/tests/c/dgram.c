@@ -1,8 +1,7 @@
 /* AF_UNIX datagram sockets under a policy: `dgram PATH` makes a datagram socket (and
  * a datagram socket pair, and a SOCK_RAW one, which AF_UNIX makes a datagram socket)
  * and sends "hello" to the socket bound at PATH. Under a view that confines paths the
- * sockets are refused: the kernel would resolve PATH in the host's tree, past the
- * view. Stream sockets stay. */
+ * send is served: PATH is resolved in the view, not in the host's tree. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 /* A program that attacks the emulation library from inside: it maps its own code in
  * the library's address range and calls system calls from there with registers of
  * its choosing, overwrites the library's data, and sends garbage to the server.
- * argv[1]: a hidden path; argv[2]: the pid of the server (outside the session). */
+ * argv[1]: a hidden path; argv[2]: the pid of the server (outside the session);
+ * argv[3]: the host path of a datagram socket the view hides. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +43,39 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "/proc/%d/status", server);
     printf("server status: %s\n", e(open(path, O_RDONLY) < 0 ? -errno : 0));
     printf("own memory: %s\n", e(open("/proc/self/mem", O_RDWR) < 0 ? -errno : 0));
+    /* Datagrams to a socket the view hides, by its host path: a send with an address
+     * is resolved by the kernel, so where the view confines paths the filter traps
+     * every sendmsg — and ends the process that makes one from the library's code,
+     * which never does — and every sendto with an address, from anywhere. */
+    if (argc > 3) {
+        struct sockaddr_un to = {.sun_family = AF_UNIX};
+        snprintf(to.sun_path, sizeof to.sun_path, "%s", argv[3]);
+        int s = socket(AF_UNIX, SOCK_DGRAM, 0);
+        struct iovec iov = {"leak", 4};
+        struct msghdr m = {.msg_name = &to, .msg_namelen = sizeof to, .msg_iov = &iov, .msg_iovlen = 1};
+        fflush(stdout);
+        pid_t k = fork();
+        if (k == 0) {
+            printf("sendmsg from library range: %s\n", e(gadget(46, s, (long)&m, 0, 0, 0, 0)));
+            fflush(stdout);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(k, &st, 0);
+        if (WIFSIGNALED(st)) printf("sendmsg from library range: killed by %s\n", sigabbrev_np(WTERMSIG(st)));
+        k = fork();
+        if (k == 0) {
+            printf("sendmmsg from library range: %s\n", e(gadget(307, s, (long)&m, 1, 0, 0, 0)));
+            fflush(stdout);
+            _exit(0);
+        }
+        waitpid(k, &st, 0);
+        if (WIFSIGNALED(st)) printf("sendmmsg from library range: killed by %s\n", sigabbrev_np(WTERMSIG(st)));
+        printf("sendto from library range: %s\n", e(gadget(44, s, (long)"leak", 4, 0, (long)&to, sizeof to)));
+        printf("sendmsg: %s\n", e(sendmsg(s, &m, 0) < 0 ? -errno : 0));
+        printf("sendto: %s\n", e(sendto(s, "leak", 4, 0, (struct sockaddr *)&to, sizeof to) < 0 ? -errno : 0));
+        close(s);
+    }
     fflush(stdout);
     /* Garbage on its own connection (the library made connection 960 above). */
     pid_t c = fork();
