@@ -288,8 +288,9 @@ impl CephStorage {
     }
 
     /// Queues a read of `[from, to)` of chunk `ci` of `name` unless held or queued (an
-    /// urgent one makes a queued read-ahead job that covers it urgent); urgent ones go
-    /// first. Whether it is still missing.
+    /// urgent one makes a queued read-ahead job that covers it urgent, whole); urgent
+    /// ones go first. Whether it is still missing. So a part is read on its own only
+    /// where nothing of the chunk was asked for: a stream's start, resume or seek.
     fn want(&self, st: &mut State, name: &str, ci: u64, from: u64, to: u64, urgent: bool) -> bool {
         if from >= to || st.cache.holds(name, ci * self.chunk + from, to - from) {
             return false;
@@ -297,25 +298,18 @@ impl CephStorage {
         let key = (name.to_string(), ci);
         let covered = st.pending.get(&key).is_some_and(|v| v.iter().any(|&(a, b)| a <= from && to <= b));
         if covered {
-            if !urgent {
-                return true;
-            }
-            // Covered by an urgent job or one in flight: wait for it.
-            let queued = st.queue.iter().position(|j| j.key == key && j.from <= from && to <= j.to);
-            let Some(i) = queued.filter(|_| st.urgent.iter().all(|j| j.key != key || j.from > from || to > j.to))
-            else {
-                return true;
-            };
-            if !self.parts || st.queue[i].to - st.queue[i].from <= to - from {
-                // Only queued ahead: made urgent as it is.
-                if let Some(j) = st.queue.remove(i) {
+            if urgent {
+                // Only queued ahead: made urgent as it is. (Not split: a part fetched on
+                // its own beside a queued larger read would read those bytes twice, and
+                // a stream catching up with its read-ahead on a busy store would do so
+                // for every chunk.)
+                let queued = st.queue.iter().position(|j| j.key == key && j.from <= from && to <= j.to);
+                if let Some(j) = queued.and_then(|i| st.queue.remove(i)) {
                     st.urgent.push_back(j);
                     self.shared.work.notify_all();
                 }
-                return true;
             }
-            // Queued ahead as a larger read: the part needed now goes first on its own
-            // (the larger one follows in its turn and fills the rest).
+            return true;
         }
         st.pending.entry(key.clone()).or_default().push((from, to));
         let job = Job { key, from, to };
