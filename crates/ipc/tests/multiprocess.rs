@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use common::*;
 use ictus_ipc::*;
+use ictus_testkit::{gettid, wait_all_asleep, wait_thread_asleep};
 use rustix::event::{epoll, Timespec};
 
 // Message ids of the parent–child protocols.

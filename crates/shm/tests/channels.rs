@@ -201,7 +201,7 @@ fn a_quiet_pool_commit_is_found_with_the_record_that_wakes_the_server() {
     let server = EchoServer::start(ServerConfig::default());
     let mut c = server.client(options(geometry(2)));
     // Let the server fall asleep, so that a record would wake it.
-    std::thread::sleep(Duration::from_millis(50));
+    assert!(ictus_testkit::wait_thread_asleep(server.tid), "the server never slept");
     let before = c.stats().wakeups;
     let data = pattern(3000, 5);
     let mut p = c.loan_pool(data.len()).expect("loan");
@@ -294,7 +294,9 @@ fn a_client_waiting_for_a_pool_buffer_is_woken_when_one_comes_back() {
     let space = ictus_ipc::Space::new();
     let mut server = ictus_shm::Server::new(&space, ServerConfig::default()).expect("server");
     let service = space.send_right_fd(server.service()).expect("send right");
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
+        tid_tx.send(ictus_testkit::gettid()).expect("tid");
         let mut opts = options(geometry(1));
         opts.wait = WaitConfig { spin: Duration::ZERO, liveness: 4 * WATCHDOG };
         let mut c = connect(&service, opts);
@@ -316,9 +318,10 @@ fn a_client_waiting_for_a_pool_buffer_is_woken_when_one_comes_back() {
         }
         held.is_some()
     });
-    // Give the client time to fall asleep (not needed for correctness: awake, it finds
-    // the buffer when it looks).
-    std::thread::sleep(Duration::from_millis(50));
+    // Release while the client sleeps for room (awake, it would find the buffer when it
+    // looks, and the wake-up for room would go untested).
+    let client = tid_rx.recv_timeout(WATCHDOG).expect("the client thread starts");
+    assert!(ictus_testkit::wait_thread_asleep(client), "the client never slept waiting for a buffer");
     assert!(server.release(held.expect("held")));
     // The server's next look at the rings wakes a client that sleeps for room.
     eventually("the client wakes with a buffer", || {

@@ -301,11 +301,14 @@ fn a_killed_server_wakes_every_waiting_client() {
         assert_eq!(round_trip(c, 1, b"alive").0, 2);
     }
     let (tx, rx) = mpsc::channel();
+    let (tid_tx, tid_rx) = mpsc::channel();
     let mut threads = Vec::new();
     let poller = clients.pop().expect("three");
     for mut c in clients {
         let tx = tx.clone();
+        let tid_tx = tid_tx.clone();
         threads.push(std::thread::spawn(move || {
+            tid_tx.send(ictus_testkit::gettid()).expect("tid");
             c.send(SILENT, b"never answered").expect("send");
             let r = c.recv(None).map(|_| ());
             tx.send(r).expect("report");
@@ -313,7 +316,9 @@ fn a_killed_server_wakes_every_waiting_client() {
     }
     {
         let tx = tx.clone();
+        let tid_tx = tid_tx.clone();
         threads.push(std::thread::spawn(move || {
+            tid_tx.send(ictus_testkit::gettid()).expect("tid");
             let mut c = poller;
             c.send(SILENT, b"never answered").expect("send");
             // The descriptor may fire for nothing (a wake-up for room made); wait
@@ -334,7 +339,10 @@ fn a_killed_server_wakes_every_waiting_client() {
         }));
     }
     // Let them block, then kill the server.
-    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..3 {
+        let tid = tid_rx.recv_timeout(WATCHDOG).expect("a client thread starts");
+        assert!(ictus_testkit::wait_thread_asleep(tid), "a client never blocked");
+    }
     child.kill().expect("kill -9");
     wait_exit(&mut child);
     for _ in 0..3 {

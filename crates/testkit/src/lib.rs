@@ -8,7 +8,8 @@
 //!
 //! - [`TempDir`]: a fresh directory of mode `0700` (so a server's sockets in it are
 //!   private to this user, as in the real runtime directory), removed on drop.
-//! - [`wait_until`], [`WATCHDOG`]: polling for a condition, within the watchdog.
+//! - [`wait_until`], [`WATCHDOG`]: polling for a condition, within the watchdog;
+//!   [`wait_thread_asleep`], [`wait_all_asleep`]: until threads are blocked in the kernel.
 //! - [`Proc`]: a child process, killed and reaped on drop; `kill -9`, `SIGTERM`, waits
 //!   within the watchdog, its standard error in a log file, its tagged lines.
 //! - [`Role`]: this test binary run again as a child in a named role (`--exact TEST`),
@@ -54,6 +55,53 @@ pub fn wait_until_within(what: &str, limit: Duration, mut cond: impl FnMut() -> 
         assert!(Instant::now() < deadline, "watchdog: still waiting for {what} after {limit:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The scheduler state of thread `tid` of process `pid` (`R`, `S`, `D`, `Z`…, from
+/// `/proc/PID/task/TID/stat`), or `None` once it is gone.
+pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// This thread's id (to hand to a waiter of [`wait_thread_asleep`]).
+pub fn gettid() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
+}
+
+/// Wait until thread `tid` of this process is asleep (blocked in the kernel) a few looks
+/// in a row, within [`WATCHDOG`]; returns whether it happened. For a test that must act
+/// while another thread is blocked (in a receive, a send, a wait for room), not before.
+pub fn wait_thread_asleep(tid: u32) -> bool {
+    let me = std::process::id();
+    asleep_within(|| thread_state(me, tid) == Some('S'))
+}
+
+/// Wait until every thread of process `pid` is asleep, a few looks in a row, within
+/// [`WATCHDOG`]; returns whether it happened. Used to kill a child while it is blocked in
+/// a receive or a send rather than anywhere.
+pub fn wait_all_asleep(pid: u32) -> bool {
+    asleep_within(|| {
+        let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        !tids.is_empty() && tids.iter().all(|&t| thread_state(pid, t) == Some('S'))
+    })
+}
+
+/// Three looks in a row, 5 ms apart, that find `asleep` true (one look can catch a thread
+/// between two system calls), within [`WATCHDOG`].
+fn asleep_within(mut asleep: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + WATCHDOG;
+    let mut streak = 0;
+    while Instant::now() < deadline {
+        streak = if asleep() { streak + 1 } else { 0 };
+        if streak >= 3 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
 }
 
 /// A fresh directory under the system's temporary directory, private (`0700`) unless

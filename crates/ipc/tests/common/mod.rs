@@ -461,52 +461,6 @@ fn show(out: &Output) -> String {
     )
 }
 
-/// The scheduler state letter (`R`, `S`, `D`, …) of a thread.
-pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// Wait until every thread of `pid` is asleep (blocked in the kernel), a few times in a
-/// row. Bounded by the watchdog; returns whether it happened. Used to kill a child
-/// while it is blocked in a receive or a send rather than anywhere.
-pub fn wait_all_asleep(pid: u32) -> bool {
-    let deadline = Instant::now() + WATCHDOG;
-    let mut streak = 0;
-    while Instant::now() < deadline {
-        let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
-            .unwrap_or_default();
-        let asleep = !tids.is_empty() && tids.iter().all(|&t| thread_state(pid, t) == Some('S'));
-        streak = if asleep { streak + 1 } else { 0 };
-        if streak >= 3 {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
-
-/// Wait until thread `tid` of this process is asleep, a few times in a row.
-pub fn wait_thread_asleep(tid: u32) -> bool {
-    let me = std::process::id();
-    let deadline = Instant::now() + WATCHDOG;
-    let mut streak = 0;
-    while Instant::now() < deadline {
-        streak = if thread_state(me, tid) == Some('S') { streak + 1 } else { 0 };
-        if streak >= 3 {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
-
-/// This thread's id.
-pub fn gettid() -> u32 {
-    rustix::thread::gettid().as_raw_nonzero().get() as u32
-}
-
 /// Whether `fd` becomes readable within `timeout` (zero: whether it is now).
 pub fn readable(fd: BorrowedFd<'_>, timeout: Duration) -> bool {
     let ts = Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };

@@ -63,6 +63,8 @@ pub struct EchoServer {
     pub events: mpsc::Receiver<Event>,
     /// A send right to the service port, as a descriptor.
     pub service: OwnedFd,
+    /// The server thread's id (see `ictus_testkit::wait_thread_asleep`).
+    pub tid: u32,
 }
 
 impl EchoServer {
@@ -73,7 +75,9 @@ impl EchoServer {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, events) = mpsc::channel();
         let s = stop.clone();
+        let (tid_tx, tid_rx) = mpsc::channel();
         let thread = std::thread::spawn(move || {
+            tid_tx.send(ictus_testkit::gettid()).expect("tid");
             while !s.load(Ordering::Relaxed) {
                 server.wait(Some(Duration::from_millis(5))).expect("wait");
                 while let Some(next) = server.try_next() {
@@ -82,7 +86,8 @@ impl EchoServer {
             }
             server
         });
-        EchoServer { stop, thread: Some(thread), events, service }
+        let tid = tid_rx.recv_timeout(WATCHDOG).expect("the server thread starts");
+        EchoServer { stop, thread: Some(thread), events, service, tid }
     }
 
     /// A client of this server.
