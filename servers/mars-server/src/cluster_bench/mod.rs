@@ -63,8 +63,8 @@ pub static MARS_CLUSTER: Experiment = Experiment {
             nodes' aggregate stream throughput, resume time after kill -9 of a node, placement cost, against \
             nginx nodes with their own copies behind an nginx round-robin front",
     figures: &[],
-    quick_s: 150.0,
-    full_s: 900.0,
+    quick_s: 270.0,
+    full_s: 1100.0,
     roles: &[&NODE_ROLE],
     args: ictus_bench::experiment::no_args,
     run,
