@@ -4,6 +4,8 @@
 #   scripts/ceph.sh up DIR [--osds N] [--store bluestore|memstore] [--timeout SECONDS] [--owner PID] [--addr IPV4]
 #   scripts/ceph.sh status DIR
 #   scripts/ceph.sh down DIR
+#   scripts/ceph.sh pool DIR NAME      (a pool of its own for one test on a shared cluster)
+#   scripts/ceph.sh unpool DIR NAME
 #
 # `up` makes DIR (it must not exist, or be empty) and puts everything there: the
 # configuration, the monitor's, manager's and OSDs' data, sockets, pid files, logs and
@@ -31,12 +33,23 @@
 set -euo pipefail
 
 die() { echo "ceph.sh: $*" >&2; exit 1; }
-usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] [--addr IPV4] | status DIR | down DIR"; }
+usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] [--addr IPV4] | status DIR | down DIR | pool DIR NAME | unpool DIR NAME"; }
 
 [ $# -ge 2 ] || usage
 cmd=$1
 dir=$2
 shift 2
+pool_name=""
+case "$cmd" in
+  pool|unpool)
+    [ $# -eq 1 ] || usage
+    pool_name=$1
+    shift
+    # A pool name that no shell, path or Ceph command line misreads.
+    [[ "$pool_name" =~ ^[a-z0-9][a-z0-9_-]{0,62}$ ]] || die "pool name must be 1-63 of a-z 0-9 _ - (got '$pool_name')"
+    [ "$pool_name" != ictus ] || die "pool ictus is the cluster's own; name another"
+    ;;
+esac
 marker=ictus-ceph-cluster
 
 osds=1
@@ -327,6 +340,17 @@ case "$cmd" in
     fi
     stop_all
     rm -rf "$dir"
+    ;;
+  pool)
+    is_ours || die "$dir holds no cluster made by '$0 up'"
+    cephcli osd pool create "$pool_name" 8 8 >/dev/null || die "creating pool $pool_name failed"
+    cephcli osd pool application enable "$pool_name" rados >/dev/null || die "enabling pool $pool_name failed"
+    echo "pool=$pool_name"
+    ;;
+  unpool)
+    is_ours || die "$dir holds no cluster made by '$0 up'"
+    cephcli osd pool delete "$pool_name" "$pool_name" --yes-i-really-really-mean-it >/dev/null 2>&1 \
+      || die "deleting pool $pool_name failed"
     ;;
   *) usage ;;
 esac

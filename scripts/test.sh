@@ -18,7 +18,33 @@ step "clippy (-D warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "tests"
-cargo test --workspace --locked
+# One Ceph cluster for the test binaries that need one (crates/objstore,
+# servers/mars-server), each working in a pool of its own, instead of one start each
+# (10-50 s apiece on a loaded two-core machine). Its owner is a watcher of this script:
+# however the script ends (kill -9 included), the owner goes and scripts/ceph.sh's watcher
+# takes the cluster down. Where Ceph is not installed, the tests say they were skipped.
+ceph_dir="${TMPDIR:-/tmp}/ictus-ceph-shared-$$"
+ceph_owner=""
+ceph_env=()
+cleanup() {
+  [ ! -e "$ceph_dir" ] || ./scripts/ceph.sh down "$ceph_dir" >&2 || true
+  [ -z "$ceph_owner" ] || kill "$ceph_owner" 2>/dev/null || true
+  [ -z "${out:-}" ] || rm -rf "$out"
+}
+trap cleanup EXIT
+if command -v ceph-mon >/dev/null 2>&1; then
+  (while kill -0 $$ 2>/dev/null; do sleep 1; done) &
+  ceph_owner=$!
+  ceph_up=$(./scripts/ceph.sh up "$ceph_dir" --owner "$ceph_owner")
+  echo "$ceph_up" >&2
+  ceph_env=("ICTUS_TEST_CEPH_CONF=$(sed -n 's/^conf=//p' <<<"$ceph_up")")
+fi
+env "${ceph_env[@]}" cargo test --workspace --locked
+if [ -n "$ceph_owner" ]; then
+  step "the shared Ceph cluster's end: its OSD, then its owner, killed with SIGKILL (crates/objstore)"
+  env "${ceph_env[@]}" ICTUS_TEST_CEPH_OWNER="$ceph_owner" cargo test --locked -p ictus-objstore --test cluster
+  ceph_owner=""
+fi
 
 step "loom: the shared-memory ring and wake-up protocol, every interleaving"
 # --cfg loom rebuilds every crate, so it gets a target directory of its own.
@@ -45,7 +71,6 @@ step "experiments, quick (smoke)"
 cargo build --release --locked -p ictus
 out="${TMPDIR:-/tmp}/ictus-smoke.$$"
 mkdir -p "$out"
-trap 'rm -rf "$out"' EXIT
 for exp in $(./target/release/ictus bench --list); do
   step "ictus bench $exp --quick"
   ./target/release/ictus bench "$exp" --quick --json "$out/$exp.json"

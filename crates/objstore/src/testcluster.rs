@@ -6,18 +6,37 @@
 //! [`TestCluster::start_or_skip`] prints why and returns `None`, so a test says it was
 //! skipped rather than passing in silence; under CI (`CI` set) or with
 //! `ICTUS_REQUIRE_CEPH=1` that is a failure instead, since there Ceph must run.
+//!
+//! **A shared cluster.** Starting Ceph takes 10–50 s on a loaded two-core machine, so the
+//! test command (`scripts/test.sh`) starts one for the whole suite and names its
+//! configuration in [`SHARED_ENV`]. [`TestCluster::start_or_skip`] then makes the test a
+//! pool of its own on that cluster (dropped with it) instead of starting a cluster: tests
+//! stay independent (no object of one is seen by another), and the cluster is not the
+//! test's to stop. Without the variable every test starts its own, as before.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A running cluster, stopped and removed on drop.
+/// The variable naming a running cluster's configuration file (`DIR/ceph.conf` of a
+/// `scripts/ceph.sh up DIR`) that tests share.
+pub const SHARED_ENV: &str = "ICTUS_TEST_CEPH_CONF";
+
+/// A running cluster, stopped and removed on drop; or a pool of its own on a shared
+/// cluster, deleted on drop.
 #[derive(Debug)]
 pub struct TestCluster {
     dir: PathBuf,
     conf: PathBuf,
     pool: String,
     started_in: Duration,
+    /// On a shared cluster (not this value's to stop): only its pool is its own.
+    shared: bool,
+}
+
+/// The shared cluster's configuration, if the test command named one.
+pub fn shared_conf() -> Option<PathBuf> {
+    std::env::var_os(SHARED_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 /// The set-up script: `ICTUS_CEPH_SCRIPT`, else the repository's `scripts/ceph.sh`.
@@ -101,13 +120,66 @@ impl TestCluster {
         let (Some(conf), Some(pool)) = (field("conf="), field("pool=")) else {
             return Err(format!("ceph.sh up printed no conf= and pool= lines:\n{stdout}"));
         };
-        Ok(TestCluster { dir, conf: PathBuf::from(conf), pool, started_in })
+        Ok(TestCluster { dir, conf: PathBuf::from(conf), pool, started_in, shared: false })
     }
 
-    /// Starts a cluster, or prints why Ceph cannot run here and returns `None` (a
-    /// failure instead under CI or `ICTUS_REQUIRE_CEPH=1`). A cluster that can run but
-    /// fails to start is a failure.
+    /// A pool of its own (named after `test` and this process) on the running cluster
+    /// whose configuration is `conf` (made by `scripts/ceph.sh up`); the pool is deleted
+    /// on drop, the cluster left running.
+    pub fn join(conf: &Path, test: &str) -> Result<TestCluster, String> {
+        let dir = conf.parent().filter(|d| d.join("ceph.conf") == conf).ok_or_else(|| {
+            format!("{SHARED_ENV}={}: not the ceph.conf of a scripts/ceph.sh cluster", conf.display())
+        })?;
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stem: String = test
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .take(40)
+            .collect();
+        let pool = format!("t-{stem}-{}-{n}", std::process::id());
+        let t = Instant::now();
+        let out = Command::new("bash")
+            .arg(script())
+            .args(["pool".as_ref(), dir.as_os_str(), pool.as_ref()])
+            .output()
+            .map_err(|e| format!("running {}: {e}", script().display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "ceph.sh pool {} {pool} failed ({}): {}",
+                dir.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(TestCluster {
+            dir: dir.to_path_buf(),
+            conf: conf.to_path_buf(),
+            pool,
+            started_in: t.elapsed(),
+            shared: true,
+        })
+    }
+
+    /// Whether this is a pool on a shared cluster (the cluster is not this value's).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Starts a cluster — or, when the test command shares one ([`SHARED_ENV`]) and
+    /// `osds` is 1, makes this test a pool of its own on it — or prints why Ceph cannot
+    /// run here and returns `None` (a failure instead under CI or
+    /// `ICTUS_REQUIRE_CEPH=1`). A cluster that can run but fails to start is a failure.
     pub fn start_or_skip(test: &str, osds: u8) -> Option<TestCluster> {
+        if let (Some(conf), 1) = (shared_conf(), osds) {
+            return match TestCluster::join(&conf, test) {
+                Ok(c) => {
+                    eprintln!("{test}: on the shared cluster {}, pool {}", conf.display(), c.pool());
+                    Some(c)
+                }
+                Err(e) => panic!("{test}: {e}"),
+            };
+        }
         if let Some(why) = unavailable() {
             if required() {
                 panic!("{test}: Ceph is required here (CI or ICTUS_REQUIRE_CEPH=1) but cannot run: {why}");
@@ -136,7 +208,8 @@ impl TestCluster {
         &self.dir
     }
 
-    /// Time from nothing to HEALTH_OK with every OSD up.
+    /// Time from nothing to HEALTH_OK with every OSD up (on a shared cluster: to make
+    /// the pool).
     pub fn started_in(&self) -> Duration {
         self.started_in
     }
@@ -160,6 +233,21 @@ impl TestCluster {
     fn down(&mut self) -> Result<(), String> {
         if !self.dir.exists() {
             return Ok(());
+        }
+        if self.shared {
+            // Only the pool is this test's; the objects go with it.
+            let out = Command::new("bash")
+                .arg(script())
+                .args(["unpool".as_ref(), self.dir.as_os_str(), self.pool.as_ref()])
+                .output()
+                .map_err(|e| format!("running ceph.sh unpool: {e}"))?;
+            self.shared = false;
+            self.dir = PathBuf::new();
+            return if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("ceph.sh unpool {}: {}", self.pool, String::from_utf8_lossy(&out.stderr)))
+            };
         }
         let out = Command::new("bash")
             .arg(script())

@@ -5,6 +5,11 @@
 //!
 //! One cluster for the whole file (it takes 10–25 s to start on a loaded 2-core machine).
 //! Skipped with a printed reason where Ceph cannot run; required under CI.
+//!
+//! On the test command's shared cluster (`ICTUS_TEST_CEPH_CONF`, see `testcluster`) the
+//! test works in a pool of its own, and the parts that kill the cluster (its OSD, its
+//! owner) run only when `ICTUS_TEST_CEPH_OWNER` also names the shared cluster's owner:
+//! `scripts/test.sh` runs this test once more that way as its last use of the cluster.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -62,9 +67,28 @@ fn striped_objects_on_a_real_cluster() {
         assert!(TestCluster::start_or_skip("striped_objects_on_a_real_cluster", 1).is_none(), "{why}");
         return;
     }
-    let mut owner = Owner(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().expect("spawn sleep"));
-    let cluster = TestCluster::start_owned(1, owner.0.id()).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("cluster up in {:.1} s at {}", cluster.started_in().as_secs_f64(), cluster.dir().display());
+    // Own cluster and owner, or a pool on the shared one (and its owner's pid, if this
+    // run may kill it).
+    let (cluster, mut owner, shared_owner) = match ictus_objstore::testcluster::shared_conf() {
+        Some(conf) => {
+            let c = TestCluster::join(&conf, "striped_objects_on_a_real_cluster").unwrap_or_else(|e| panic!("{e}"));
+            let owner = std::env::var("ICTUS_TEST_CEPH_OWNER").ok().map(|p| {
+                p.trim().parse::<u32>().unwrap_or_else(|_| panic!("ICTUS_TEST_CEPH_OWNER={p}: not a process id"))
+            });
+            (c, None, owner)
+        }
+        None => {
+            let owner = Owner(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().expect("spawn sleep"));
+            let c = TestCluster::start_owned(1, owner.0.id()).unwrap_or_else(|e| panic!("{e}"));
+            (c, Some(owner), None)
+        }
+    };
+    eprintln!(
+        "{} in {:.1} s at {}",
+        if cluster.is_shared() { "pool made on the shared cluster" } else { "cluster up" },
+        cluster.started_in().as_secs_f64(),
+        cluster.dir().display()
+    );
     let dir = cluster.dir().to_path_buf();
     let daemons = pids_of(&dir);
     assert!(daemons.len() >= 3, "mon, mgr and an OSD recorded: {daemons:?}");
@@ -163,6 +187,12 @@ fn striped_objects_on_a_real_cluster() {
     s.write_at("last", 0, &data[..100_000]).unwrap();
     drop(s);
     drop(rados);
+    if cluster.is_shared() && shared_owner.is_none() {
+        eprintln!(
+            "the shared cluster: its OSD and its owner are killed in scripts/test.sh's last step (ICTUS_TEST_CEPH_OWNER), not here"
+        );
+        return;
+    }
 
     // The only OSD dies by SIGKILL: a read fails within the connection's time-out
     // (5 s here) with an error that says so, rather than hanging.
@@ -180,8 +210,16 @@ fn striped_objects_on_a_real_cluster() {
 
     // The owner dies by SIGKILL: the watcher takes every daemon down and removes the
     // directory, without this test's help.
-    owner.0.kill().unwrap();
-    owner.0.wait().unwrap();
+    match (owner.as_mut(), shared_owner) {
+        (Some(o), _) => {
+            o.0.kill().unwrap();
+            o.0.wait().unwrap();
+        }
+        (None, Some(pid)) => {
+            assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success(), "kill -9 {pid}");
+        }
+        (None, None) => unreachable!("returned above"),
+    }
     let deadline = Instant::now() + Duration::from_secs(120);
     while dir.exists() || daemons.iter().any(|&p| running(p)) {
         assert!(Instant::now() < deadline, "cluster left after its owner died: {}", cluster.status());

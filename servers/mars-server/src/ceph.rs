@@ -13,11 +13,15 @@
 //!   schedule (paced streams) or as its socket drains (downloads), so each plan of a
 //!   clip's chunk queues the next `ahead` chunks for the fetcher threads. A chunk not
 //!   yet in the cache is fetched first and waited for (a stall, counted).
+//! - A stream's read of a chunk not in the cache fetches first only the part it needs
+//!   (the engine's buffer, rounded to [`PART_ALIGN`]), as an urgent job, and the rest of
+//!   the chunk after it as the first read-ahead job: a stream that starts or resumes
+//!   mid-chunk waits for a quarter of a chunk's transfer, not a whole one.
 //! - A plan pins the cache slots it names; the engine gives each read back
 //!   ([`Storage::done`]) when it completes or is dropped, so a slot is never reused under
 //!   a read in flight.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -41,6 +45,9 @@ pub struct CephOptions {
     pub chunk: u64,
     /// Bytes fetched ahead of the chunk a stream is reading.
     pub ahead: u64,
+    /// Of a chunk not yet held, fetch first only the part a stream needs now, then the
+    /// rest (`false`: whole chunks only, as before; kept to compare).
+    pub parts: bool,
     /// Threads fetching chunks (reads in flight on the store).
     pub fetchers: usize,
     /// Seconds a connection to the cluster, or a chunk a reader waits for, may take.
@@ -51,7 +58,16 @@ impl CephOptions {
     /// Defaults for the cluster at `conf`, pool `pool`: 256 MiB of 1 MiB chunks, 8 MiB
     /// ahead (at 4 Mbit/s of video, 16 s; at a 100 MB/s download, 80 ms), 4 fetchers.
     pub fn new(conf: PathBuf, pool: String) -> CephOptions {
-        CephOptions { conf, pool, cache_bytes: 256 << 20, chunk: 1 << 20, ahead: 8 << 20, fetchers: 4, timeout_s: 10 }
+        CephOptions {
+            conf,
+            pool,
+            cache_bytes: 256 << 20,
+            chunk: 1 << 20,
+            ahead: 8 << 20,
+            parts: true,
+            fetchers: 4,
+            timeout_s: 10,
+        }
     }
 }
 
@@ -72,11 +88,16 @@ pub enum CephError {
     Thread(#[source] std::io::Error),
 }
 
+/// A first part's bounds are rounded to this (a page multiple the store reads well).
+pub const PART_ALIGN: u64 = 64 << 10;
+
 /// What the backend counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CephStats {
-    /// Chunks read from the store.
+    /// Chunks (or parts of chunks) read from the store.
     pub fetches: u64,
+    /// Of those, urgent first parts (a stream's own bytes of a chunk not yet held).
+    pub parts: u64,
     /// Bytes read from the store.
     pub fetched_bytes: u64,
     /// Plans whose chunks were all in the cache.
@@ -100,17 +121,26 @@ struct Clip {
 
 type Key = (String, u64);
 
+/// A read of the store: bytes `[from, to)` of chunk `key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Job {
+    key: Key,
+    from: u64,
+    to: u64,
+}
+
 struct State {
     cache: StripeCache,
     clips: HashMap<String, Clip>,
     by_start: BTreeMap<u64, String>,
     next_start: u64,
     missing: HashMap<String, Instant>,
-    /// Chunks a stream's next read needs now (fetched first).
-    urgent: VecDeque<Key>,
-    /// Chunks read ahead.
-    queue: VecDeque<Key>,
-    pending: HashSet<Key>,
+    /// Reads a stream needs now (fetched first).
+    urgent: VecDeque<Job>,
+    /// Reads ahead.
+    queue: VecDeque<Job>,
+    /// Every job queued or in flight, by chunk: the parts `[from, to)`.
+    pending: HashMap<Key, Vec<(u64, u64)>>,
     failed: HashMap<Key, String>,
     stats: CephStats,
     stop: bool,
@@ -148,6 +178,7 @@ pub struct CephStorage {
     fd: OwnedFd,
     chunk: u64,
     ahead_chunks: u64,
+    parts: bool,
     wait: Duration,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -203,7 +234,7 @@ impl CephStorage {
                 missing: HashMap::new(),
                 urgent: VecDeque::new(),
                 queue: VecDeque::new(),
-                pending: HashSet::new(),
+                pending: HashMap::new(),
                 failed: HashMap::new(),
                 stats: CephStats::default(),
                 stop: false,
@@ -219,6 +250,7 @@ impl CephStorage {
             fd,
             chunk: opts.chunk,
             ahead_chunks,
+            parts: opts.parts,
             wait: Duration::from_secs(u64::from(opts.timeout_s.max(1))),
             threads: Vec::new(),
         };
@@ -250,52 +282,88 @@ impl CephStorage {
         self.shared.lock().stats
     }
 
-    /// Queues chunk `ci` of `name` unless held or queued; `urgent` ones go first.
-    fn want(&self, st: &mut State, name: &str, ci: u64, urgent: bool) -> bool {
-        if st.cache.contains(name, ci * self.chunk) {
+    /// Bytes of chunk `ci` of `clip` (the last one is shorter).
+    fn chunk_len(&self, clip: &Clip, ci: u64) -> u64 {
+        clip.len.saturating_sub(ci * self.chunk).min(self.chunk)
+    }
+
+    /// Queues a read of `[from, to)` of chunk `ci` of `name` unless held or queued (an
+    /// urgent one makes a queued read-ahead job that covers it urgent, whole); urgent
+    /// ones go first. Whether it is still missing. So a part is read on its own only
+    /// where nothing of the chunk was asked for: a stream's start, resume or seek.
+    fn want(&self, st: &mut State, name: &str, ci: u64, from: u64, to: u64, urgent: bool) -> bool {
+        if from >= to || st.cache.holds(name, ci * self.chunk + from, to - from) {
             return false;
         }
         let key = (name.to_string(), ci);
-        if st.pending.contains(&key) {
+        let covered = st.pending.get(&key).is_some_and(|v| v.iter().any(|&(a, b)| a <= from && to <= b));
+        if covered {
             if urgent {
-                // Make it urgent if it is still only queued ahead.
-                if let Some(i) = st.queue.iter().position(|k| *k == key) {
-                    if let Some(k) = st.queue.remove(i) {
-                        st.urgent.push_back(k);
-                        self.shared.work.notify_all();
-                    }
+                // Only queued ahead: made urgent as it is. (Not split: a part fetched on
+                // its own beside a queued larger read would read those bytes twice, and
+                // a stream catching up with its read-ahead on a busy store would do so
+                // for every chunk.)
+                let queued = st.queue.iter().position(|j| j.key == key && j.from <= from && to <= j.to);
+                if let Some(j) = queued.and_then(|i| st.queue.remove(i)) {
+                    st.urgent.push_back(j);
+                    self.shared.work.notify_all();
                 }
             }
             return true;
         }
-        st.pending.insert(key.clone());
+        st.pending.entry(key.clone()).or_default().push((from, to));
+        let job = Job { key, from, to };
         if urgent {
-            st.urgent.push_back(key);
-            // The urgent fetcher among them, whichever is free.
-            self.shared.work.notify_all();
+            st.urgent.push_back(job);
         } else {
-            st.queue.push_back(key);
-            self.shared.work.notify_all();
+            st.queue.push_back(job);
         }
+        // The urgent fetcher among them, whichever is free.
+        self.shared.work.notify_all();
         true
     }
 
-    /// Asks for the chunks of `[off, off + len)` of clip `name` (urgent) and the
-    /// prefetch window after them; whether any is still missing. A chunk whose fetch
+    /// Asks for `[off, off + len)` of clip `name` (urgent: of a chunk not held, only the
+    /// part needed, and the rest of that chunk first among the read-ahead) and the
+    /// prefetch window after it; whether any of it is still missing. A chunk whose fetch
     /// failed is not missing: the plan reports it.
     fn request(&self, st: &mut State, name: &str, clip: &Clip, off: u64, len: u64) -> bool {
         let (first, last) = (off / self.chunk, (off + len - 1) / self.chunk);
         let mut missing = false;
+        let mut rests = Vec::new();
         for ci in first..=last {
             if st.failed.contains_key(&(name.to_string(), ci)) {
                 return false;
             }
-            missing |= self.want(st, name, ci, true);
+            let base = ci * self.chunk;
+            let whole = self.chunk_len(clip, ci);
+            let (a, b) = (off.max(base) - base, (off + len).min(base + whole) - base);
+            if self.parts {
+                let (pa, pb) = (a - a % PART_ALIGN, b.next_multiple_of(PART_ALIGN).min(whole));
+                missing |= self.want(st, name, ci, pa, pb, true);
+                rests.push((ci, pb, whole));
+            } else {
+                missing |= self.want(st, name, ci, 0, whole, true);
+            }
+        }
+        // The rest of each chunk read, first among the read-ahead (the bytes before the
+        // part are behind the stream).
+        for (ci, from, to) in rests.into_iter().rev() {
+            if self.want(st, name, ci, from, to, false) {
+                if let Some(j) = st.queue.pop_back() {
+                    if j.key.1 == ci && j.from == from {
+                        st.queue.push_front(j);
+                    } else {
+                        st.queue.push_back(j);
+                    }
+                }
+            }
         }
         // The prefetch window: the chunks after this read, in order.
         let end_chunk = clip.len.div_ceil(self.chunk);
         for ci in last + 1..(last + 1 + self.ahead_chunks).min(end_chunk) {
-            self.want(st, name, ci, false);
+            let whole = self.chunk_len(clip, ci);
+            self.want(st, name, ci, 0, whole, false);
         }
         missing
     }
@@ -312,34 +380,37 @@ impl CephStorage {
 /// behind the read-ahead of others).
 fn fetcher(shared: &Shared, striper: &Striper, chunk: u64, urgent_only: bool) {
     loop {
-        let (key, len) = {
+        let (job, to, urgent) = {
             let mut st = shared.lock();
             loop {
                 if st.stop {
                     return;
                 }
                 let next = match st.urgent.pop_front() {
-                    Some(k) => Some(k),
+                    Some(j) => Some((j, true)),
                     None if urgent_only => None,
-                    None => st.queue.pop_front(),
+                    None => st.queue.pop_front().map(|j| (j, false)),
                 };
-                if let Some(k) = next {
-                    let len = st.clips.get(&k.0).map_or(0, |c| c.len.saturating_sub(k.1 * chunk).min(chunk));
-                    if len == 0 || st.cache.contains(&k.0, k.1 * chunk) {
-                        st.pending.remove(&k);
+                if let Some((j, urgent)) = next {
+                    let whole = st.clips.get(&j.key.0).map_or(0, |c| c.len.saturating_sub(j.key.1 * chunk).min(chunk));
+                    let to = j.to.min(whole);
+                    if j.from >= to || st.cache.holds(&j.key.0, j.key.1 * chunk + j.from, to - j.from) {
+                        unpend(&mut st, &j);
                         shared.arrived.notify_all();
                         continue;
                     }
-                    break (k, len);
+                    break (j, to, urgent);
                 }
                 st = shared.work.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         };
+        let at = job.key.1 * chunk + job.from;
+        let len = to - job.from;
         let mut buf = vec![0u8; len as usize];
         let mut got = 0usize;
         let result = loop {
-            match striper.read_at(&key.0, key.1 * chunk + got as u64, &mut buf[got..]) {
-                Ok(0) => break Err(format!("{} ends before byte {}", key.0, key.1 * chunk + len)),
+            match striper.read_at(&job.key.0, at + got as u64, &mut buf[got..]) {
+                Ok(0) => break Err(format!("{} ends before byte {}", job.key.0, at + len)),
                 Ok(n) => {
                     got += n;
                     if got == buf.len() {
@@ -350,16 +421,17 @@ fn fetcher(shared: &Shared, striper: &Striper, chunk: u64, urgent_only: bool) {
             }
         };
         let mut st = shared.lock();
-        st.pending.remove(&key);
-        let result = result.and_then(|()| st.cache.insert(&key.0, key.1 * chunk, &buf).map_err(|e| e.to_string()));
+        unpend(&mut st, &job);
+        let result = result.and_then(|()| st.cache.insert(&job.key.0, at, &buf).map_err(|e| e.to_string()));
         match result {
             Ok(()) => {
                 st.stats.fetches += 1;
+                st.stats.parts += u64::from(urgent && len < chunk);
                 st.stats.fetched_bytes += len;
             }
             Err(e) => {
                 st.stats.failures += 1;
-                st.failed.insert(key, e);
+                st.failed.insert(job.key, e);
             }
         }
         let wake = std::mem::take(&mut st.waiters);
@@ -369,6 +441,18 @@ fn fetcher(shared: &Shared, striper: &Striper, chunk: u64, urgent_only: bool) {
             if let Some(w) = shared.waker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
                 w();
             }
+        }
+    }
+}
+
+/// Forgets job `j` among the pending ones.
+fn unpend(st: &mut State, j: &Job) {
+    if let Some(v) = st.pending.get_mut(&j.key) {
+        if let Some(i) = v.iter().position(|&(a, b)| a == j.from && b == j.to) {
+            v.swap_remove(i);
+        }
+        if v.is_empty() {
+            st.pending.remove(&j.key);
         }
     }
 }
