@@ -32,11 +32,12 @@ impl Drop for Scratch {
 }
 
 fn scratch() -> Scratch {
-    let d = std::env::temp_dir().join(format!(
-        "ictus-unix-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    scratch_in(&std::env::temp_dir())
+}
+
+/// A scratch directory under `base`.
+fn scratch_in(base: &Path) -> Scratch {
+    let d = base.join(format!("ictus-unix-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     Scratch(d)
@@ -775,14 +776,11 @@ fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
     });
     let space = ictus_ipc::Space::new();
     let mut control = None;
-    for _ in 0..3000 {
-        if let Ok(c) = Control::connect(&space, Some(&ns_sock)) {
-            control = Some(c);
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let control = control.expect("the server registers with the name server");
+    ictus_testkit::wait_until("the server's registration with the name server", || {
+        control = Control::connect(&space, Some(&ns_sock)).ok();
+        control.is_some()
+    });
+    let control = control.expect("registered");
     assert!(sock.exists());
     let progs: Vec<_> = (0..3)
         .map(|i| {
@@ -876,13 +874,8 @@ fn a_long_lived_server_serves_several_programs_and_answers_its_control_port() {
             };
             ictus_unix_server::daemon::run_remote(Some(&sock), &opts).unwrap()
         });
-        for _ in 0..6000 {
-            if ready.exists() {
-                return program;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("{name} did not start");
+        ictus_testkit::wait_until(&format!("{name} to start"), || ready.exists());
+        program
     };
     let identity = start("identity");
     assert_eq!(control.set_policy(&format!("hide {}\n", hidden.display())).unwrap(), PolicyChange::Installed(3));
@@ -1078,12 +1071,7 @@ fn a_kept_failure_ends_when_another_process_makes_the_name() {
     );
     let dd = d.to_path_buf();
     let session = std::thread::spawn(move || sh_under(None, &dd, &script));
-    for _ in 0..6000 {
-        if read(&out).contains("still") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    ictus_testkit::wait_until("the program's second look", || read(&out).contains("still"));
     assert_eq!(read(&out), "missing\nstill\n");
     // Another process makes it, then lets the program go on.
     assert!(Command::new("touch").arg(&f).status().unwrap().success());
@@ -1098,7 +1086,11 @@ fn a_kept_failure_ends_when_another_process_makes_the_name() {
 /// file a second apart are asked of the server about once, not four times.
 #[test]
 fn a_kept_failure_outlives_the_seconds_when_nothing_changes() {
-    let d = scratch();
+    // Not under /tmp: the other tests of this binary make names there all the time (gcc's
+    // temporary files among them), and a name made in a watched directory whose bucket
+    // a kept failure depends on drops failures — rightly, but then "nothing changes"
+    // does not hold. The target's own scratch directory sees no such traffic.
+    let d = scratch_in(Path::new(env!("CARGO_TARGET_TMPDIR")));
     let f = d.join("never.h");
     let served = |look: bool| {
         let check = if look { format!("[ -e {} ] && exit 3; ", f.display()) } else { String::new() };
