@@ -162,6 +162,26 @@ enum Ins {
     Label(usize),
 }
 
+/// Return `inside` if the instruction pointer is in the library's range
+/// `[LIB_LO, LIB_HI)`, else `outside`.
+fn from_lib(a: &mut Asm, inside: u32, outside: u32) {
+    let hi_ok = a.label();
+    let lo_ok = a.label();
+    let out = a.label();
+    let inn = a.label();
+    a.push(Ins::Ld(OFF_IP_HI));
+    a.push(Ins::J(JMP_JEQ_K, (wire::LIB_LO >> 32) as u32, hi_ok, out));
+    a.at(hi_ok);
+    a.push(Ins::Ld(OFF_IP_LO));
+    a.push(Ins::J(JMP_JGE_K, wire::LIB_LO as u32, lo_ok, out));
+    a.at(lo_ok);
+    a.push(Ins::J(JMP_JGE_K, wire::LIB_HI as u32, out, inn));
+    a.at(inn);
+    a.push(Ins::Ret(inside));
+    a.at(out);
+    a.push(Ins::Ret(outside));
+}
+
 struct Asm {
     ins: Vec<Ins>,
     labels: usize,
@@ -456,41 +476,11 @@ fn build_checked(p: &FilterPolicy) -> Result<Vec<u8>, String> {
         a.push(Ins::Ret(RET_TRAP | wire::TRAP_DATA as u32));
     }
     // sendmsg/sendmmsg under served sends: trapped, or killed from the library's code.
-    {
-        let hi_ok = a.label();
-        let lo_ok = a.label();
-        let outside = a.label();
-        let inside = a.label();
-        a.at(not_from_lib);
-        a.push(Ins::Ld(OFF_IP_HI));
-        a.push(Ins::J(JMP_JEQ_K, (wire::LIB_LO >> 32) as u32, hi_ok, outside));
-        a.at(hi_ok);
-        a.push(Ins::Ld(OFF_IP_LO));
-        a.push(Ins::J(JMP_JGE_K, wire::LIB_LO as u32, lo_ok, outside));
-        a.at(lo_ok);
-        a.push(Ins::J(JMP_JGE_K, wire::LIB_HI as u32, outside, inside));
-        a.at(inside);
-        a.push(Ins::Ret(RET_KILL_PROCESS));
-        a.at(outside);
-        a.push(Ins::Ret(RET_TRAP | wire::TRAP_DATA as u32));
-    }
+    a.at(not_from_lib);
+    from_lib(&mut a, RET_KILL_PROCESS, RET_TRAP | wire::TRAP_DATA as u32);
     // From the library's own code: allowed; from anywhere else: trapped to it.
-    let lib_hi_ok = a.label();
-    let lib_lo_ok = a.label();
-    let lib_trap = a.label();
-    let lib_allow = a.label();
     a.at(lib);
-    a.push(Ins::Ld(OFF_IP_HI));
-    a.push(Ins::J(JMP_JEQ_K, (wire::LIB_LO >> 32) as u32, lib_hi_ok, lib_trap));
-    a.at(lib_hi_ok);
-    a.push(Ins::Ld(OFF_IP_LO));
-    a.push(Ins::J(JMP_JGE_K, wire::LIB_LO as u32, lib_lo_ok, lib_trap));
-    a.at(lib_lo_ok);
-    a.push(Ins::J(JMP_JGE_K, wire::LIB_HI as u32, lib_trap, lib_allow));
-    a.at(lib_allow);
-    a.push(Ins::Ret(RET_ALLOW));
-    a.at(lib_trap);
-    a.push(Ins::Ret(RET_TRAP | wire::TRAP_DATA as u32));
+    from_lib(&mut a, RET_ALLOW, RET_TRAP | wire::TRAP_DATA as u32);
 
     a.assemble()
 }
