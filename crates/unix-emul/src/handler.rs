@@ -695,9 +695,13 @@ unsafe fn ask_server(n: u32, a: [u64; 6]) -> i64 {
 #[inline(never)]
 fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
     let (path, _, _) = cached_lookup(n, a)?;
-    let mut buf = [0u8; wire::PATH_MAX + 1];
-    let len = sys::copy_str(&mut buf, path).ok()?;
-    known_missing_path(n, a, &buf[..len])
+    // Not zeroed (4 KiB per served lookup): only the copied bytes are read.
+    let mut buf = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
+    let base = buf.as_mut_ptr() as *mut u8;
+    // SAFETY: buf has PATH_MAX + 1 bytes.
+    let len = unsafe { sys::copy_str_raw(base, wire::PATH_MAX + 1, path) }.ok()?;
+    // SAFETY: the copy wrote the first len bytes.
+    known_missing_path(n, a, unsafe { core::slice::from_raw_parts(base as *const u8, len) })
 }
 
 /// The lookups the failed-lookup cache keeps: (path pointer, directory descriptor,
