@@ -36,7 +36,8 @@
 //! none and CPU). Headlines: `alarm_p99_vs_cyclictest` (in-process fixed-priority p99
 //! at 100 Hz under CPU load against cyclictest's p99 in the same window, target ≤ 1.5)
 //! and `clock_server_alarm_p99_vs_inprocess` (the clock server's alarm p99 against the
-//! in-process p99, same window, target ≤ 2).
+//! in-process p99, same window, target ≤ 2). Both take each side's p99 within each of
+//! three such windows and the median across them (`EXTRA_HEADLINE_WINDOWS`).
 
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -15,6 +15,11 @@
 //! scaled down by 8 as well). Modes: a plain ictus port (`Space::call`; the server keeps
 //! its priority, as Mach IPC), and real-time ports FIFO/OFF, PRIO/ON and BPI/ON.
 //!
+//! `--quick` searches the headline's pair (DHScl FIFO/OFF and PRIO/ON) in three rounds,
+//! in alternating order, and reports each mode's median over the rounds, a row per
+//! round: one short trial holds one or two of this VM's 100 ms stalls, and where they
+//! fall moves a single search by several steps (`doc/rt-ipc.md`).
+//!
 //! Without real-time privileges the experiment cannot schedule rate-monotonically and
 //! reports why instead of numbers.
 
@@ -40,7 +45,7 @@ pub static DHS: Experiment = Experiment {
     about: "Distributed Hartstone (003 Table 2): breakdown utilization of DHScl and DHSpq on one CPU for plain \
             ports, FIFO/OFF, PRIO/ON and BPI/ON",
     figures: &[14],
-    quick_s: 25.0,
+    quick_s: 33.0,
     full_s: 540.0,
     roles: &[],
     args: no_args,

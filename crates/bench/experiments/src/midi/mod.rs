@@ -62,8 +62,9 @@
 //!
 //! # Headlines
 //!
-//! - `midi_fifo_p99_vs_cyclictest`: the fixed-priority window's interval-error p99 under
-//!   CPU load against cyclictest's wake-up latency p99 in the same window (target ≤ 1.5).
+//! - `midi_fifo_p99_vs_cyclictest`: the fixed-priority windows' interval-error p99 under
+//!   CPU load against cyclictest's wake-up latency p99 in the same windows (target ≤ 1.5):
+//!   each side's p99 within each of three windows, the median across them (`Plan`).
 //!   Beside it, without target, the same measure on both sides
 //!   (`midi_fifo_p99_vs_cyclictest_interval`: cyclictest's interval error) and delivery
 //!   latency against wake-up latency (`midi_fifo_latency_p99_vs_cyclictest`): an
