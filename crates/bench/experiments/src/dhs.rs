@@ -684,6 +684,13 @@ fn add_headline(report: &mut Report, searches: &[Search], notes: &mut Notes) {
     if n > 1 {
         report.rows.extend(w.rows("DHScl PRIO/ON vs FIFO/OFF breakdown", "%"));
     }
+    let rounds = searches.iter().map(|s| s.round + 1).max().unwrap_or(0);
+    if n < rounds {
+        notes.push(format!(
+            "dhs_cl_prio_on_vs_fifo: only {n} of {rounds} rounds found a breakdown for both modes; the median is \
+             over those"
+        ));
+    }
     notes.push(format!(
         "PRIO/ON DHScl breakdown {:.1} % against the 90 % target: {}",
         w.ours,
@@ -777,6 +784,7 @@ mod tests {
         let h = &report.headline[0];
         assert!((h.ratio - 95.0 / 58.0).abs() < 1e-9 && h.met == Some(true));
         assert_eq!(report.rows.len(), 4, "a row per round, then the median");
+        assert!(notes.notes.iter().any(|n| n.contains("only 3 of 4 rounds")), "{:?}", notes.notes);
         assert!(headline_windows(&searches[..1]).is_none());
     }
 
