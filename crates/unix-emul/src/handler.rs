@@ -122,7 +122,7 @@ unsafe extern "C" fn sigsys(sig: i32, info: *mut u8, uc: *mut u8) {
         }
         let r = if n == nr::RT_SIGPROCMASK { sigprocmask_in_frame(uc, a) } else { dispatch(n, a) };
         *greg(uc, REG_RAX) = r as u64;
-        // From its second trap on, this site calls the library without a trap.
+        // Next time, this site calls the library without a trap.
         patch::maybe_patch(rip, n);
     }
 }

@@ -1,8 +1,8 @@
 //! Patching hot system-call sites (004 §3.3: the library answers without a trap).
 //!
 //! A site is the 7 bytes `b8 NN NN NN NN 0f 05` — `mov eax, NR; syscall` — with which
-//! glibc, Go's runtime and most static programs make their calls. The second time one
-//! traps (SIGSYS) in an image, the library rewrites its first five bytes into
+//! glibc, Go's runtime and most static programs make their calls. The first time one
+//! traps (SIGSYS), the library rewrites its first five bytes into
 //! `ff 24 25 LO HI` — `jmp qword ptr [0x050fHHLL]` — an indirect jump through slot `k`
 //! of a table at [`PATCH_TABLE`] (`0x050f0000 + 8k`). The table's address is chosen so
 //! that the displacement's two high bytes are `0f 05`: the bytes after the patch are
@@ -49,13 +49,10 @@
 //! the program's own registers, and the child — on a new stack or on its parent's —
 //! returns to the site without touching memory.
 //!
-//! **Which sites, when.** A site is patched at its second trap, not its first: most
-//! of a new image's sites run once (the dynamic linker's start-up, a program's
-//! set-up), and a patch costs several times a trap — two `mprotect`s that split and
-//! merge the code's mapping, three `membarrier`s, a private copy of the code page, a
-//! slot. Sites that trapped once are remembered in a small table (`SEEN`); when its
-//! neighbourhood for a site is full, the site is patched at once. Slots are handed
-//! out in order, so an image's patches share a page or two of the slots and entries.
+//! **Which sites, when.** A site is patched at its first trap. Slots are handed out in
+//! order, so an image's patches share a page or two of the slots and entries. (Patching
+//! at the second trap was measured: fewer `mprotect`s and `membarrier`s per compile,
+//! more traps, no CPU gain shown; a site that runs twice would pay two traps. Not kept.)
 //!
 //! None of this is policy (the trust boundary is the filter, Landlock and the server):
 //! a program that rewrites the table, the slots or the entries breaks only itself.
@@ -415,30 +412,6 @@ fn claim(key: u64) -> Option<usize> {
         .map(|_| k)
 }
 
-/// Sites that trapped once (open addressing by hash; 0 empty). A site is patched at
-/// its second trap: most of a new image's sites run once (the dynamic linker's
-/// start-up calls), and patching one costs more than a trap (two `mprotect`s that
-/// split and merge the code's mapping, three `membarrier`s, a copy of the code page).
-static SEEN: [AtomicU64; SEEN_LEN] = [const { AtomicU64::new(0) }; SEEN_LEN];
-const SEEN_LEN: usize = 512;
-/// Places looked at for a site before it is patched at once instead.
-const SEEN_PROBES: usize = 16;
-
-/// Whether this is `site`'s first trap (then it is remembered, and not patched yet).
-/// A full neighbourhood says no: the site is patched at once, as it always was.
-fn first_trap(site: u64) -> bool {
-    let h = hash(site, SEEN_LEN);
-    for i in 0..SEEN_PROBES {
-        let e = &SEEN[(h + i) % SEEN_LEN];
-        match e.compare_exchange(0, site, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return true,
-            Err(v) if v == site => return false,
-            Err(_) => {}
-        }
-    }
-    false
-}
-
 fn publish(k: usize, key: u64) {
     table(k).store(entry(k), Ordering::Release);
     SLOTS[k].key.store(key, Ordering::Release);
@@ -524,7 +497,7 @@ pub fn maybe_patch(rip: u64, n: u32) -> Option<u64> {
         return None;
     }
     let (h, field) = handler_for(n)?;
-    if find(site).is_some() || first_trap(site) {
+    if find(site).is_some() {
         return None;
     }
     let mut code = [0u8; 7];
@@ -620,20 +593,6 @@ pub fn slots_used() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_site_is_patched_at_its_second_trap() {
-        let site = 0x7f00_dead_0000u64;
-        assert!(first_trap(site), "first trap: remembered, not patched");
-        assert!(!first_trap(site), "second trap: patched");
-        assert!(!first_trap(site), "and after");
-        // A table full of other sites: patched at once.
-        for i in 0..100_000u64 {
-            first_trap(0x1000 + 8 * i);
-        }
-        assert!(SEEN.iter().all(|e| e.load(Ordering::Relaxed) != 0));
-        assert!(!first_trap(0x7f00_beef_0007), "a full table patches at once");
-    }
 
     #[test]
     fn slots_are_handed_out_in_order_and_found_by_key() {

@@ -495,6 +495,6 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
     report.notes.push(format!(
         "modes interleaved, order rotating each round; {rounds} rounds per operation, {compile_rounds} compile rounds, {andrew_rounds} Andrew rounds; each ictus run starts a private server (its start-up is in the compile and Andrew times)"
     ));
-    report.notes.push("under ictus a `mov eax, NR; syscall` site is patched on its second trap: getpid is then answered from the library's state page, a cached failed lookup in the library, and other served calls reach the server without a trap; getpid by syscall(2) (the number in a register: not patchable) pays a SIGSYS trap every time".into());
+    report.notes.push("under ictus a `mov eax, NR; syscall` site is patched on its first trap: getpid is then answered from the library's state page, a cached failed lookup in the library, and other served calls reach the server without a trap; getpid by syscall(2) (the number in a register: not patchable) pays a SIGSYS trap every time".into());
     Ok(())
 }
