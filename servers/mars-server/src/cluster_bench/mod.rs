@@ -1011,7 +1011,7 @@ fn capacity(
                     "mars_cluster_scaling_4n",
                     f / 1e6,
                     4.0 * o / 1e6,
-                    "4 × the capacity of 1 node (the most paced streams every one of which was held), same run; all nodes share this machine's cores",
+                    "4 × the capacity of 1 node (the most paced streams every one of which was held), same run; the 4 nodes, the one OSD and the players share this machine's cores (the rows' machine_busy_cores), so this says how one machine's CPU splits among 4 nodes, not what 4 machines would carry",
                     "MB/s",
                     Better::Higher,
                 )
