@@ -1064,6 +1064,8 @@ fn capacity(
 /// serving node's response head, and from the head to the first body byte.
 #[derive(Default)]
 struct Phases {
+    /// Kill → the player's seeing the cut.
+    detect: LatencyRecorder,
     redirect: LatencyRecorder,
     head: LatencyRecorder,
     body: LatencyRecorder,
@@ -1073,6 +1075,9 @@ struct Phases {
 
 impl Phases {
     fn add(&mut self, p: &play::ResumePhases) {
+        if p.detect_ns > 0 {
+            self.detect.record(p.detect_ns);
+        }
         if p.redirect_ns > 0 {
             self.redirect.record(p.redirect_ns);
         }
@@ -1244,6 +1249,8 @@ fn failover(
                 .with("late_slots", t.late)
                 .with("slots", t.slots)
                 .with("wrong_bytes_streams", t.wrong as u64)
+                .with("detection_p50_ns", ph.detect.quantile(0.5))
+                .with("detection_p99_ns", ph.detect.quantile(0.99))
                 .with("redirect_p50_ns", ph.redirect.quantile(0.5))
                 .with("head_p50_ns", ph.head.quantile(0.5))
                 .with("head_p99_ns", ph.head.quantile(0.99))
