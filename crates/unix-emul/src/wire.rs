@@ -133,6 +133,12 @@ pub const GEN_BUCKETS: usize = 1024;
 pub const GEN_MISSING_AT: usize = GEN_BUCKETS_AT + 4 * GEN_BUCKETS;
 /// Entries of the shared table.
 pub const GEN_MISSING_SLOTS: usize = 4096;
+/// The shared table is set-associative: a key may sit in any of the
+/// [`GEN_MISSING_WAYS`] entries of its set (one 64-byte line). Direct-mapped, two
+/// failures every compile asks for shared a slot now and then (~10 of ~370 keys in
+/// the Andrew benchmark) and pushed each other out: every compile asked both again.
+pub const GEN_MISSING_WAYS: usize = 4;
+const _: () = assert!(GEN_MISSING_SLOTS % GEN_MISSING_WAYS == 0 && GEN_MISSING_AT % 64 == 0);
 /// Size of the generation memfd: the page, the buckets, the shared table.
 pub const GEN_SIZE: usize = GEN_MISSING_AT + 16 * GEN_MISSING_SLOTS;
 const _: () = assert!(GEN_UNLINKS_AT + 8 <= GEN_FLAGS_AT && GEN_FLAGS_AT + 8 <= GEN_REFUSED_AT);

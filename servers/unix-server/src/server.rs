@@ -183,7 +183,7 @@ impl Server {
                             if page.watch().is_some() {
                                 page.bump_unlinks();
                             } else {
-                                page.bump();
+                                page.bump(sys::BUMP_TIMER);
                             }
                         }
                         next = now + Duration::from_secs(1);
@@ -313,7 +313,7 @@ fn worker(s: &Arc<Shared>) {
                 if let Some(w) = page.watch() {
                     w.forget_paths();
                 }
-                page.bump();
+                page.bump(sys::BUMP_MOUNTS);
             }
             continue;
         }
