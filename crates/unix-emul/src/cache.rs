@@ -7,9 +7,13 @@
 //! ([`GEN_FD`](crate::wire::GEN_FD)); a later lookup of the same path under the same
 //! generation fails in the library without a trap's round trip to the server.
 //!
-//! Relative paths are keyed with the working directory's own generation, bumped here
-//! whenever the process changes directory (`chdir` through the server, `fchdir`,
-//! which the filter sends here). Paths under `/proc` and `/dev` are never cached.
+//! Relative paths are keyed with the working directory's identity (device and inode,
+//! [`cwd_id`]) where the library may do lookups itself, so the server publishes them
+//! to the session's other processes in that directory too (`gcc -Id0` looks for
+//! every header in `d0/` first, in every compile); elsewhere with the process's own
+//! working-directory count, bumped here whenever the process changes directory
+//! (`chdir` through the server, `fchdir`, which the filter sends here). Paths under
+//! `/proc` and `/dev` are never cached.
 //!
 //! The same table keeps `readlink`'s "not a link" (`EINVAL`) answers, under
 //! [`not_link`] of the path's key: glibc's `realpath` reads every component of a
@@ -27,8 +31,9 @@
 //! tells the library not to keep a failure whose walk went through a symbolic link
 //! (the link's target is not among the path's names). Unlinks never make a lookup
 //! succeed: they bump only the unlink count ([`GEN_UNLINKS_AT`]), which the "not a
-//! link" answers are kept under. Everything else (mkdir, rmdir, rename, link, symlink,
-//! mknod, bind, the tick; every change in a confining view) bumps the generation.
+//! link" answers are kept under. A mkdir, mknod, rename, link or symlink bumps the
+//! buckets of the names it makes (and the unlink count); everything else (rmdir,
+//! bind, the tick; every change in a confining view) bumps the generation.
 //! So a compile's temporary files no longer empty every cache of the session.
 //!
 //! The cache is the library's, in the program's memory: a program that corrupts it
