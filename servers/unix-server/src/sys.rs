@@ -223,6 +223,40 @@ pub fn pidfd_open(pid: i32) -> Res<OwnedFd> {
     check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// `pidfd_open(tid, PIDFD_THREAD)`: a pidfd of the thread `tid` (Linux 6.9), through
+/// which `pidfd_getfd` reaches the thread's files even when its process's main
+/// thread has exited.
+pub fn pidfd_open_thread(tid: i32) -> Res<OwnedFd> {
+    // SAFETY: no pointers (pidfd_open(2); PIDFD_THREAD is O_EXCL).
+    let r = unsafe { libc::syscall(434, tid as libc::c_long, libc::O_EXCL as libc::c_long) };
+    // SAFETY: a new descriptor the kernel gave us.
+    check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The thread-group id of the task a pidfd refers to (`PIDFD_GET_INFO`, Linux 6.13).
+pub fn pidfd_tgid(pidfd: BorrowedFd<'_>) -> Res<u32> {
+    /// `struct pidfd_info`, its first version (64 bytes).
+    #[repr(C)]
+    struct PidfdInfo {
+        mask: u64,
+        cgroupid: u64,
+        pid: u32,
+        tgid: u32,
+        rest: [u32; 10],
+    }
+    const PIDFD_INFO_PID: u64 = 1;
+    // _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info): read/write, 64 bytes.
+    const PIDFD_GET_INFO: libc::c_ulong = 0xC040_FF0B;
+    const _: () = assert!(std::mem::size_of::<PidfdInfo>() == 64);
+    let mut info = PidfdInfo { mask: PIDFD_INFO_PID, cgroupid: 0, pid: 0, tgid: 0, rest: [0; 10] };
+    // SAFETY: a valid struct pidfd_info the kernel fills (ioctl_pidfd(2)).
+    check(unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_INFO, &mut info) } as libc::c_long)?;
+    if info.mask & PIDFD_INFO_PID == 0 || info.tgid == 0 {
+        return Err(libc::ESRCH);
+    }
+    Ok(info.tgid)
+}
+
 /// `pidfd_getfd(pidfd, fd, 0)`: a copy of descriptor `fd` of the process `pidfd`
 /// refers to (the same open file, close-on-exec). Needs ptrace access to it
 /// (`PTRACE_MODE_ATTACH_REALCREDS`): `EPERM` otherwise, `EBADF` if it has no such

@@ -1150,6 +1150,32 @@ fn a_kept_relative_failure_ends_when_the_name_or_the_directory_changes() {
     assert_eq!(read(&out), "missing\nstill\nx\ny\n");
 }
 
+/// A process whose main thread has exited (`pthread_exit` in `main`) still lends
+/// its descriptors: the other thread's `openat` relative to a directory
+/// descriptor, served under a confining view, answers as natively (the thread's
+/// first call could not connect, or the descriptor was `EBADF`: the server took
+/// descriptors through the exited thread-group leader).
+#[test]
+fn a_process_whose_main_thread_exited_still_lends_descriptors() {
+    let d = scratch();
+    let prog = c_program(&d, "leaderless", false);
+    std::fs::create_dir(d.join("dir")).unwrap();
+    std::fs::create_dir(d.join("unused")).unwrap();
+    std::fs::write(d.join("dir/file"), "contents").unwrap();
+    let (native_out, ours_out) = (d.join("native.txt"), d.join("ours.txt"));
+    let args = |o: &Path| format!("{} {} > {}", prog.display(), d.join("dir").display(), o.display());
+    assert_eq!(native(&args(&native_out)), 0);
+    let hide = format!("hide {}\n", d.join("unused").display());
+    let (ended, _) = sh_under(Some(&hide), &d, &args(&ours_out));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&native_out), "openat ok\nread 8 contents\nfstatat 0 size 8\n");
+    // The open through the directory descriptor and the read: as natively. (The
+    // fstatat still fails: the server reads the process's /proc/PID entries, which
+    // an exited leader no longer has; see doc/unix.md, Known gaps.)
+    let ours = read(&ours_out);
+    assert!(ours.starts_with("openat ok\nread 8 contents\n"), "{ours}");
+}
+
 /// A kept failure outlives the seconds that pass while nothing changes (it used to
 /// be dropped by a timer every second and asked again): four lookups of a missing
 /// file a second apart are asked of the server about once, not four times.
