@@ -196,6 +196,18 @@ pub fn main(a: UnixArgs, quiet: bool) -> Result<(), Box<dyn std::error::Error>> 
                 snap.refused,
                 snap.native_total()
             );
+            let b = snap.generation_bumps;
+            eprintln!(
+                "ictus unix: kept failures: {} walked by the server; every one made stale {} times (changes served \
+                 {}, watched directories {}, timer {}, mounts {}); {} name buckets bumped",
+                snap.failure_walks,
+                b.total(),
+                b.served,
+                b.watch,
+                b.timer,
+                b.mounts,
+                snap.name_bumps
+            );
             ictus_unix_server::exit_like(ended)
         }
     }

@@ -18,5 +18,8 @@ fuzz_target!(|data: &[u8]| {
     if let Some(fd) = ictus_unix_emul::wire::parse_hello(&data[1..]) {
         assert!(fd >= 0);
     }
+    if let Some(tid) = ictus_unix_emul::wire::hello_thread(&data[1..]) {
+        assert!(tid > 0);
+    }
     let _ = ictus_unix_emul::wire::parse_reply(&data[1..], nfds);
 });

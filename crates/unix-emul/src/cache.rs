@@ -7,9 +7,13 @@
 //! ([`GEN_FD`](crate::wire::GEN_FD)); a later lookup of the same path under the same
 //! generation fails in the library without a trap's round trip to the server.
 //!
-//! Relative paths are keyed with the working directory's own generation, bumped here
-//! whenever the process changes directory (`chdir` through the server, `fchdir`,
-//! which the filter sends here). Paths under `/proc` and `/dev` are never cached.
+//! Relative paths are keyed with the working directory's identity (device and inode,
+//! [`cwd_id`]) where the library may do lookups itself, so the server publishes them
+//! to the session's other processes in that directory too (`gcc -Id0` looks for
+//! every header in `d0/` first, in every compile); elsewhere with the process's own
+//! working-directory count, bumped here whenever the process changes directory
+//! (`chdir` through the server, `fchdir`, which the filter sends here). Paths under
+//! `/proc` and `/dev` are never cached.
 //!
 //! The same table keeps `readlink`'s "not a link" (`EINVAL`) answers, under
 //! [`not_link`] of the path's key: glibc's `realpath` reads every component of a
@@ -27,8 +31,9 @@
 //! tells the library not to keep a failure whose walk went through a symbolic link
 //! (the link's target is not among the path's names). Unlinks never make a lookup
 //! succeed: they bump only the unlink count ([`GEN_UNLINKS_AT`]), which the "not a
-//! link" answers are kept under. Everything else (mkdir, rmdir, rename, link, symlink,
-//! mknod, bind, the tick; every change in a confining view) bumps the generation.
+//! link" answers are kept under. A mkdir, mknod, rename, link or symlink bumps the
+//! buckets of the names it makes (and the unlink count); everything else (rmdir,
+//! bind, the tick; every change in a confining view) bumps the generation.
 //! So a compile's temporary files no longer empty every cache of the session.
 //!
 //! The cache is the library's, in the program's memory: a program that corrupts it
@@ -37,7 +42,9 @@
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::sys::{self, syscall6};
-use crate::wire::{GEN_BUCKETS, GEN_BUCKETS_AT, GEN_FD, GEN_MISSING_AT, GEN_MISSING_SLOTS, GEN_SIZE, GEN_UNLINKS_AT};
+use crate::wire::{
+    GEN_BUCKETS, GEN_BUCKETS_AT, GEN_FD, GEN_MISSING_AT, GEN_MISSING_SLOTS, GEN_MISSING_WAYS, GEN_SIZE, GEN_UNLINKS_AT,
+};
 
 const ENTRIES: usize = 1024;
 
@@ -162,6 +169,15 @@ pub fn cwd_changed() {
 
 /// The key of a lookup, or `None` if it must not be cached.
 pub fn key(path: &[u8], follow: bool) -> Option<u64> {
+    key_in(path, follow, if path.first() == Some(&b'/') { None } else { cwd_identity() })
+}
+
+/// The key of a lookup of `path`; a relative one is keyed with `cwd`, the working
+/// directory's [`cwd_id`] if known, else with this process's working directory
+/// count (then it is this process's alone). The server keys the failures it
+/// publishes with the `cwd` it finds, so a relative header path that one compile
+/// found missing (`-Id0` then `d0/stdio.h`) costs the next one no round trip.
+pub fn key_in(path: &[u8], follow: bool, cwd: Option<u64>) -> Option<u64> {
     if path.is_empty() || path.starts_with(b"/proc") || path.starts_with(b"/dev") {
         return None;
     }
@@ -172,12 +188,69 @@ pub fn key(path: &[u8], follow: bool) -> Option<u64> {
     }
     mix(follow as u8);
     if path[0] != b'/' {
-        for b in CWD.load(Ordering::Acquire).to_le_bytes() {
-            mix(b);
+        match cwd {
+            Some(id) => {
+                for b in id.to_le_bytes() {
+                    mix(b);
+                }
+                mix(0xfd);
+            }
+            None => {
+                for b in CWD.load(Ordering::Acquire).to_le_bytes() {
+                    mix(b);
+                }
+                mix(0xfe);
+            }
         }
-        mix(0xfe);
     }
     Some(h | 1)
+}
+
+/// A directory's identity for keys (its device and inode, hashed to
+/// [`CWD_ID_BITS`] bits): a relative lookup's answer depends on the directory,
+/// not on its path. (A directory removed and another made with its inode number:
+/// the server bumps the generation when a watched directory goes.)
+pub fn cwd_id(dev: u64, ino: u64) -> u64 {
+    let h = (dev.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ino).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (h >> (64 - CWD_ID_BITS)) | 1
+}
+
+/// Bits of a [`cwd_id`]; the rest of [`CWD_ID`]'s word holds the low bits of the
+/// working directory count it was read at.
+const CWD_ID_BITS: u32 = 40;
+
+/// The working directory's [`cwd_id`] and the working directory count it was read
+/// at (one word, so that no reader pairs one directory's id with another's count).
+static CWD_ID: AtomicU64 = AtomicU64::new(0);
+
+/// The working directory's [`cwd_id`], read once per working directory with a
+/// `stat(".")` of the library's own — only where the session lets the library do
+/// read-only lookups itself ([`crate::wire::GEN_FLAG_NATIVE_LOOKUPS`]); else
+/// `None` (relative failures stay this process's).
+fn cwd_identity() -> Option<u64> {
+    if flags() & crate::wire::GEN_FLAG_NATIVE_LOOKUPS == 0 {
+        return None;
+    }
+    let count = CWD.load(Ordering::Acquire) & ((1 << (64 - CWD_ID_BITS)) - 1);
+    let v = CWD_ID.load(Ordering::Acquire);
+    if v != 0 && v >> CWD_ID_BITS == count {
+        return Some(v & ((1 << CWD_ID_BITS) - 1));
+    }
+    let mut st = [0u64; 18];
+    const AT_FDCWD: i64 = -100;
+    const SYS_NEWFSTATAT: u32 = 262;
+    // SAFETY: a NUL-terminated path and a struct stat's 144 bytes (fstatat(2)).
+    let r = unsafe { syscall6(SYS_NEWFSTATAT, AT_FDCWD as u64, c".".as_ptr() as u64, st.as_mut_ptr() as u64, 0, 0, 0) };
+    if r != 0 {
+        return None;
+    }
+    let id = cwd_id(st[0], st[1]);
+    // Only if the working directory did not change meanwhile (else the next lookup
+    // reads it again).
+    if CWD.load(Ordering::Acquire) & ((1 << (64 - CWD_ID_BITS)) - 1) == count {
+        CWD_ID.store(count << CWD_ID_BITS | id, Ordering::Release);
+    }
+    Some(id)
 }
 
 /// Spread a key over `bits` bits (Fibonacci hashing: the high bits of a multiply).
@@ -205,22 +278,26 @@ pub fn known_missing(key: u64, generation: u64) -> bool {
     if t.is_null() {
         return false;
     }
-    let i = shared_slot(key);
-    // SAFETY: the table is mapped read-only for the life of the image, inside the
-    // memfd (its size checked when mapped); entries are aligned word pairs.
-    let (k, g) = unsafe { (&*t.add(2 * i), &*t.add(2 * i + 1)) };
-    // The server writes generation = MAX, then the key, then the generation (one
-    // writer at a time): a key read between two equal generations is theirs.
-    let g1 = g.load(Ordering::Acquire);
-    let k1 = k.load(Ordering::Acquire);
-    let g2 = g.load(Ordering::Acquire);
-    k1 == key && g1 == generation && g2 == generation
+    (shared_set(key)..shared_set(key) + GEN_MISSING_WAYS).any(|i| {
+        // SAFETY: the table is mapped read-only for the life of the image, inside the
+        // memfd (its size checked when mapped); entries are aligned word pairs, and a
+        // set's entries are below GEN_MISSING_SLOTS.
+        let (k, g) = unsafe { (&*t.add(2 * i), &*t.add(2 * i + 1)) };
+        // The server writes generation = MAX, then the key, then the generation (one
+        // writer at a time): a key read between two equal generations is theirs.
+        let g1 = g.load(Ordering::Acquire);
+        let k1 = k.load(Ordering::Acquire);
+        let g2 = g.load(Ordering::Acquire);
+        k1 == key && g1 == generation && g2 == generation
+    })
 }
 
-/// The shared table's slot for `key`.
-pub fn shared_slot(key: u64) -> usize {
-    const _: () = assert!(GEN_MISSING_SLOTS.is_power_of_two());
-    spread(key ^ 0x5348_4152_4544, GEN_MISSING_SLOTS.trailing_zeros())
+/// The first entry of `key`'s set in the shared table (its
+/// [`GEN_MISSING_WAYS`] entries follow).
+pub fn shared_set(key: u64) -> usize {
+    const SETS: usize = GEN_MISSING_SLOTS / GEN_MISSING_WAYS;
+    const _: () = assert!(SETS.is_power_of_two());
+    spread(key ^ 0x5348_4152_4544, SETS.trailing_zeros()) * GEN_MISSING_WAYS
 }
 
 /// The key under which a path's "not a link" answer (`readlink`'s `EINVAL`) is kept,
@@ -263,10 +340,10 @@ mod tests {
         for i in 0..1000 {
             let p = format!("/usr/local/include/h{i}.h");
             let (a, b) = (key(p.as_bytes(), true).unwrap(), key(p.as_bytes(), false).unwrap());
-            shared += (shared_slot(a) == shared_slot(b)) as u32;
+            shared += (shared_set(a) == shared_set(b)) as u32;
             local += core::ptr::eq(slot(a), slot(b)) as u32;
         }
-        // By chance: about 1000/4096 and 1000/1024.
+        // By chance: about 1000/1024 each.
         assert!(shared < 10 && local < 10, "{shared} {local} of 1000 share a slot");
     }
 }

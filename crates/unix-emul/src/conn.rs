@@ -212,7 +212,7 @@ fn new_connection() -> Result<(i32, i32), CallError> {
         }
         return Err(CallError::NoConnection);
     }
-    if send(SESSION_FD, &wire::encode_hello(moved[1])) < 0 {
+    if send(SESSION_FD, &wire::encode_hello_from(moved[1], sys::gettid())) < 0 {
         sys::close(moved[0]);
         sys::close(moved[1]);
         sys::fatal(&[b"the session socket is gone; the Unix server has stopped"], 127);

@@ -27,7 +27,7 @@ use ictus_bench::stats::{median, LatencyRecorder};
 use ictus_bench::{BenchError, Experiment, Options, Outcome};
 use serde_json::json;
 
-use crate::launch::{run_session, Ended, RunOptions};
+use crate::launch::{run_session, Ended, RunOptions, Snapshot};
 
 /// The experiment, for the `ictus` binary's registry.
 pub static UNIX: Experiment = Experiment {
@@ -80,9 +80,11 @@ fn err(context: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::io(context.to_string(), std::io::Error::other(e.to_string()))
 }
 
-/// Run `argv` in `mode` with standard output to `out`; returns the wall time (ns).
-fn run_in(mode: Mode, argv: &[String], out: &Path) -> Result<u64, BenchError> {
+/// Run `argv` in `mode` with standard output to `out`; returns the wall time (ns)
+/// and, under ictus, what the server counted.
+fn run_in(mode: Mode, argv: &[String], out: &Path) -> Result<(u64, Option<Snapshot>), BenchError> {
     let start = Instant::now();
+    let mut snap = None;
     match mode {
         Mode::Native | Mode::Proot => {
             let mut cmd = if mode == Mode::Native {
@@ -111,13 +113,14 @@ fn run_in(mode: Mode, argv: &[String], out: &Path) -> Result<u64, BenchError> {
                 quiet: true,
                 stdout: Some(out.to_path_buf()),
             };
-            let (ended, _) = run_session(&opts).map_err(|e| err("ictus unix run", e))?;
+            let (ended, counted) = run_session(&opts).map_err(|e| err("ictus unix run", e))?;
             if ended != Ended::Code(0) {
                 return Err(err(&format!("{argv:?} ictus"), format!("{ended:?}")));
             }
+            snap = Some(counted);
         }
     }
-    Ok(start.elapsed().as_nanos() as u64)
+    Ok((start.elapsed().as_nanos() as u64, snap))
 }
 
 /// The confining view's policy file, in the work directory.
@@ -254,7 +257,7 @@ fn try_run(
     out: &Path,
     part: &str,
     notes: &mut Vec<String>,
-) -> Result<Option<u64>, BenchError> {
+) -> Result<Option<(u64, Option<Snapshot>)>, BenchError> {
     match run_in(mode, argv, out) {
         Ok(t) => Ok(Some(t)),
         Err(e) if mode == Mode::Proot => {
@@ -351,7 +354,7 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
                 "compile test",
                 &mut report.notes,
             )? {
-                compile[m].push(t as f64);
+                compile[m].push(t.0 as f64);
             }
         }
     }
@@ -395,19 +398,24 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
     let andrew_rounds = if quick { 1 } else { 3 };
     let phases = ["mkdir", "copy", "stat", "find/grep", "compile"];
     let mut andrew_t: Vec<Vec<[f64; 6]>> = modes.iter().map(|_| Vec::new()).collect();
+    // Under ictus, per round: requests served, failed lookups the server walked,
+    // generation bumps (every kept failure stale).
+    let mut andrew_n: Vec<Vec<[f64; 3]>> = modes.iter().map(|_| Vec::new()).collect();
     for round in 0..andrew_rounds {
         for k in 0..modes.len() {
             let m = (k + round) % modes.len();
-            if try_run(
+            let Some((_, snap)) = try_run(
                 modes[m],
                 &["bash".into(), "-c".into(), andrew.clone()],
                 &out,
                 "Andrew benchmark",
                 &mut report.notes,
             )?
-            .is_none()
-            {
+            else {
                 continue;
+            };
+            if let Some(s) = snap {
+                andrew_n[m].push([s.served as f64, s.failure_walks as f64, s.generation_bumps.total() as f64]);
             }
             let text = fs::read_to_string(&out).map_err(|e| BenchError::io("andrew", e))?;
             let t: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -430,6 +438,11 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
         }
         andrew_total[m] = median(runs.iter().map(|p| p[5])).unwrap_or(f64::NAN);
         row["total_ns"] = json!(andrew_total[m]);
+        if !andrew_n[m].is_empty() {
+            for (i, what) in ["served_requests", "failure_walks", "generation_bumps"].iter().enumerate() {
+                row[*what] = json!(median(andrew_n[m].iter().map(|n| n[i])));
+            }
+        }
         report.rows.push(row);
     }
 

@@ -233,10 +233,10 @@ pub fn native_write_access(policy: &Policy) -> bool {
 /// A session for `policy`: its view and a generation page of its own (a page holds
 /// the refused calls and the failed look-ups of one view), counts from zero.
 pub fn new_session(policy: Policy, loader: &Arc<OwnedFd>) -> Result<Session, RunError> {
-    // Where the view is the host's tree as it is, kept failures are watched (see
-    // `watch`); any other view's page is bumped every second instead.
-    let generation =
-        sys::GenerationPage::new(crate::ops::identity_policy(&policy)).map_err(|e| RunError::Setup(io(e)))?;
+    // Where the view's names are the host's (`ro` lines refuse only writes), kept
+    // failures are watched (see `watch`); any other view's page is bumped every
+    // second instead.
+    let generation = sys::GenerationPage::new(!policy.confines_paths()).map_err(|e| RunError::Setup(io(e)))?;
     generation.set_refused(policy.refused.iter().map(|r| r.0));
     if native_lookups(&policy) {
         let write = if native_write_access(&policy) { wire::GEN_FLAG_NATIVE_WRITE_ACCESS } else { 0 };
@@ -472,6 +472,34 @@ pub struct Snapshot {
     /// view allows it: `ictus_unix_emul::lookup`), as they reported them: opens,
     /// `newfstatat`, `statx`, `faccessat2`, `readlinkat`, `getcwd`.
     pub native_lookups: [u64; ictus_unix_emul::wire::COUNT_KINDS],
+    /// Generation bumps (every kept failure of the session stale), by cause.
+    pub generation_bumps: GenerationBumps,
+    /// Name-bucket bumps (failures with a component of one name stale).
+    pub name_bumps: u64,
+    /// Failed lookups the server walked again, watching, before they were kept.
+    pub failure_walks: u64,
+}
+
+/// Why a session's generation was bumped (every kept failure made stale), how often.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GenerationBumps {
+    /// Changes the server made for the session's programs (rmdir, unlink, and
+    /// every change in a confining view).
+    pub served: u64,
+    /// Events of watched directories (a directory's own attributes, one moved or
+    /// removed, a lost event queue).
+    pub watch: u64,
+    /// The once-a-second timer of a view without a watch (a confining one).
+    pub timer: u64,
+    /// Mounts and unmounts anywhere.
+    pub mounts: u64,
+}
+
+impl GenerationBumps {
+    /// All bumps.
+    pub fn total(&self) -> u64 {
+        self.served + self.watch + self.timer + self.mounts
+    }
 }
 
 impl Snapshot {
@@ -494,6 +522,7 @@ pub fn snapshot(session: &Session) -> Snapshot {
         .iter()
         .map(|(n, c)| (ictus_unix_emul::sysno::name(*n).map_or_else(|| n.to_string(), str::to_string), *c))
         .collect();
+    let g = session.generation.counts();
     Snapshot {
         served: session.stats.served.load(Relaxed),
         malformed: session.stats.malformed.load(Relaxed),
@@ -501,6 +530,14 @@ pub fn snapshot(session: &Session) -> Snapshot {
         open: session.stats.open.load(Relaxed),
         refused,
         native_lookups: session.counts.as_ref().map_or([0; ictus_unix_emul::wire::COUNT_KINDS], |c| c.native_lookups()),
+        generation_bumps: GenerationBumps {
+            served: g.bumps[sys::BUMP_SERVED].load(Relaxed),
+            watch: g.bumps[sys::BUMP_WATCH].load(Relaxed),
+            timer: g.bumps[sys::BUMP_TIMER].load(Relaxed),
+            mounts: g.bumps[sys::BUMP_MOUNTS].load(Relaxed),
+        },
+        name_bumps: g.name_bumps.load(Relaxed),
+        failure_walks: g.walks.load(Relaxed),
     }
 }
 

@@ -28,4 +28,4 @@ pub mod watch;
 
 /// The control interface and its client (`ictus-unix-api`).
 pub use ictus_unix_api as control_api;
-pub use launch::{exit_like, run, run_session, Ended, RunError, RunOptions, Snapshot};
+pub use launch::{exit_like, run, run_session, Ended, GenerationBumps, RunError, RunOptions, Snapshot};

@@ -396,7 +396,7 @@ pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[Ow
     }
     // Read before serving, as the libraries do: a lookup that races with a change is
     // kept under what the change makes stale.
-    let shared = shared_missing_key(req).map(|(key, p)| (key, s.generation.generation_for(p)));
+    let shared = shared_missing_key(s, pid, cwd, req).map(|(key, p)| (key, s.generation.generation_for(p)));
     let mut reply = serve_op(s, pid, cwd, req, &fd_of);
     // A name may have appeared (or gone): the libraries' cached failed lookups and
     // "not a link" answers are stale. (Bumped after the change, so a lookup that
@@ -404,26 +404,44 @@ pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[Ow
     // is the host's tree, a file create bumps only its name's bucket and an unlink
     // only the unlink count (see `ictus_unix_emul::cache`).
     const AT_REMOVEDIR: u64 = 0x200;
-    let identity = identity_view(s);
+    // Where the view's names are the host's (nothing hidden or mounted elsewhere;
+    // `ro` lines refuse only writes), failures are watched and kept as the host's.
+    let identity = !s.policy.confines_paths();
     if reply.result >= 0 {
         match h.op {
             nr::OPENAT if a[2] & O_CREAT != 0 && identity => {
                 if let Some(p) = req.path1 {
-                    s.generation.bump_name(last_name(p));
+                    s.generation.bump_name(last_name(p), sys::BUMP_SERVED);
                 }
                 // Through a final link, the file made has the link target's name.
                 match reply.fds.first().map(|f| sys::readlink(Path::new(&format!("/proc/self/fd/{}", f.as_raw_fd())))) {
-                    Some(Ok(real)) => s.generation.bump_name(last_name(&real)),
-                    _ => s.generation.bump(),
+                    Some(Ok(real)) => s.generation.bump_name(last_name(&real), sys::BUMP_SERVED),
+                    _ => s.generation.bump(sys::BUMP_SERVED),
                 }
             }
             nr::UNLINKAT if a[2] & AT_REMOVEDIR == 0 && identity => s.generation.bump_unlinks(),
-            nr::OPENAT if a[2] & O_CREAT != 0 => s.generation.bump(),
+            // A directory, node, link or moved name made: as a file made, only the
+            // lookups with a component of that name (or names, for an exchange) can
+            // now succeed. A rename may move a watched directory: the watch forgets
+            // which paths name watched directories before the event is read.
+            nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT if identity => {
+                if h.op == nr::RENAMEAT2 {
+                    if let Some(w) = s.generation.watch() {
+                        w.forget_paths();
+                    }
+                }
+                // "Not a link" answers: a rename can put a link where a file was.
+                s.generation.bump_unlinks();
+                for p in [req.path1, req.path2].into_iter().flatten() {
+                    s.generation.bump_name(last_name(p), sys::BUMP_SERVED);
+                }
+            }
+            nr::OPENAT if a[2] & O_CREAT != 0 => s.generation.bump(sys::BUMP_SERVED),
             nr::OPENAT2 | nr::MKDIRAT | nr::MKNODAT | nr::RENAMEAT2 | nr::LINKAT | nr::SYMLINKAT | nr::BIND => {
-                s.generation.bump()
+                s.generation.bump(sys::BUMP_SERVED)
             }
             nr::UNLINKAT => {
-                s.generation.bump();
+                s.generation.bump(sys::BUMP_SERVED);
                 s.generation.bump_unlinks();
             }
             _ => {}
@@ -444,11 +462,13 @@ pub fn serve(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fds: &[Ow
 }
 
 /// The key under which a failed lookup is published to every library of the session
-/// (the shared table on the generation memfd), with its path: an absolute path
-/// looked up by a call the libraries cache, keyed as they key it
-/// ([`ictus_unix_emul::cache::key`]). Per-process answers stay per process: no
-/// component that could name `/proc` or `/dev` however the path is spelled.
-fn shared_missing_key<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8])> {
+/// (the shared table on the generation memfd), with its path: a path looked up by a
+/// call the libraries cache, keyed as they key it ([`ictus_unix_emul::cache::key`]):
+/// an absolute one, or one relative to the working directory, keyed with that
+/// directory's identity where the libraries compute it too (they may do read-only
+/// lookups themselves). Per-process answers stay per process: no component that
+/// could name `/proc` or `/dev` however the path is spelled.
+fn shared_missing_key<'r>(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'r>) -> Option<(u64, &'r [u8])> {
     const NOFOLLOW: u64 = 0x100;
     const O_NOFOLLOW: u64 = 0o400000;
     let a = req.header.args;
@@ -463,10 +483,19 @@ fn shared_missing_key<'r>(req: &Request<'r>) -> Option<(u64, &'r [u8])> {
         _ => return None,
     };
     let path = req.path1?;
-    if path.first() != Some(&b'/') || path.split(|&b| b == b'/').any(|c| c == b"proc" || c == b"dev") {
+    if path.is_empty() || path.split(|&b| b == b'/').any(|c| c == b"proc" || c == b"dev") {
         return None;
     }
-    Some((ictus_unix_emul::cache::key(path, follow)?, path))
+    if path[0] == b'/' {
+        return Some((ictus_unix_emul::cache::key_in(path, follow, None)?, path));
+    }
+    let native = s.generation.flags() & ictus_unix_emul::wire::GEN_FLAG_NATIVE_LOOKUPS != 0;
+    if req.header.fd_args != 0 || !native {
+        return None;
+    }
+    let dir = cwd.get(pid, req.header.cwd).ok()?;
+    let (dev, ino) = sys::dev_ino(dir.as_fd()).ok()?;
+    Some((ictus_unix_emul::cache::key_in(path, follow, Some(ictus_unix_emul::cache::cwd_id(dev, ino)))?, path))
 }
 
 /// The last component of a path.

@@ -183,7 +183,7 @@ impl Server {
                             if page.watch().is_some() {
                                 page.bump_unlinks();
                             } else {
-                                page.bump();
+                                page.bump(sys::BUMP_TIMER);
                             }
                         }
                         next = now + Duration::from_secs(1);
@@ -313,7 +313,7 @@ fn worker(s: &Arc<Shared>) {
                 if let Some(w) = page.watch() {
                     w.forget_paths();
                 }
-                page.bump();
+                page.bump(sys::BUMP_MOUNTS);
             }
             continue;
         }
@@ -348,8 +348,14 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
                 // kernel's pidfd of the sender (or, before Linux 6.5, its stamped pid)
                 // says whose. Descriptors attached (an older library, or a program
                 // sending on the session socket) are not used: they close as m drops.
-                let taken = match (wire::parse_hello(&buf[..m.len]), m.truncated || !m.fds.is_empty()) {
-                    (Some(n), false) => with_sender_pidfd(&m, |p| sys::pidfd_getfd(p, n).ok()).ok().flatten(),
+                // A hello that names its thread: descriptors are taken through that
+                // thread (checked to be the sender's), so a process whose main thread
+                // has exited can still lend them.
+                let hello = &buf[..m.len];
+                let thread = wire::hello_thread(hello).and_then(|tid| sender_thread(&m, tid));
+                let taken = match (wire::parse_hello(hello), m.truncated || !m.fds.is_empty(), &thread) {
+                    (Some(n), false, Some(t)) => sys::pidfd_getfd(t.as_fd(), n).ok(),
+                    (Some(n), false, None) => with_sender_pidfd(&m, |p| sys::pidfd_getfd(p, n).ok()).ok().flatten(),
                     _ => None,
                 };
                 let Some(fd) =
@@ -361,10 +367,11 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
                 if sys::pass_credentials(fd.as_fd()).is_err() {
                     continue;
                 }
-                let maker = match (sys::peer_cred(fd.as_fd()), sys::peer_pidfd(fd.as_fd())) {
-                    (Ok((pid, _, _)), Ok(p)) if pid > 0 => Some((pid, p)),
-                    _ => None,
-                };
+                let maker =
+                    match (sys::peer_cred(fd.as_fd()), thread.map(Ok).unwrap_or_else(|| sys::peer_pidfd(fd.as_fd()))) {
+                        (Ok((pid, _, _)), Ok(p)) if pid > 0 => Some((pid, p)),
+                        _ => None,
+                    };
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
                 let conn = Arc::new(Conn { fd, maker, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
@@ -397,6 +404,18 @@ fn with_sender_pidfd<T>(m: &sys::Received, f: impl FnOnce(std::os::fd::BorrowedF
         (None, Some((pid, _, _))) if pid > 0 && !pidfd_support() => sys::pidfd_open(pid).map(|p| f(p.as_fd())),
         _ => Err(libc::EBADF),
     }
+}
+
+/// A pidfd of the thread `tid` that a hello names, if it is a thread of the
+/// message's sender (the kernel's pidfd of the sender and the thread's pidfd name
+/// one thread group): a thread of another process, a thread gone, a kernel without
+/// thread pidfds (6.9) or `PIDFD_GET_INFO` (6.13) give `None`, and the hello is
+/// taken through the sender's pidfd as before.
+fn sender_thread(m: &sys::Received, tid: i32) -> Option<OwnedFd> {
+    let t = sys::pidfd_open_thread(tid).ok()?;
+    let tgid = sys::pidfd_tgid(t.as_fd()).ok()?;
+    let sender = with_sender_pidfd(m, sys::pidfd_tgid).ok()?.ok()?;
+    (tgid == sender).then_some(t)
 }
 
 /// Whether this kernel attaches a pidfd of the sender to each message
@@ -445,15 +464,25 @@ fn take_fds(m: &sys::Received, conn: &Conn, req: &Request<'_>) -> Result<Vec<Own
                 if !(0..wire::RESERVED_LO).contains(&n) {
                     return Err(libc::EBADF);
                 }
-                sys::pidfd_getfd(pidfd, n).map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })
+                sys::pidfd_getfd(pidfd, n)
             })
             .collect()
     };
-    match (&conn.maker, m.cred) {
-        (Some((maker, pidfd)), Some((pid, _, _))) if *maker == pid => take(pidfd.as_fd()),
+    let taken = match (&conn.maker, m.cred) {
+        // The maker's pidfd names the thread that made the connection where the
+        // hello named it: if that thread is gone (another took over its slot), the
+        // process's, as before.
+        (Some((maker, pidfd)), Some((pid, _, _))) if *maker == pid => take(pidfd.as_fd()).or_else(|e| {
+            if e == libc::ESRCH {
+                sys::peer_pidfd(conn.fd.as_fd()).and_then(|p| take(p.as_fd()))
+            } else {
+                Err(e)
+            }
+        }),
         (Some(_), _) => Err(libc::EBADF),
         (None, _) => with_sender_pidfd(m, take)?,
-    }
+    };
+    taken.map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })
 }
 
 fn drop_conn(s: &Arc<Shared>, token: u64) {

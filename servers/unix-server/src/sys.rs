@@ -92,6 +92,15 @@ pub fn lstat_type_at(dir: BorrowedFd<'_>, name: &CStr) -> Res<u32> {
     Ok(st.st_mode & libc::S_IFMT)
 }
 
+/// `fstat(fd)`'s device and inode.
+pub fn dev_ino(fd: BorrowedFd<'_>) -> Res<(u64, u64)> {
+    // SAFETY: st is plain data the kernel fills (fstat(2)).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid struct stat.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } as libc::c_long)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
 /// `fstatfs(fd)`'s file system type.
 pub fn fs_type(fd: BorrowedFd<'_>) -> Res<i64> {
     // SAFETY: sf is plain data the kernel fills (fstatfs(2)).
@@ -212,6 +221,40 @@ pub fn pidfd_open(pid: i32) -> Res<OwnedFd> {
     let r = unsafe { libc::syscall(434, pid as libc::c_long, 0 as libc::c_long) };
     // SAFETY: a new descriptor the kernel gave us.
     check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_open(tid, PIDFD_THREAD)`: a pidfd of the thread `tid` (Linux 6.9), through
+/// which `pidfd_getfd` reaches the thread's files even when its process's main
+/// thread has exited.
+pub fn pidfd_open_thread(tid: i32) -> Res<OwnedFd> {
+    // SAFETY: no pointers (pidfd_open(2); PIDFD_THREAD is O_EXCL).
+    let r = unsafe { libc::syscall(434, tid as libc::c_long, libc::O_EXCL as libc::c_long) };
+    // SAFETY: a new descriptor the kernel gave us.
+    check(r).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The thread-group id of the task a pidfd refers to (`PIDFD_GET_INFO`, Linux 6.13).
+pub fn pidfd_tgid(pidfd: BorrowedFd<'_>) -> Res<u32> {
+    /// `struct pidfd_info`, its first version (64 bytes).
+    #[repr(C)]
+    struct PidfdInfo {
+        mask: u64,
+        cgroupid: u64,
+        pid: u32,
+        tgid: u32,
+        rest: [u32; 10],
+    }
+    const PIDFD_INFO_PID: u64 = 1;
+    // _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info): read/write, 64 bytes.
+    const PIDFD_GET_INFO: libc::c_ulong = 0xC040_FF0B;
+    const _: () = assert!(std::mem::size_of::<PidfdInfo>() == 64);
+    let mut info = PidfdInfo { mask: PIDFD_INFO_PID, cgroupid: 0, pid: 0, tgid: 0, rest: [0; 10] };
+    // SAFETY: a valid struct pidfd_info the kernel fills (ioctl_pidfd(2)).
+    check(unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_INFO, &mut info) } as libc::c_long)?;
+    if info.mask & PIDFD_INFO_PID == 0 || info.tgid == 0 {
+        return Err(libc::ESRCH);
+    }
+    Ok(info.tgid)
 }
 
 /// `pidfd_getfd(pidfd, fd, 0)`: a copy of descriptor `fd` of the process `pidfd`
@@ -428,7 +471,8 @@ pub struct GenerationPage {
     page: ictus_sys::mm::Mapping,
     /// One writer of the shared table at a time (a reader pairs a key with the
     /// generation words around it; two writers of one slot could mix theirs).
-    writing: std::sync::Mutex<()>,
+    /// Each set's next entry to replace when all are in use.
+    writing: std::sync::Mutex<Vec<u8>>,
     /// The directories the kept failures walked, watched (where the view is the
     /// host's tree): changes made outside the session reach the page through it,
     /// not through a timer. `None`: bumped every second instead.
@@ -436,7 +480,32 @@ pub struct GenerationPage {
     /// Name buckets met in the targets of links that kept failures went through
     /// (one bit per bucket): making such a name anywhere drops every failure.
     link_names: [std::sync::atomic::AtomicU64; ictus_unix_emul::wire::GEN_BUCKETS / 64],
+    /// What moved the page, for `--stats` and tests.
+    counts: GenerationCounts,
 }
+
+/// How often a session's kept failures were made stale, and why.
+#[derive(Debug, Default)]
+pub struct GenerationCounts {
+    /// Generation bumps (every kept failure of the session stale), by cause.
+    pub bumps: [std::sync::atomic::AtomicU64; BUMP_CAUSES],
+    /// Name-bucket bumps (failures with a component of one name stale).
+    pub name_bumps: std::sync::atomic::AtomicU64,
+    /// Failed lookups walked again by the server, watching, before being kept.
+    pub walks: std::sync::atomic::AtomicU64,
+}
+
+/// Why the generation was bumped: a change served in the session, a watched
+/// directory's event, the timer (views without a watch), a mount or unmount.
+pub const BUMP_CAUSES: usize = 4;
+/// [`GenerationCounts::bumps`] index: a change the server made for a program.
+pub const BUMP_SERVED: usize = 0;
+/// … an event of a watched directory (or a lost event queue).
+pub const BUMP_WATCH: usize = 1;
+/// … the once-a-second timer of a page without a watch.
+pub const BUMP_TIMER: usize = 2;
+/// … a mount or unmount anywhere.
+pub const BUMP_MOUNTS: usize = 3;
 
 impl GenerationPage {
     /// Make the page, writable here, sealed against writers elsewhere; `watched`:
@@ -456,27 +525,40 @@ impl GenerationPage {
         Ok(GenerationPage {
             fd,
             page,
-            writing: std::sync::Mutex::new(()),
+            writing: std::sync::Mutex::new(vec![
+                0;
+                ictus_unix_emul::wire::GEN_MISSING_SLOTS
+                    / ictus_unix_emul::wire::GEN_MISSING_WAYS
+            ]),
             watch,
             link_names: [const { std::sync::atomic::AtomicU64::new(0) }; ictus_unix_emul::wire::GEN_BUCKETS / 64],
+            counts: GenerationCounts::default(),
         })
     }
 
-    /// Something may have appeared: every cached failure is stale.
-    pub fn bump(&self) {
+    /// Something may have appeared (for the reason `cause`, a `BUMP_*`): every
+    /// cached failure is stale.
+    pub fn bump(&self, cause: usize) {
+        self.counts.bumps[cause % BUMP_CAUSES].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.page.atomic_u64(0).fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// How often the page moved, and why.
+    pub fn counts(&self) -> &GenerationCounts {
+        &self.counts
     }
 
     /// A file named `name` was made: failures of paths with a component of that name
     /// are stale (see `ictus_unix_emul::cache`).
-    pub fn bump_name(&self, name: &[u8]) {
+    pub fn bump_name(&self, name: &[u8], cause: usize) {
         use ictus_unix_emul::wire::GEN_BUCKETS_AT;
         use std::sync::atomic::Ordering;
         let b = ictus_unix_emul::cache::bucket_of(name);
         // A name met in a link's target is not in the failures' keys: all go.
         if self.link_names[b / 64].load(Ordering::Acquire) & (1 << (b % 64)) != 0 {
-            self.bump();
+            self.bump(cause);
         }
+        self.counts.name_bumps.fetch_add(1, Ordering::Relaxed);
         self.page.atomic_u32(GEN_BUCKETS_AT + 4 * b).fetch_add(1, Ordering::Release);
     }
 
@@ -506,13 +588,30 @@ impl GenerationPage {
         (g << 32) | sum as u64
     }
 
-    /// Publish that the lookup `key` failed under `generation` (read before it).
+    /// Publish that the lookup `key` failed under `generation` (read before it), in
+    /// one of the entries of its set: the one that holds `key` already, else an empty
+    /// one, else one kept under an older generation (stale for every library), else
+    /// the set's next in turn.
     pub fn remember_missing(&self, key: u64, generation: u64) {
-        use ictus_unix_emul::wire::GEN_MISSING_AT;
-        use std::sync::atomic::Ordering::Release;
-        let _g = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        let at = GEN_MISSING_AT + 16 * ictus_unix_emul::cache::shared_slot(key);
-        let (k, g) = (self.page.atomic_u64(at), self.page.atomic_u64(at + 8));
+        use ictus_unix_emul::wire::{GEN_MISSING_AT, GEN_MISSING_WAYS};
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        let mut turn = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let set = ictus_unix_emul::cache::shared_set(key);
+        let entry = |i: usize| {
+            let at = GEN_MISSING_AT + 16 * (set + i);
+            (self.page.atomic_u64(at), self.page.atomic_u64(at + 8))
+        };
+        let now = self.page.atomic_u64(0).load(Acquire);
+        let way = (0..GEN_MISSING_WAYS)
+            .find(|&i| entry(i).0.load(Acquire) == key)
+            .or_else(|| (0..GEN_MISSING_WAYS).find(|&i| entry(i).0.load(Acquire) == 0))
+            .or_else(|| (0..GEN_MISSING_WAYS).find(|&i| entry(i).1.load(Acquire) >> 32 != now & 0xffff_ffff))
+            .unwrap_or_else(|| {
+                let t = &mut turn[set / GEN_MISSING_WAYS];
+                *t = t.wrapping_add(1);
+                *t as usize % GEN_MISSING_WAYS
+            });
+        let (k, g) = entry(way);
         g.store(u64::MAX, Release);
         k.store(key, Release);
         g.store(generation, Release);
@@ -537,6 +636,11 @@ impl GenerationPage {
             let word = self.page.atomic_u32(ictus_unix_emul::wire::GEN_REFUSED_AT + n as usize / 32 * 4);
             word.fetch_or(1 << (n % 32), std::sync::atomic::Ordering::Release);
         }
+    }
+
+    /// The session's flags.
+    pub fn flags(&self) -> u64 {
+        self.page.atomic_u64(ictus_unix_emul::wire::GEN_FLAGS_AT).load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Set the session's flags ([`GEN_FLAGS_AT`](ictus_unix_emul::wire::GEN_FLAGS_AT)).
@@ -672,4 +776,64 @@ pub fn is_regular_file(fd: BorrowedFd<'_>) -> bool {
 pub fn euid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ictus_unix_emul::wire::{GEN_MISSING_AT, GEN_MISSING_WAYS};
+
+    /// Keys of one set of the shared table, found by trying paths.
+    fn keys_of_one_set(n: usize) -> Vec<u64> {
+        let mut by_set = std::collections::HashMap::<usize, Vec<u64>>::new();
+        for i in 0.. {
+            let k = ictus_unix_emul::cache::key_in(format!("/usr/include/h{i}.h").as_bytes(), true, None).unwrap();
+            let v = by_set.entry(ictus_unix_emul::cache::shared_set(k)).or_default();
+            v.push(k);
+            if v.len() == n {
+                return v.clone();
+            }
+        }
+        unreachable!()
+    }
+
+    fn published(page: &GenerationPage, key: u64, generation: u64) -> bool {
+        let set = ictus_unix_emul::cache::shared_set(key);
+        (set..set + GEN_MISSING_WAYS).any(|i| {
+            let at = GEN_MISSING_AT + 16 * i;
+            page.page.atomic_u64(at).load(Ordering::Acquire) == key
+                && page.page.atomic_u64(at + 8).load(Ordering::Acquire) == generation
+        })
+    }
+
+    use std::sync::atomic::Ordering;
+
+    /// As many failures as a set has entries stay published together (two that
+    /// shared a slot used to push each other out, and every compile asked both);
+    /// one more replaces one, and a key published again takes its own entry.
+    #[test]
+    fn the_shared_table_keeps_a_sets_worth_of_failures() {
+        let page = GenerationPage::new(false).unwrap();
+        let keys = keys_of_one_set(GEN_MISSING_WAYS + 1);
+        let g = page.generation_for(b"/usr/include/x.h");
+        for &k in &keys[..GEN_MISSING_WAYS] {
+            page.remember_missing(k, g);
+        }
+        for &k in &keys[..GEN_MISSING_WAYS] {
+            page.remember_missing(k, g);
+            assert!(published(&page, k, g));
+        }
+        assert!(keys[..GEN_MISSING_WAYS].iter().all(|&k| published(&page, k, g)));
+        // A stale entry goes first.
+        page.bump(BUMP_SERVED);
+        let g2 = page.generation_for(b"/usr/include/x.h");
+        page.remember_missing(keys[1], g2);
+        page.remember_missing(keys[GEN_MISSING_WAYS], g2);
+        assert!(published(&page, keys[1], g2) && published(&page, keys[GEN_MISSING_WAYS], g2));
+        assert_eq!(
+            keys.iter().filter(|&&k| published(&page, k, g) || published(&page, k, g2)).count(),
+            GEN_MISSING_WAYS
+        );
+        assert_eq!(page.counts().bumps[BUMP_SERVED].load(Ordering::Relaxed), 1);
+    }
 }

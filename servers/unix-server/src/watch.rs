@@ -124,6 +124,7 @@ impl Watch {
             sys::openat2(at, &c, dir_flags, 0, 0).ok()
         };
         let root = || open(None, b"/");
+        page.counts().walks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let epoch = self.epoch();
         let absolute = path.first() == Some(&b'/');
         let (mut cur, mut at) = match (absolute, dir) {
@@ -252,7 +253,7 @@ fn apply(w: &Watch, page: &GenerationPage, ev: Event<'_>) {
     let dir = ev.mask & libc::IN_ISDIR != 0;
     if ev.mask & (libc::IN_Q_OVERFLOW | libc::IN_UNMOUNT) != 0 {
         w.forget_paths();
-        page.bump();
+        page.bump(sys::BUMP_WATCH);
         return;
     }
     if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
@@ -260,7 +261,13 @@ fn apply(w: &Watch, page: &GenerationPage, ev: Event<'_>) {
         if dir || ev.mask & libc::IN_MOVED_TO != 0 {
             w.forget_paths();
         }
-        page.bump_name(ev.name);
+        page.bump_name(ev.name, sys::BUMP_WATCH);
+    }
+    if ev.mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0 {
+        // Failures relative to a working directory are kept under the directory's
+        // inode: one moved has another parent, one removed may have its inode
+        // number given to another directory.
+        page.bump(sys::BUMP_WATCH);
     }
     if ev.mask & (libc::IN_MOVED_FROM | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED) != 0
         || (ev.mask & libc::IN_DELETE != 0 && dir)
@@ -271,9 +278,9 @@ fn apply(w: &Watch, page: &GenerationPage, ev: Event<'_>) {
         if ev.name.is_empty() {
             // The watched directory's own permissions: a walk through it may now fail
             // otherwise.
-            page.bump();
+            page.bump(sys::BUMP_WATCH);
         } else if dir {
-            page.bump_name(ev.name);
+            page.bump_name(ev.name, sys::BUMP_WATCH);
         }
     }
 }
@@ -402,6 +409,29 @@ mod tests {
         assert!(!w.known.lock().unwrap().1.contains(p), "recorded by a walk older than the move");
         assert!(w.watch(dir.as_fd(), Some(p), w.epoch()));
         assert!(w.known.lock().unwrap().1.contains(p));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Relative failures are kept under the working directory's inode: a watched
+    /// directory moved (another parent) or removed (its inode number free for
+    /// another) makes every kept failure stale.
+    #[test]
+    fn a_watched_directory_moved_or_removed_ends_every_kept_failure() {
+        let d = scratch("self");
+        std::fs::create_dir_all(d.join("a/inc")).unwrap();
+        let page = GenerationPage::new(true).unwrap();
+        let w = page.watch().expect("inotify");
+        let dir = std::fs::File::open(d.join("a")).unwrap();
+        assert!(w.failure_walk(&page, Some(dir.as_fd()), b"inc/x.h", true));
+        w.drain(&page);
+        let before = page.generation();
+        sh(&format!("mv {d}/a {d}/b", d = d.display()));
+        w.drain(&page);
+        let moved = page.generation();
+        assert_ne!(moved, before, "the working directory moved");
+        sh(&format!("rm -r {}/b/inc", d.display()));
+        w.drain(&page);
+        assert_ne!(page.generation(), moved, "a walked directory removed");
         let _ = std::fs::remove_dir_all(&d);
     }
 

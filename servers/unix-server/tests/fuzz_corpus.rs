@@ -21,6 +21,7 @@ fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
 fn request(data: &[u8]) -> Option<u32> {
     let (_, rest) = data.split_first()?;
     let _ = ictus_unix_emul::wire::parse_hello(rest);
+    let _ = ictus_unix_emul::wire::hello_thread(rest);
     let r = Request::parse(rest).ok()?;
     assert!(r.header.fd_args.count_ones() as usize <= ictus_unix_emul::wire::MAX_FDS);
     for p in [r.path1, r.path2].into_iter().flatten() {

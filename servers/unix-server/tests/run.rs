@@ -996,6 +996,13 @@ fn read_only_lookups_are_native_only_where_the_view_hides_nothing() {
         assert!(text.lines().any(|l| l == format!("glibc write checks EROFS: {erofs}")), "{text}");
         // 30 opens and 30 stats more: native; 30 creates more: served. 30 access(W_OK)
         // more: native where nothing is read-only, else served (the server says EROFS).
+        // What is counted depends on no clock: these views' names are the host's, so
+        // kept failures end by the watch of the directories they walked, never by a
+        // timer (which used to make the sessions re-ask them every second, more
+        // often the slower the machine).
+        for snap in [&none, &some] {
+            assert_eq!(snap.generation_bumps.timer, 0, "policy {policy:?}: timer bumps ({snap:?})");
+        }
         let (native, served) = (some.native_total() - none.native_total(), some.served - none.served);
         let (native_min, served_from) = if writes_allowed { (90, 30) } else { (60, 60) };
         assert!(native >= native_min, "policy {policy:?}: {native} more native lookups ({none:?} / {some:?})");
@@ -1079,6 +1086,94 @@ fn a_kept_failure_ends_when_another_process_makes_the_name() {
     let (ended, _) = session.join().unwrap();
     assert_eq!(ended, Ended::Code(0));
     assert_eq!(read(&out), "missing\nstill\nfound\n");
+}
+
+/// A relative path that one process found missing costs the session's next
+/// processes in the same directory no round trip (`gcc -Id0` looks for every
+/// header in `d0/` first, and every compile did it again), and a process in another
+/// directory, or one made after the name is, still sees what is there.
+#[test]
+fn relative_failures_are_shared_by_the_processes_of_one_directory() {
+    // Away from /tmp's traffic, as a_kept_failure_outlives_the_seconds_… explains.
+    let d = scratch_in(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    for sub in ["a/inc", "b/inc"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    std::fs::write(d.join("b/inc/x.h"), "").unwrap();
+    // Five processes (each its own `sh`) look up inc/x.h, or each another name.
+    let served = |names: [&str; 5]| {
+        let looks: Vec<String> = names.iter().map(|n| format!("sh -c '[ -e inc/{n} ] && exit 3; exit 0'")).collect();
+        let script = format!("cd {}/a && {} && cd ../b && [ -e inc/x.h ]", d.display(), looks.join(" && "));
+        let (ended, snap) = sh_under(None, &d, &script);
+        assert_eq!(ended, Ended::Code(0), "{script}");
+        snap.served
+    };
+    let same = served(["x.h"; 5]);
+    let other = served(["p.h", "q.h", "r.h", "s.h", "t.h"]);
+    // Four lookups more served when each process asks about a name of its own; a
+    // margin of one for a name of another test's colliding bucket.
+    assert!(other >= same + 3, "{other} served for five names, {same} for one name five times");
+}
+
+/// A relative failure kept for a directory ends when another process makes the
+/// name, and when the directory is moved away and another takes its place.
+#[test]
+fn a_kept_relative_failure_ends_when_the_name_or_the_directory_changes() {
+    let d = scratch_in(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(d.join("w/inc")).unwrap();
+    std::fs::create_dir_all(d.join("other/inc")).unwrap();
+    std::fs::write(d.join("other/inc/y.h"), "").unwrap();
+    let (go, out) = (d.join("go"), d.join("out.txt"));
+    assert!(Command::new("mkfifo").arg(&go).status().unwrap().success());
+    // In w: x.h and y.h missing (kept); then another process makes x.h, and swaps
+    // w for a directory that has y.h; new processes in the working directory's path
+    // find both.
+    let script = format!(
+        "cd {w} && sh -c '[ -e inc/x.h ] || [ -e inc/y.h ] || echo missing > {o}';          sh -c '[ -e inc/x.h ] || [ -e inc/y.h ] || echo still >> {o}'; read x < {g};          until sh -c '[ -e inc/x.h ]'; do :; done; echo x >> {o};          cd {w} && until sh -c '[ -e inc/y.h ]'; do :; done; echo y >> {o}",
+        w = d.join("w").display(),
+        o = out.display(),
+        g = go.display()
+    );
+    let dd = d.to_path_buf();
+    let session = std::thread::spawn(move || sh_under(None, &dd, &script));
+    ictus_testkit::wait_until("the program's second look", || read(&out).contains("still"));
+    assert_eq!(read(&out), "missing\nstill\n");
+    std::fs::write(d.join("w/inc/x.h"), "").unwrap();
+    // The old w (the program's working directory still) moves away; the other takes
+    // its path, with y.h (a `cd` again enters it).
+    std::fs::rename(d.join("w"), d.join("w.old")).unwrap();
+    std::fs::rename(d.join("other"), d.join("w")).unwrap();
+    std::fs::write(d.join("w/inc/x.h"), "").unwrap();
+    std::fs::write(&go, "go\n").unwrap();
+    let (ended, _) = session.join().unwrap();
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "missing\nstill\nx\ny\n");
+}
+
+/// A process whose main thread has exited (`pthread_exit` in `main`) still lends
+/// its descriptors: the other thread's `openat` relative to a directory
+/// descriptor, served under a confining view, answers as natively (the thread's
+/// first call could not connect, or the descriptor was `EBADF`: the server took
+/// descriptors through the exited thread-group leader).
+#[test]
+fn a_process_whose_main_thread_exited_still_lends_descriptors() {
+    let d = scratch();
+    let prog = c_program(&d, "leaderless", false);
+    std::fs::create_dir(d.join("dir")).unwrap();
+    std::fs::create_dir(d.join("unused")).unwrap();
+    std::fs::write(d.join("dir/file"), "contents").unwrap();
+    let (native_out, ours_out) = (d.join("native.txt"), d.join("ours.txt"));
+    let args = |o: &Path| format!("{} {} > {}", prog.display(), d.join("dir").display(), o.display());
+    assert_eq!(native(&args(&native_out)), 0);
+    let hide = format!("hide {}\n", d.join("unused").display());
+    let (ended, _) = sh_under(Some(&hide), &d, &args(&ours_out));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&native_out), "openat ok\nread 8 contents\nfstatat 0 size 8\n");
+    // The open through the directory descriptor and the read: as natively. (The
+    // fstatat still fails: the server reads the process's /proc/PID entries, which
+    // an exited leader no longer has; see doc/unix.md, Known gaps.)
+    let ours = read(&ours_out);
+    assert!(ours.starts_with("openat ok\nread 8 contents\n"), "{ours}");
 }
 
 /// A kept failure outlives the seconds that pass while nothing changes (it used to
