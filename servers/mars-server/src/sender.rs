@@ -112,9 +112,9 @@ impl Sender {
         epoll::add(&ep, &*wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
         let shared = Arc::new(Shared { inbox: Mutex::new(Vec::new()), stop: AtomicBool::new(false) });
         let (s, w) = (Arc::clone(&shared), Arc::clone(&wake));
-        let thread = std::thread::Builder::new()
-            .name("ictus-mars-dl".into())
-            .spawn(move || Loop { ep, wake: w, shared: s, devices, park, done, jobs: HashMap::new(), next: 0 }.run())?;
+        let thread = std::thread::Builder::new().name("ictus-mars-dl".into()).spawn(move || {
+            Loop { ep, wake: w, shared: s, devices, park, done, jobs: HashMap::new(), next: 0, pipes: Vec::new() }.run()
+        })?;
         Ok(Sender { shared, wake, thread: Some(thread) })
     }
 
@@ -152,6 +152,16 @@ struct Active {
     blocked: Option<Instant>,
     /// The socket's file status flags before the job (put back after it).
     flags: rustix::fs::OFlags,
+    /// The job's pipe, and the bytes in it (filled from the device, not yet sent);
+    /// none: `sendfile`.
+    pipe: Option<Pipe>,
+    in_pipe: usize,
+}
+
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+    size: usize,
 }
 
 struct Loop {
@@ -163,6 +173,8 @@ struct Loop {
     done: Box<dyn Fn(Vec<Done>) + Send>,
     jobs: HashMap<u64, Active>,
     next: u64,
+    /// Empty pipes for the next jobs.
+    pipes: Vec<Pipe>,
 }
 
 impl Loop {
@@ -232,7 +244,8 @@ impl Loop {
                 epoll::EventFlags::OUT | epoll::EventFlags::ET,
             )
             .is_ok();
-        self.jobs.insert(k, Active { job, piece: 0, at: 0, sent: 0, blocked: None, flags });
+        let pipe = self.pipes.pop().or_else(new_pipe);
+        self.jobs.insert(k, Active { job, piece: 0, at: 0, sent: 0, blocked: None, flags, pipe, in_pipe: 0 });
         if ok {
             self.progress(k, out);
         } else {
@@ -244,6 +257,26 @@ impl Loop {
     fn progress(&mut self, k: u64, out: &mut Vec<Done>) {
         let Some(a) = self.jobs.get_mut(&k) else { return };
         let outcome = loop {
+            if let (Some(pipe), true) = (&a.pipe, a.in_pipe > 0) {
+                // Drain what the pipe holds to the socket.
+                let more = a.piece < a.job.pieces.len();
+                let flags = if more { rustix::pipe::SpliceFlags::MORE } else { rustix::pipe::SpliceFlags::empty() };
+                match rustix::pipe::splice(&pipe.r, None, &a.job.sock, None, a.in_pipe, flags) {
+                    Ok(0) => break Outcome::Failed,
+                    Ok(n) => {
+                        a.in_pipe -= n;
+                        a.sent += n as u64;
+                        a.blocked = None;
+                    }
+                    Err(Errno::INTR) => {}
+                    Err(Errno::AGAIN) => {
+                        a.blocked.get_or_insert_with(Instant::now);
+                        return;
+                    }
+                    Err(_) => break Outcome::Failed,
+                }
+                continue;
+            }
             let Some(p) = a.job.pieces.get(a.piece).copied() else { break Outcome::Whole };
             let rest = p.len - a.at;
             if rest == 0 {
@@ -253,6 +286,27 @@ impl Loop {
             }
             let Some(dev) = self.devices.get(usize::from(p.dev)) else { break Outcome::Failed };
             let mut offset = p.offset + u64::from(a.at);
+            if let Some(pipe) = &a.pipe {
+                // Fill the (empty) pipe from the page cache: references, no copy.
+                match rustix::pipe::splice(
+                    dev,
+                    Some(&mut offset),
+                    &pipe.w,
+                    None,
+                    (rest as usize).min(pipe.size),
+                    rustix::pipe::SpliceFlags::empty(),
+                ) {
+                    // The device ended before the piece did.
+                    Ok(0) => break Outcome::Failed,
+                    Ok(n) => {
+                        a.at += n as u32;
+                        a.in_pipe = n;
+                    }
+                    Err(Errno::INTR) => {}
+                    Err(_) => break Outcome::Failed,
+                }
+                continue;
+            }
             match rustix::fs::sendfile(&a.job.sock, dev, Some(&mut offset), (rest as usize).min(MAX_CALL)) {
                 // The device ended before the piece did.
                 Ok(0) => break Outcome::Failed,
@@ -276,8 +330,21 @@ impl Loop {
         let Some(a) = self.jobs.remove(&k) else { return };
         let _ = epoll::delete(&self.ep, &a.job.sock);
         let _ = rustix::fs::fcntl_setfl(a.job.sock.as_fd(), a.flags);
+        // A pipe that still holds bytes goes with the job (they were never sent).
+        if let (Some(p), 0) = (a.pipe, a.in_pipe) {
+            self.pipes.push(p);
+        }
         out.push(Done { key: a.job.key, sent: a.sent, outcome });
     }
+}
+
+/// A pipe of 1 MiB where allowed (`fs.pipe-max-size`); none if no descriptor is to be
+/// had (the job is then sent by `sendfile`, through the kernel's own 64 KiB pipe).
+fn new_pipe() -> Option<Pipe> {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+    let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
+    let size = rustix::pipe::fcntl_getpipe_size(&w).ok()?.max(4096);
+    Some(Pipe { r, w, size })
 }
 
 #[cfg(test)]

@@ -338,7 +338,7 @@ fn stalled_and_slow(sendfile: bool) {
     if !have_curl() {
         return;
     }
-    let dir = TempDir::new("stall");
+    let dir = TempDir::new(if sendfile { "stall" } else { "stall-uring" });
     let comps: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("s{i}.img"))).collect();
     let mut v = ictus_mars_server::Volume::create(&comps, 64 << 10, Some(40 << 20)).unwrap();
     let big = pattern(48 << 20, 11);
@@ -357,7 +357,14 @@ fn stalled_and_slow(sendfile: bool) {
     let addr = r.addr.unwrap();
     // A: asks for the whole stream and reads nothing.
     let mut stalled = small_window_client(addr, "GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().bytes_spliced > 0));
+    if sendfile {
+        assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().bytes_spliced > 0));
+    } else {
+        // io_uring's chain reports its bytes only when all of it is sent, which a
+        // client that reads nothing may never let happen: A holds the pipe once its
+        // request is taken.
+        assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().requests >= 1));
+    }
     // B, while A holds the only pipe: served whole through the buffers.
     let (status, _, body) = curl(&["-r", "1000-2000999", &url(&r, "big.bin")]);
     assert_eq!(status, 206);
