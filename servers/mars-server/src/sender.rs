@@ -259,7 +259,9 @@ impl Loop {
         let outcome = loop {
             if let (Some(pipe), true) = (&a.pipe, a.in_pipe > 0) {
                 // Drain what the pipe holds to the socket.
-                let more = a.piece < a.job.pieces.len();
+                // More of the job follows this pipeful (not the job's last bytes, which
+                // must not wait in TCP for data that may never come).
+                let more = a.job.pieces.get(a.piece).is_some_and(|p| a.at < p.len) || a.piece + 1 < a.job.pieces.len();
                 let flags = if more { rustix::pipe::SpliceFlags::MORE } else { rustix::pipe::SpliceFlags::empty() };
                 match rustix::pipe::splice(&pipe.r, None, &a.job.sock, None, a.in_pipe, flags) {
                     Ok(0) => break Outcome::Failed,
