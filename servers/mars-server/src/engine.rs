@@ -13,12 +13,15 @@
 //!   notification), or `IORING_OP_SEND` where zero-copy send is refused.
 //! - **Downloads** (HTTP requests without `?rate=`) go through the page cache with
 //!   zero copies where the storage offers cached descriptors ([`Storage::cached`]): each
-//!   piece is one `IORING_OP_SPLICE` file → pipe linked to one pipe → socket, queued in
-//!   the device's DRR scheduler in the non-real-time class like any read, so the kernel
-//!   passes page references from the page cache to the socket as `sendfile` does. A
-//!   bounded pool of pipes ([`EngineConfig::splice_pipes`]) bounds the downloads spliced
-//!   at once (and the io_uring workers they can block); a download that finds none, and
-//!   every paced stream, takes the registered-buffer path above.
+//!   piece is queued in the device's DRR scheduler in the non-real-time class like any
+//!   read; when DRR dispatches it, it goes with the pieces queued behind it as one job
+//!   to the download thread (`crate::sender`: `splice(2)` file → pipe → non-blocking
+//!   socket, `epoll`), or, with [`EngineConfig::sendfile`] off, as one chain of linked
+//!   `IORING_OP_SPLICE` file → pipe → socket in io_uring's workers; either way the
+//!   kernel passes page references from the page cache to the socket as `sendfile`
+//!   does. A bounded number of lanes ([`EngineConfig::splice_pipes`]) bounds the
+//!   downloads spliced at once; a download that finds none, and every paced stream,
+//!   takes the registered-buffer path above.
 //! - **HTTP** connections are read with a poll and non-blocking `recv` into one scratch
 //!   buffer, so an idle or slow connection holds no buffer at all; request heads are
 //!   bounded ([`ictus_mars::http::MAX_HEAD`]); heads that take too long, idle keep-alive
