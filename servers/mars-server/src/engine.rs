@@ -100,7 +100,7 @@ pub struct EngineConfig {
     /// Most downloads spliced at once (each holds one pipe while it sends).
     pub splice_pipes: usize,
     /// Send the downloads that `splice` takes from the page cache by `sendfile(2)` on a
-    /// download thread driven by `epoll` ([`crate::sender`]) instead of io_uring's
+    /// download thread driven by `epoll` (`crate::sender`) instead of io_uring's
     /// `IORING_OP_SPLICE` through a pipe; DRR decides when each piece goes either way.
     pub sendfile: bool,
 }
