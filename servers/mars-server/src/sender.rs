@@ -356,11 +356,20 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
 
-    fn file(len: usize) -> (std::path::PathBuf, Vec<u8>) {
+    /// A scratch file, removed when dropped (a failed assertion included).
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn file(len: usize) -> (Scratch, Vec<u8>) {
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
         let path = std::env::temp_dir().join(format!("ictus-mars-sender-{}-{len}", std::process::id()));
         std::fs::write(&path, &data).unwrap();
-        (path, data)
+        (Scratch(path), data)
     }
 
     fn pair() -> (TcpStream, TcpStream) {
@@ -375,7 +384,7 @@ mod tests {
     #[test]
     fn pieces_in_order_parked_and_failed() {
         let (path, data) = file(16 << 20);
-        let dev: OwnedFd = std::fs::File::open(&path).unwrap().into();
+        let dev: OwnedFd = std::fs::File::open(&path.0).unwrap().into();
         let (tx, rx) = mpsc::channel();
         let sender = Sender::start(
             vec![dev],
@@ -419,6 +428,5 @@ mod tests {
         let mut c2 = c;
         c2.write_all(b"x").unwrap();
         drop(sender);
-        let _ = std::fs::remove_file(path);
     }
 }
