@@ -212,6 +212,10 @@ struct ServeArgs {
     /// buffers, as paced streams do, instead of being spliced from the page cache.
     #[arg(long)]
     no_splice: bool,
+    /// Page-cache downloads spliced by io_uring (IORING_OP_SPLICE through a pipe, in
+    /// its worker threads) instead of sent by sendfile(2) on the download thread.
+    #[arg(long, conflicts_with = "no_splice")]
+    io_uring_splice: bool,
     /// Least time of stream a paced stream keeps read ahead, seconds (0 to 60); it reads
     /// further ahead when the devices' measured latency asks for it.
     #[arg(long, value_name = "SECONDS", default_value = "0.5", value_parser = ictus_args::seconds(0.0, 60.0))]
@@ -304,6 +308,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         rt_reserve: a.rt_reserve.get() / 100.0,
         fifo: (!a.timesharing).then(|| a.fifo.get()),
         splice: !a.no_splice,
+        sendfile: !a.io_uring_splice,
         readahead: ictus_mars::readahead::ReadAhead {
             floor_ns: u64::try_from(a.min_readahead.get().as_nanos()).unwrap_or(u64::MAX),
             ..ictus_mars::readahead::ReadAhead::default()

@@ -13,12 +13,15 @@
 //!   notification), or `IORING_OP_SEND` where zero-copy send is refused.
 //! - **Downloads** (HTTP requests without `?rate=`) go through the page cache with
 //!   zero copies where the storage offers cached descriptors ([`Storage::cached`]): each
-//!   piece is one `IORING_OP_SPLICE` file → pipe linked to one pipe → socket, queued in
-//!   the device's DRR scheduler in the non-real-time class like any read, so the kernel
-//!   passes page references from the page cache to the socket as `sendfile` does. A
-//!   bounded pool of pipes ([`EngineConfig::splice_pipes`]) bounds the downloads spliced
-//!   at once (and the io_uring workers they can block); a download that finds none, and
-//!   every paced stream, takes the registered-buffer path above.
+//!   piece is queued in the device's DRR scheduler in the non-real-time class like any
+//!   read; when DRR dispatches it, it goes with the pieces queued behind it as one job
+//!   to the download thread (`crate::sender`: `splice(2)` file → pipe → non-blocking
+//!   socket, `epoll`), or, with [`EngineConfig::sendfile`] off, as one chain of linked
+//!   `IORING_OP_SPLICE` file → pipe → socket in io_uring's workers; either way the
+//!   kernel passes page references from the page cache to the socket as `sendfile`
+//!   does. A bounded number of lanes ([`EngineConfig::splice_pipes`]) bounds the
+//!   downloads spliced at once; a download that finds none, and every paced stream,
+//!   takes the registered-buffer path above.
 //! - **HTTP** connections are read with a poll and non-blocking `recv` into one scratch
 //!   buffer, so an idle or slow connection holds no buffer at all; request heads are
 //!   bounded ([`ictus_mars::http::MAX_HEAD`]); heads that take too long, idle keep-alive
@@ -50,6 +53,7 @@ use ictus_mars::readahead::{LatencyWindow, ReadAhead};
 use ictus_rt::{runtime::RuntimeHandle, UpcallId, UpcallSpec};
 
 use crate::mmbuf::{BufPool, BufState, Owner};
+use crate::sender::{Done, Job, Outcome, Piece, Sender};
 use crate::volume::{Storage, StreamInfo};
 
 /// How the engine runs.
@@ -95,6 +99,10 @@ pub struct EngineConfig {
     pub splice: bool,
     /// Most downloads spliced at once (each holds one pipe while it sends).
     pub splice_pipes: usize,
+    /// Send the downloads that `splice` takes from the page cache by `sendfile(2)` on a
+    /// download thread driven by `epoll` (`crate::sender`) instead of io_uring's
+    /// `IORING_OP_SPLICE` through a pipe; DRR decides when each piece goes either way.
+    pub sendfile: bool,
 }
 
 impl Default for EngineConfig {
@@ -117,6 +125,7 @@ impl Default for EngineConfig {
             fifo: None,
             splice: true,
             splice_pipes: 64,
+            sendfile: true,
         }
     }
 }
@@ -211,6 +220,12 @@ pub struct EngineStats {
     pub splice: bool,
     /// Bytes of downloads spliced from the page cache to sockets.
     pub bytes_spliced: u64,
+    /// Whether those downloads are sent by the download thread's `sendfile` (else by
+    /// io_uring's splice).
+    pub sendfile: bool,
+    /// Download jobs handed back by the download thread because their client took no
+    /// byte for a while (the rest waits for the socket to be writable, out of DRR).
+    pub parked: u64,
     /// The `stream=N` tags of HTTP requests whose response is being sent (a director's
     /// stream ids, which a cluster node reports so that streams whose player stopped
     /// are closed there).
@@ -334,6 +349,11 @@ const OP_SPLICE_OUT: u64 = 9;
 const OP_CHAIN_OUT: u64 = 10;
 /// Most pieces linked in one chain of fills and drains.
 const CHAIN_MAX: usize = 16;
+/// A parked download's wait for its socket to be writable.
+const OP_POLL_OUT: u64 = 11;
+/// A download job the client took nothing of for this long is handed back
+/// ([`crate::sender`]): its device slots go to the others.
+const PARK_AFTER: Duration = Duration::from_millis(100);
 
 fn ud(op: u64, a: u32, b: u32) -> u64 {
     (op << 56) | (u64::from(a) << 24) | u64::from(b & 0xff_ffff)
@@ -389,11 +409,12 @@ enum Item {
     },
 }
 
-/// A pipe for splicing: read end, write end, capacity.
+/// A lane of the page-cache download path: for io_uring's splice a pipe (read end,
+/// write end) and its capacity; for the download thread's `sendfile` no pipe, and the
+/// size of the pieces handed over.
 #[derive(Debug)]
 struct Pipe {
-    r: OwnedFd,
-    w: OwnedFd,
+    fds: Option<(OwnedFd, OwnedFd)>,
     size: u32,
 }
 
@@ -439,6 +460,8 @@ struct Conn {
     failed: bool,
     /// While a download is spliced: its pipe.
     pipe: Option<Pipe>,
+    /// Its chain is a job of the download thread (not io_uring operations).
+    job: bool,
     /// The reads of its chain of linked fills and drains in the kernel, in order.
     chain: Vec<u32>,
     /// Bytes the peer had acknowledged at the last tick, while a splice to it is in
@@ -486,6 +509,7 @@ impl Conn {
             sent: 0,
             failed: false,
             pipe: None,
+            job: false,
             chain: Vec::new(),
             acked: None,
             tag: None,
@@ -498,6 +522,11 @@ impl Conn {
 /// What the engine serves from and how.
 pub struct Engine {
     ring: IoUring,
+    /// The download thread, where downloads are sent by `sendfile` (stopped before the
+    /// connections' sockets and the storage's descriptors go).
+    sender: Option<Sender>,
+    /// Its results, queued for this thread (which it wakes through `wake`).
+    jobs_done: Arc<Mutex<Vec<Done>>>,
     pool: BufPool,
     storage: Arc<dyn Storage>,
     devices: Vec<RawFd>,
@@ -590,6 +619,7 @@ fn warn_once(flag: &AtomicBool, msg: &str) {
 static WARN_REGISTER: AtomicBool = AtomicBool::new(false);
 static WARN_ZC: AtomicBool = AtomicBool::new(false);
 static WARN_SPLICE: AtomicBool = AtomicBool::new(false);
+static WARN_SENDER: AtomicBool = AtomicBool::new(false);
 
 impl Engine {
     /// An engine over `storage`, accepting HTTP on `listener` if given. `capability`
@@ -674,6 +704,46 @@ impl Engine {
         let handle = EngineHandle { queue: Arc::clone(&queue), wake: Arc::clone(&wake), stopped: Arc::clone(&stopped) };
         let waker = handle.clone();
         storage.set_waker(Box::new(move || waker.post(Command::StorageReady)));
+        let jobs_done: Arc<Mutex<Vec<Done>>> = Arc::new(Mutex::new(Vec::new()));
+        let sender = if cfg.sendfile && !cached.is_empty() {
+            let start = || -> io::Result<Sender> {
+                let mut fds = Vec::new();
+                for d in storage.cached() {
+                    fds.push(d.try_clone_to_owned()?);
+                }
+                let (q, w) = (Arc::clone(&jobs_done), Arc::clone(&wake));
+                Sender::start(
+                    fds,
+                    PARK_AFTER,
+                    Box::new(move |done| {
+                        let first = match q.lock() {
+                            Ok(mut v) => {
+                                let first = v.is_empty();
+                                v.extend(done);
+                                first
+                            }
+                            Err(_) => false,
+                        };
+                        if first {
+                            let _ = rustix::io::write(&*w, &1u64.to_ne_bytes());
+                        }
+                    }),
+                )
+            };
+            match start() {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warn_once(
+                        &WARN_SENDER,
+                        &format!("the download thread could not start ({e}): downloads are spliced by io_uring"),
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let sendfile = sender.is_some();
         let direct = storage.direct();
         let n = devices.len();
         let pieces_per_dev = {
@@ -687,6 +757,8 @@ impl Engine {
         };
         let engine = Engine {
             ring,
+            sender,
+            jobs_done,
             pool,
             storage,
             devices,
@@ -723,6 +795,7 @@ impl Engine {
             stats: EngineStats {
                 counters: Stats { direct, registered, zero_copy, ..Stats::default() },
                 splice: !cached.is_empty(),
+                sendfile,
                 ..EngineStats::default()
             },
             scratch: vec![0; 16 << 10],
@@ -865,6 +938,19 @@ impl Engine {
 
     fn shutdown(&mut self) {
         self.stopped.store(true, Ordering::Release);
+        // The download thread first (joined): its jobs end here, as failed.
+        if self.sender.take().is_some() {
+            self.jobs_done();
+            let keys: Vec<u64> = self
+                .conns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.as_ref().filter(|c| c.job).map(|c| stream_id(i as u32, c.gen)))
+                .collect();
+            for key in keys {
+                self.job_done(Done { key, sent: 0, outcome: Outcome::Failed });
+            }
+        }
         for slot in 0..self.conns.len() as u32 {
             if self.conns[slot as usize].is_some() {
                 self.close(slot);
@@ -916,7 +1002,9 @@ impl Engine {
             OP_SPLICE_IN => self.chain_done(a, true, res),
             OP_CHAIN_OUT => self.chain_done(a, false, res),
             OP_SPLICE_OUT => self.splice_out_done(a, b, res),
+            OP_POLL_OUT => self.writable(a, b),
             OP_WAKE => {
+                self.jobs_done();
                 self.commands();
                 if !self.stopped.load(Ordering::Acquire) {
                     self.arm_wake();
@@ -1469,10 +1557,15 @@ impl Engine {
             return;
         }
         let Some(pipe) = c.pipe.as_ref() else { return };
-        let (pr, pw, sock) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd(), c.sock.as_raw_fd());
+        let (pr, pw) = match &pipe.fds {
+            Some((r, w)) => (r.as_raw_fd(), w.as_raw_fd()),
+            None => (-1, -1),
+        };
+        let sock = c.sock.as_raw_fd();
+        let job = self.sender.is_some();
         match c.items.front_mut() {
             Some(Item::Splice { ops, queued, .. }) => {
-                *ops = 2;
+                *ops = if job { 1 } else { 2 };
                 *queued = false;
             }
             _ => return,
@@ -1490,12 +1583,28 @@ impl Engine {
             if pieces.len() >= CHAIN_MAX || *ops > 0 || self.inflight[d] + extra[d] >= limit {
                 break;
             }
-            *ops = 2;
+            *ops = if job { 1 } else { 2 };
             extra[d] += 1;
             pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..r });
         }
         let class = c.class;
-        c.ops += 2 * pieces.len() as u32;
+        // The download thread's job owns a duplicate of the socket (the connection's
+        // descriptor is closed only when the job is back, but a duplicate makes that
+        // not matter to the thread).
+        let dup = if job { Some(c.sock.try_clone()) } else { None };
+        if let Some(Err(_)) = &dup {
+            // No descriptor to spare (EMFILE): the download fails, as a failed splice.
+            for item in c.items.iter_mut().take(pieces.len()) {
+                if let Item::Splice { ops, failed, .. } = item {
+                    *ops = 0;
+                    *failed = true;
+                }
+            }
+            self.dirty.push(slot);
+            return;
+        }
+        c.ops += if job { 1 } else { 2 * pieces.len() as u32 };
+        c.job = job;
         c.send_busy = true;
         c.acked = None;
         let mut chain = Vec::with_capacity(pieces.len());
@@ -1506,6 +1615,14 @@ impl Engine {
             let idx = self.alloc_read(*p);
             self.read_started(p);
             chain.push(idx);
+        }
+        if let (Some(Ok(sock)), Some(sender)) = (dup, self.sender.as_ref()) {
+            let pieces = pieces.iter().map(|p| Piece { dev: p.dev, offset: p.offset, len: p.len }).collect();
+            sender.submit(Job { key: stream_id(slot, gen), sock, pieces });
+            if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+                c.chain = chain;
+            }
+            return;
         }
         let n = chain.len();
         let mut entries = Vec::with_capacity(2 * n);
@@ -1644,6 +1761,101 @@ impl Engine {
         self.dirty.push(slot);
     }
 
+    /// The download thread's results since the last look.
+    fn jobs_done(&mut self) {
+        let done = match self.jobs_done.lock() {
+            Ok(mut v) => std::mem::take(&mut *v),
+            Err(_) => return,
+        };
+        for d in done {
+            self.job_done(d);
+        }
+    }
+
+    /// A job of the download thread is back (see [`crate::sender`]): its first `sent`
+    /// bytes went out, in the order of its pieces; the pieces not sent whole are the
+    /// connection's again — queued in DRR anew (and charged anew: a parked client's
+    /// class pays twice for what it did not take, never less), after the socket is
+    /// writable if the job was parked, or failed if the job did.
+    fn job_done(&mut self, d: Done) {
+        let (slot, gen) = ((d.key & 0xffff_ffff) as u32, (d.key >> 32) as u32);
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.gen != gen || !c.job {
+            return;
+        }
+        c.job = false;
+        let chain = std::mem::take(&mut c.chain);
+        c.ops -= 1;
+        c.send_busy = false;
+        let closing = c.phase == Phase::Closing;
+        for &i in &chain {
+            if let Some(r) = self.reads.get_mut(i as usize).and_then(Option::take) {
+                self.free_reads.push(i);
+                self.read_ended(&r);
+                self.stats.reads += 1;
+            }
+        }
+        if closing {
+            self.maybe_free(slot);
+            return;
+        }
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        let mut left = d.sent;
+        let mut blamed = false;
+        for item in c.items.iter_mut().take(chain.len()) {
+            let Item::Splice { len, filled, drained, ops, failed, .. } = item else { break };
+            *ops = 0;
+            let n = u64::from(*len - *drained).min(left) as u32;
+            *drained += n;
+            *filled = *drained;
+            left -= u64::from(n);
+            if *drained < *len && d.outcome == Outcome::Failed && !blamed {
+                *failed = true;
+                blamed = true;
+            }
+        }
+        let sent = d.sent - left;
+        while matches!(c.items.front(), Some(Item::Splice { len, drained, failed: false, .. }) if drained == len) {
+            c.items.pop_front();
+        }
+        c.read += sent;
+        c.sent += sent;
+        if sent > 0 {
+            c.progress = Instant::now();
+        }
+        self.stats.bytes_spliced += sent;
+        if d.outcome == Outcome::Parked {
+            // The client took nothing for a while: the rest waits, out of DRR, until
+            // its socket is writable (the send timeout still runs).
+            self.stats.parked += 1;
+            c.send_busy = true;
+            c.ops += 1;
+            let e = opcode::PollAdd::new(types::Fd(c.sock.as_raw_fd()), (libc::POLLOUT) as u32).build().user_data(ud(
+                OP_POLL_OUT,
+                slot,
+                gen,
+            ));
+            self.push(e);
+            return;
+        }
+        self.dirty.push(slot);
+    }
+
+    /// A parked download's socket is writable again (or shut down).
+    fn writable(&mut self, slot: u32, gen: u32) {
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.gen != gen {
+            return;
+        }
+        c.ops -= 1;
+        c.send_busy = false;
+        if c.phase == Phase::Closing {
+            self.maybe_free(slot);
+            return;
+        }
+        self.dirty.push(slot);
+    }
+
     /// A pipe for a spliced download: a free one, or a new one while fewer than
     /// `splice_pipes` exist.
     fn take_pipe(&mut self) -> Option<Pipe> {
@@ -1653,13 +1865,17 @@ impl Engine {
         if self.pipes_made >= self.cfg.splice_pipes {
             return None;
         }
+        if self.sender.is_some() {
+            self.pipes_made += 1;
+            return Some(Pipe { fds: None, size: 1 << 20 });
+        }
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
         // 1 MiB where allowed (fs.pipe-max-size; an unprivileged user's pipes past
         // fs.pipe-user-pages-soft stay small): what it really is is what is used.
         let _ = rustix::pipe::fcntl_setpipe_size(&w, 1 << 20);
         let size = rustix::pipe::fcntl_getpipe_size(&w).ok()?;
         self.pipes_made += 1;
-        Some(Pipe { r, w, size: u32::try_from(size).unwrap_or(u32::MAX).max(4096) })
+        Some(Pipe { fds: Some((r, w)), size: u32::try_from(size).unwrap_or(u32::MAX).max(4096) })
     }
 
     fn read_done(&mut self, idx: u32, res: i32) {
@@ -1772,8 +1988,8 @@ impl Engine {
                 if drained < filled {
                     // A short fill (its linked drain was cancelled) or a short drain: send
                     // what the pipe holds.
-                    let Some(pipe) = c.pipe.as_ref() else { return };
-                    let e = opcode::Splice::new(types::Fd(pipe.r.as_raw_fd()), -1, fd, -1, filled - drained)
+                    let Some((pr, _)) = c.pipe.as_ref().and_then(|p| p.fds.as_ref()) else { return };
+                    let e = opcode::Splice::new(types::Fd(pr.as_raw_fd()), -1, fd, -1, filled - drained)
                         .build()
                         .user_data(ud(OP_SPLICE_OUT, slot, gen));
                     if let Some(Item::Splice { ops, .. }) = c.items.front_mut() {

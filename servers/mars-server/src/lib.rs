@@ -6,6 +6,8 @@
 //!   network's (the paper's mmbufs);
 //! - [`engine`]: one io_uring thread doing every read and send, Deficit Round Robin per
 //!   device, HTTP connections, paced streams;
+//! - `sender`: the download thread, which sends full-speed downloads by `sendfile(2)`
+//!   on non-blocking sockets driven by `epoll`, each piece when DRR says;
 //! - [`api`]: the streams API and the control interface on ports, on the server
 //!   skeleton; their protocol and clients are `ictus-mars-api` (re-exported as
 //!   [`protocol`] and [`client`]);
@@ -34,6 +36,7 @@ pub mod fallback;
 pub mod measure;
 #[allow(unsafe_code)]
 pub mod mmbuf;
+mod sender;
 pub mod volume;
 
 pub use ictus_mars_api::{client, protocol};

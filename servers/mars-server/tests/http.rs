@@ -324,19 +324,32 @@ fn small_window_client(addr: std::net::SocketAddr, request: &str) -> TcpStream {
 /// not cut off (its acknowledged bytes are progress).
 #[test]
 fn stalled_and_slow_spliced_downloads() {
+    stalled_and_slow(true);
+}
+
+/// The same through io_uring's `IORING_OP_SPLICE` (`sendfile: false`), the other
+/// page-cache path.
+#[test]
+fn stalled_and_slow_downloads_spliced_by_io_uring() {
+    stalled_and_slow(false);
+}
+
+fn stalled_and_slow(sendfile: bool) {
     if !have_curl() {
         return;
     }
-    let dir = TempDir::new("stall");
+    let dir = TempDir::new(if sendfile { "stall" } else { "stall-uring" });
     let comps: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("s{i}.img"))).collect();
     let mut v = ictus_mars_server::Volume::create(&comps, 64 << 10, Some(40 << 20)).unwrap();
     let big = pattern(48 << 20, 11);
     std::fs::write(dir.path().join("big.src"), &big).unwrap();
     v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
     drop(v);
-    let cfg = EngineConfig { send_timeout: Duration::from_secs(5), splice_pipes: 1, ..EngineConfig::default() };
+    let cfg =
+        EngineConfig { send_timeout: Duration::from_secs(5), splice_pipes: 1, sendfile, ..EngineConfig::default() };
     let r = start(&comps, cfg, false);
     let h = r.handle.clone().unwrap();
+    assert!(!h.stats().unwrap().sendfile || sendfile);
     if !h.stats().unwrap().splice {
         r.stop();
         return; // no IORING_OP_SPLICE here: the buffered path is tested elsewhere
@@ -344,7 +357,14 @@ fn stalled_and_slow_spliced_downloads() {
     let addr = r.addr.unwrap();
     // A: asks for the whole stream and reads nothing.
     let mut stalled = small_window_client(addr, "GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().bytes_spliced > 0));
+    if sendfile {
+        assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().bytes_spliced > 0));
+    } else {
+        // io_uring's chain reports its bytes only when all of it is sent, which a
+        // client that reads nothing may never let happen: A holds the pipe once its
+        // request is taken.
+        assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().requests >= 1));
+    }
     // B, while A holds the only pipe: served whole through the buffers.
     let (status, _, body) = curl(&["-r", "1000-2000999", &url(&r, "big.bin")]);
     assert_eq!(status, 206);
@@ -390,6 +410,76 @@ fn stalled_and_slow_spliced_downloads() {
     assert!(body == big[..16 << 20]);
     assert!(h.stats().unwrap().bytes_spliced >= spliced_before + (16 << 20), "C was spliced");
     assert!(eventually(Duration::from_secs(30), || h.stats().unwrap().connections == 0));
+    let s = h.stats().unwrap();
+    assert_eq!(s.buffers_free, s.buffers);
+    r.stop();
+}
+
+/// Downloads sent by the download thread's `sendfile` (the default) and by io_uring's
+/// splice: the same bytes, ranges and multi-ranges across stripe units included.
+#[test]
+fn ranges_byte_for_byte_sendfile_and_uring_splice() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("sendfile");
+    let (comps, clip, _) = volume(dir.path());
+    for sendfile in [true, false] {
+        let r = start(&comps, EngineConfig { sendfile, splice_pipes: 2, ..EngineConfig::default() }, false);
+        let before = r.handle.as_ref().unwrap().stats().unwrap();
+        check_ranges(&r, &clip);
+        let stats = r.handle.as_ref().unwrap().stats().unwrap();
+        if stats.splice {
+            assert_eq!(stats.sendfile, sendfile, "{stats:?}");
+            assert!(stats.bytes_spliced >= before.bytes_spliced + clip.len() as u64, "{stats:?}");
+            assert_eq!(stats.bytes_zero_copy, 0, "no download took the buffers: {stats:?}");
+        }
+        assert_eq!(stats.buffers_free, stats.buffers);
+        assert!(eventually(Duration::from_secs(30), || r.handle.as_ref().unwrap().stats().unwrap().connections == 0));
+        r.stop();
+    }
+}
+
+/// Clients that ask for a whole stream and stop reading hold no device slot of the
+/// download path: while they are still connected (no send timeout has closed them),
+/// another download is served whole, byte for byte, and so is a paced stream. Their
+/// jobs are parked (handed back by the download thread) and wait for their sockets,
+/// out of DRR.
+#[test]
+fn a_client_that_stops_reading_stalls_no_other_download() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("nostall");
+    let comps: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("n{i}.img"))).collect();
+    let mut v = ictus_mars_server::Volume::create(&comps, 64 << 10, Some(40 << 20)).unwrap();
+    let big = pattern(48 << 20, 12);
+    std::fs::write(dir.path().join("big.src"), &big).unwrap();
+    v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
+    drop(v);
+    // A send timeout far beyond the test: nothing is freed by closing the stalled ones.
+    let cfg = EngineConfig { send_timeout: Duration::from_secs(3600), buf_size: 64 << 10, ..EngineConfig::default() };
+    let r = start(&comps, cfg, false);
+    let h = r.handle.clone().unwrap();
+    if !h.stats().unwrap().sendfile {
+        r.stop();
+        return; // no page-cache path here: the buffered path is tested elsewhere
+    }
+    let addr = r.addr.unwrap();
+    let stalled: Vec<TcpStream> =
+        (0..4).map(|_| small_window_client(addr, "GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")).collect();
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().parked >= 4), "{:?}", h.stats());
+    let (status, _, body) = curl(&[&url(&r, "big.bin")]);
+    assert_eq!(status, 200);
+    assert!(body == big, "the other download, whole");
+    let (status, _, body) = curl(&["-r", "1000-3000999", &format!("{}?rate=8000000", url(&r, "big.bin"))]);
+    assert_eq!(status, 206);
+    assert!(body == big[1000..3_001_000], "the paced stream, whole");
+    let s = h.stats().unwrap();
+    assert_eq!(s.timed_out, 0, "the stalled clients were not closed to make room: {s:?}");
+    assert!(s.connections >= 4, "the stalled clients are still connected: {s:?}");
+    drop(stalled);
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().connections == 0), "{:?}", h.stats());
     let s = h.stats().unwrap();
     assert_eq!(s.buffers_free, s.buffers);
     r.stop();

@@ -87,6 +87,7 @@ fn curl(url: &str) -> Result<(u64, f64), BenchError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sender {
     Ours,
+    OursUring,
     OursDirect,
     Nginx,
     Splice,
@@ -96,6 +97,7 @@ impl Sender {
     fn name(self) -> &'static str {
         match self {
             Sender::Ours => "ictus mars",
+            Sender::OursUring => "ictus mars io_uring splice",
             Sender::OursDirect => "ictus mars O_DIRECT buffers",
             Sender::Nginx => "nginx sendfile",
             Sender::Splice => "splice loop",
@@ -124,7 +126,7 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
             .map_err(|e| err("volume", e))?;
         v.add_file("clip.bin", &clip, 4.0).map_err(|e| err("volume add", e))?;
     }
-    let serve = |splice: bool| {
+    let serve = |splice: bool, sendfile: bool| {
         crate::start(&StartOptions {
             volume: vec![comp.clone()],
             listen: Some("127.0.0.1:0".into()),
@@ -135,26 +137,38 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
                 buf_size: 1 << 20,
                 buffers: 64,
                 splice,
+                sendfile,
                 ..EngineConfig::default()
             },
             force_fallback: false,
         })
         .map_err(|e| err("starting ictus mars", e))
     };
-    let server = serve(true)?;
-    let direct_server = match serve(false) {
+    let server = serve(true, true)?;
+    let direct_server = match serve(false, false) {
         Ok(s) => s,
         Err(e) => {
             server.stop();
             return Err(e);
         }
     };
+    let uring_server = match serve(true, false) {
+        Ok(s) => s,
+        Err(e) => {
+            server.stop();
+            direct_server.stop();
+            return Err(e);
+        }
+    };
     let ours_port = server.addr.map_or(0, |a| a.port());
     let direct_port = direct_server.addr.map_or(0, |a| a.port());
-    let spliced = server.handle.as_ref().and_then(|h| h.stats()).is_some_and(|s| s.splice);
-    if !spliced {
+    let uring_port = uring_server.addr.map_or(0, |a| a.port());
+    let stats = server.handle.as_ref().and_then(|h| h.stats());
+    if !stats.as_ref().is_some_and(|s| s.splice) {
         out.notes
             .push("HTTP: this kernel or storage gave no splice path: ours sent from the registered buffers".into());
+    } else if !stats.as_ref().is_some_and(|s| s.sendfile) {
+        out.notes.push("HTTP: the download thread did not start: ours spliced by io_uring".into());
     }
     let nginx = if rig::have("nginx", "-v") {
         let port = rig::free_port()?;
@@ -163,7 +177,7 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
         out.notes.push("nginx is not installed (scripts/setup.sh installs nginx-light): its rows are missing".into());
         None
     };
-    let senders = [Sender::Ours, Sender::OursDirect, Sender::Nginx, Sender::Splice];
+    let senders = [Sender::Ours, Sender::OursUring, Sender::OursDirect, Sender::Nginx, Sender::Splice];
     // (sender, warm) → runs
     let mut runs: Vec<((Sender, bool), Vec<Run>)> = Vec::new();
     let mut not_cold = 0;
@@ -176,7 +190,8 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
                     continue; // O_DIRECT: no page cache to be warm in
                 }
                 check_stop()?;
-                let source: &Path = if matches!(who, Sender::Ours | Sender::OursDirect) { &comp } else { &clip };
+                let source: &Path =
+                    if matches!(who, Sender::Ours | Sender::OursUring | Sender::OursDirect) { &comp } else { &clip };
                 rig::drop_cache(&comp);
                 rig::drop_cache(&clip);
                 if warm {
@@ -185,8 +200,12 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
                     not_cold += 1;
                 }
                 let r = match who {
-                    Sender::Ours | Sender::OursDirect => {
-                        let port = if who == Sender::Ours { ours_port } else { direct_port };
+                    Sender::Ours | Sender::OursUring | Sender::OursDirect => {
+                        let port = match who {
+                            Sender::Ours => ours_port,
+                            Sender::OursUring => uring_port,
+                            _ => direct_port,
+                        };
                         let c0 = rig::self_cpu_ns();
                         curl(&format!("http://127.0.0.1:{port}/clip.bin")).map(|d| (d, rig::self_cpu_ns() - c0))
                     }
@@ -230,6 +249,7 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
     }
     server.stop();
     direct_server.stop();
+    uring_server.stop();
     let get = |who: Sender, warm: bool| -> &[Run] {
         runs.iter().find(|(k, _)| *k == (who, warm)).map_or(&[], |(_, r)| r.as_slice())
     };
@@ -279,7 +299,7 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
         .with_target(1.0),
     );
     out.notes.push(format!(
-        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds rotating the order; cold = the file's pages dropped before each download (all read the VM's disk, same file system), warm = the file read once before; sender CPU = getrusage of this process for ours (io_uring's workers included) and the splice thread (curl is another process), schedstat of nginx's one process; ours: IORING_OP_SPLICE volume file → 1 MiB pipe → socket, queued by DRR; ours O_DIRECT buffers: 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
+        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds rotating the order; cold = the file's pages dropped before each download (all read the VM's disk, same file system), warm = the file read once before; sender CPU = getrusage of this process for ours (io_uring's workers included) and the splice thread (curl is another process), schedstat of nginx's one process; ours: sendfile(2) volume file → non-blocking socket on the download thread (epoll), each piece (up to 1 MiB, up to 8 per job) when DRR dispatches it; ours io_uring splice: IORING_OP_SPLICE volume file → 1 MiB pipe → socket, linked chains, queued by DRR; ours O_DIRECT buffers: 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
         len >> 20
     ));
     if not_cold > 0 {

@@ -353,8 +353,23 @@ fn over_window(sent: Instant, got: &client::Received, window: u64, series: &acco
 const LOW: f64 = 0.4;
 const MID: f64 = 0.6;
 const HIGH: f64 = 0.75;
-/// The shares `mars_bg_vs_bfq` may compare at, highest first.
-const SHARES_BG: [f64; 3] = [HIGH, MID, LOW];
+/// The shares `mars_bg_vs_bfq` may compare at, highest first: the sweep's, then the
+/// ladder below it ([`LADDER`]).
+const SHARES_BG: [f64; 5] = [HIGH, MID, LOW, LADDER[0], LADDER[1]];
+/// Shares run for ours through DRR and nginx + BFQ + `ionice -c1` only when no higher
+/// share has both holding the stream (so that the background comparison has a cell),
+/// highest first; one at a time, stopping at the first where both hold.
+const LADDER: [f64; 2] = [0.2, 0.1];
+
+/// The ladder's next share to run, once the planned cells (`run`: the shares run so
+/// far) are done: none if some share already compares (`comparable`), or every rung
+/// has been run.
+fn next_rung(comparable: impl Fn(f64) -> bool, run: &[f64]) -> Option<f64> {
+    if SHARES_BG.iter().any(|&f| comparable(f)) {
+        return None;
+    }
+    LADDER.iter().copied().find(|f| !run.contains(f))
+}
 
 /// Table 2: one real-time stream at 40 % of a disk under 0–4 background readers, and at
 /// 75 % under the most readers.
@@ -393,7 +408,10 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
         .map_err(|e| err("measuring the volume", e))?;
     drop(storage);
     let mut cells: Vec<Cell> = Vec::new();
-    for &(frac, k, whos) in &plan {
+    let mut next = 0;
+    while next < plan.len() {
+        let (frac, k, whos) = plan[next];
+        next += 1;
         let stream_rate = rate * frac;
         // A stream plays at most the clip: a 75 % stream of the quick run's clip ends
         // before the run would, and its missing tail counted as late slots (so no
@@ -516,7 +534,7 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
                     Ok(m) => m,
                     // The added high-rate cells may fail where the sweep would not (a
                     // refused admission, a player that gave up): said, not fatal.
-                    Err(e) if frac > LOW && !rig::stopped() => {
+                    Err(e) if frac != LOW && !rig::stopped() => {
                         out.notes.push(format!("Table 2: {} at {:.0} %, {k} readers: {e}", who.name(), frac * 100.0));
                         continue;
                     }
@@ -544,6 +562,19 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
                 cell.fio_own.extend(fio_own);
                 cell.impossible.push(w.impossible(capability, rate));
                 cell.engine.extend(engine_seen);
+            }
+        }
+        if next == plan.len() {
+            // The planned cells are run: if no share has both ours through DRR and
+            // nginx + BFQ + RT holding the stream, the ladder's next share for those two.
+            let comparable = |f: f64| {
+                [Who::OursDrr, Who::NginxBfqRt]
+                    .iter()
+                    .all(|&w| cells.iter().any(|c| c.who == w && c.k == kmax && c.frac == f && c.credited().is_some()))
+            };
+            let run: Vec<f64> = plan.iter().map(|p| p.0).collect();
+            if let Some(f) = next_rung(comparable, &run) {
+                plan.push((f, kmax, &MID_WHO[..]));
             }
         }
     }
@@ -646,9 +677,10 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
             ours_bg / 1e6,
             peer_bg / 1e6,
             format!(
-                "background left beside a {:.0} % stream under {kmax} readers, over the runs where the stream held (at the highest of {} % where both held in at least half their runs{}): ours with the readers as downloads through its DRR (held in {:.0} % of runs), nginx sendfile + BFQ + ionice -c1 with fio readers (held in {:.0} %)",
+                "background left beside a {:.0} % stream under {kmax} readers, over the runs where the stream held (at the highest of {} % where both held in at least half their runs, the {} % cells run only where no higher share had both holding{}): ours with the readers as downloads through its DRR (held in {:.0} % of runs), nginx sendfile + BFQ + ionice -c1 with fio readers (held in {:.0} %)",
                 at * 100.0,
                 SHARES_BG.iter().map(|f| format!("{:.0}", f * 100.0)).collect::<Vec<_>>().join("/"),
+                LADDER.iter().map(|f| format!("{:.0}", f * 100.0)).collect::<Vec<_>>().join("/"),
                 if both.is_none() { "; none: not comparable" } else { "" },
                 held_at(Who::OursDrr, at) * 100.0,
                 held_at(Who::NginxBfqRt, at) * 100.0
@@ -698,6 +730,14 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
         })
     };
     let said = |w: Who| said_at(w, LOW);
+    for &f in LADDER.iter().filter(|&&f| plan.iter().any(|p| p.0 == f)) {
+        out.notes.push(format!(
+            "Table 2: no higher share had both ours through DRR and nginx + BFQ + ionice -c1 holding the stream, so a {:.0} % stream under {kmax} readers was run for those two: through our DRR: {}; nginx + BFQ + RT: {}",
+            f * 100.0,
+            said_at(Who::OursDrr, f),
+            said_at(Who::NginxBfqRt, f)
+        ));
+    }
     out.figures.push(
         PaperFigure::new(
             format!("real-time stream under {kmax} background readers"),
@@ -808,4 +848,20 @@ pub fn table3(l: &Layout, quick: bool, out: &mut Out) -> Result<(), BenchError> 
         .ours(Some(late as f64), format!("{late} late slots (as the players saw them, over {secs} s)")),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ladder goes down one rung at a time only while no share compares, and stops.
+    #[test]
+    fn the_ladder_runs_a_lower_share_only_while_none_compares() {
+        let sweep = [LOW, MID, HIGH];
+        assert_eq!(next_rung(|f| f == MID, &sweep), None, "60 % compares: nothing more");
+        assert_eq!(next_rung(|_| false, &sweep), Some(0.2));
+        assert_eq!(next_rung(|_| false, &[LOW, MID, HIGH, 0.2]), Some(0.1));
+        assert_eq!(next_rung(|f| f == 0.2, &[LOW, MID, HIGH, 0.2]), None, "20 % compares: stop");
+        assert_eq!(next_rung(|_| false, &[LOW, MID, HIGH, 0.2, 0.1]), None, "the ladder's end");
+    }
 }
