@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A single-machine Ceph cluster for the MARS cluster's tests and experiment (issue 20):
 #
-#   scripts/ceph.sh up DIR [--osds N] [--store bluestore|memstore] [--timeout SECONDS] [--owner PID] [--addr IPV4]
+#   scripts/ceph.sh up DIR [--osds N] [--store bluestore|memstore] [--timeout SECONDS] [--owner PID] [--addr IPV4] [--wait-mgr]
 #   scripts/ceph.sh status DIR
 #   scripts/ceph.sh down DIR
 #   scripts/ceph.sh pool DIR NAME      (a pool of its own for one test on a shared cluster)
@@ -14,8 +14,12 @@
 # time), N OSDs (1 to 3), one pool `ictus` (size = N, 8 placement groups), auth none.
 # `--addr` puts the daemons on another local address instead (public_addr): a bridge's,
 # so that clients in other network namespaces reach them.
-# It returns once the cluster says HEALTH_OK *and* every OSD is up (the first can come
-# before the second), and prints `conf=DIR/ceph.conf`, `pool=ictus` and the time taken.
+# It returns once RADOS serves: every OSD up, the pool made, and a probe object written,
+# read back and removed through it. The manager is started but not waited for: RADOS
+# reads and writes never go through it (it gathers PG statistics, serves `ceph -s`'s PG
+# lines and its Python modules), and its start was most of a loaded machine's wait (66 s
+# once at load ~20). `--wait-mgr` also waits for HEALTH_OK and the manager available, as
+# before. It prints `conf=DIR/ceph.conf`, `pool=ictus` and the time taken.
 # A failure (missing package, port taken, daemon dead, time-out) says which and where
 # its log is, and tears down what was started.
 #
@@ -33,7 +37,7 @@
 set -euo pipefail
 
 die() { echo "ceph.sh: $*" >&2; exit 1; }
-usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] [--addr IPV4] | status DIR | down DIR | pool DIR NAME | unpool DIR NAME"; }
+usage() { die "usage: $0 up DIR [--osds 1..3] [--store bluestore|memstore] [--timeout S] [--owner PID] [--addr IPV4] [--wait-mgr] | status DIR | down DIR | pool DIR NAME | unpool DIR NAME"; }
 
 [ $# -ge 2 ] || usage
 cmd=$1
@@ -59,6 +63,7 @@ store=bluestore
 timeout=240
 owner=""
 addr=127.0.0.1
+wait_mgr=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --osds) osds=${2:-}; shift 2 || usage ;;
@@ -66,6 +71,7 @@ while [ $# -gt 0 ]; do
     --timeout) timeout=${2:-}; shift 2 || usage ;;
     --owner) owner=${2:-}; shift 2 || usage ;;
     --addr) addr=${2:-}; shift 2 || usage ;;
+    --wait-mgr) wait_mgr=1; shift ;;
     *) usage ;;
   esac
 done
@@ -164,6 +170,17 @@ check_alive() {
   fi
 }
 
+# One object written, read back and removed through RADOS (the `rados` tool, C++: no
+# Python start-up per call); prints why not on failure.
+probe() {
+  local obj=ictus-ready-probe
+  timeout 20 rados -c "$conf" -p ictus put "$obj" "$dir/probe.in" || { echo "write failed"; return 1; }
+  timeout 20 rados -c "$conf" -p ictus get "$obj" "$dir/probe.out" || { echo "read failed"; return 1; }
+  cmp -s "$dir/probe.in" "$dir/probe.out" || { echo "read back other bytes than written"; return 1; }
+  timeout 20 rados -c "$conf" -p ictus rm "$obj" || { echo "remove failed"; return 1; }
+  rm -f "$dir/probe.out"
+}
+
 fail_up() {
   echo "ceph.sh: up failed: $*" >&2
   stop_all || true
@@ -177,7 +194,7 @@ fail_up() {
 
 up() {
   local missing="" tool
-  for tool in ceph-mon ceph-mgr ceph-osd ceph monmaptool ss timeout; do
+  for tool in ceph-mon ceph-mgr ceph-osd ceph rados monmaptool ss timeout cmp; do
     command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
   done
   [ -z "$missing" ] || die "missing:$missing — install the Debian packages ceph-mon ceph-mgr ceph-osd ceph-common (scripts/setup.sh does)"
@@ -283,8 +300,9 @@ EOF
     start "osd.$id" ceph-osd -c "$conf" -i "$id"
   done
 
-  local t_osd=$((SECONDS - t0)) t_up="" t_mgr=""
-  local st health up_osds name mgr pool_made=""
+  local t_osd=$((SECONDS - t0)) t_up="" t_mgr="" t_io=""
+  local st health up_osds name mgr pool_made="" io_ok="" io_err="not tried (OSDs not up)"
+  printf 'ictus ceph.sh probe %s\n' "$fsid" >"$dir/probe.in"
   while :; do
     for name in mon.a mgr.x $(seq -f 'osd.%g' 0 $((osds - 1))); do
       check_alive "$name" || fail_up "$name died"
@@ -300,11 +318,22 @@ EOF
     fi
     [ -n "$t_up" ] || [ "${up_osds:-0}" -ne "$osds" ] || t_up=$((SECONDS - t0))
     [ -n "$t_mgr" ] || [ "$mgr" != true ] || t_mgr=$((SECONDS - t0))
-    if [ -n "$pool_made" ] && [ "$health" = HEALTH_OK ] && [ "${up_osds:-0}" -eq "$osds" ] && [ "$mgr" = true ]; then
+    # RADOS serves when an object can be written, read back and removed (a write to a
+    # placement group still peering waits; the time-out bounds it).
+    if [ -n "$pool_made" ] && [ -z "$io_ok" ]; then
+      if io_err=$(probe 2>&1); then
+        io_ok=1
+        t_io=$((SECONDS - t0))
+      fi
+    fi
+    if [ -n "$io_ok" ] && { [ -z "$wait_mgr" ] || { [ "$health" = HEALTH_OK ] && [ "$mgr" = true ]; }; }; then
       break
     fi
     if [ $SECONDS -ge $deadline ]; then
-      fail_up "no HEALTH_OK with $osds OSD(s) up within ${timeout} s: health '${health:-no answer}' ($(cephcli health 2>/dev/null || echo 'no answer')), ${up_osds:-0} OSD(s) up, manager available: ${mgr:-no answer} (logs in $dir/log)"
+      if [ -z "$io_ok" ]; then
+        fail_up "RADOS did not serve within ${timeout} s: ${up_osds:-0} of $osds OSD(s) up, pool ictus ${pool_made:+made}${pool_made:-not made}, probe object: ${io_err:-no answer} (logs in $dir/log)"
+      fi
+      fail_up "no HEALTH_OK with the manager available within ${timeout} s (--wait-mgr): health '${health:-no answer}' ($(cephcli health 2>/dev/null || echo 'no answer')), ${up_osds:-0} OSD(s) up, manager available: ${mgr:-no answer} (logs in $dir/log)"
     fi
     sleep 0.5
   done
@@ -318,7 +347,7 @@ EOF
   echo "conf=$conf"
   echo "pool=ictus"
   echo "osds=$osds store=$store ready_s=$((SECONDS - t0))"
-  echo "phases_s=monitor:$t_mon,osds_made:$t_osd,osds_up:$t_up,manager:$t_mgr"
+  echo "phases_s=monitor:$t_mon,osds_made:$t_osd,osds_up:$t_up,rados_io:$t_io,manager:${t_mgr:-not_waited}"
 }
 
 case "$cmd" in

@@ -17,7 +17,18 @@ pub struct Config {
     pub heartbeat_timeout_ns: u64,
     /// What the shared store can serve to nodes without the clip cached (bytes/s).
     pub store_capacity: u64,
+    /// A node with the clip cached is preferred only while its load after placing, as
+    /// a fraction of its capacity, is at most this percentage of the cluster's (all
+    /// live nodes' load after placing over their capacity): bounded-load placement
+    /// (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with Bounded Loads",
+    /// 2018). `None`: the cache always first (a popular clip fills one node before
+    /// another gets a stream of it).
+    pub cache_bound_pct: Option<u32>,
 }
+
+/// The cache bound the director's command uses: a node with the clip cached takes its
+/// streams until it is 25 % busier than the cluster's average.
+pub const CACHE_BOUND_PCT: u32 = 125;
 
 /// A node as the director sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,6 +195,20 @@ impl Director {
 
     /// Chooses the node for `rate` bytes/s of `clip`, without placing it.
     fn choose(&self, clip: &str, rate: u64) -> Result<(NodeId, bool), Refused> {
+        // The cluster's load and capacity after placing, for the cache bound.
+        let (all_load, all_cap) =
+            self.nodes.values().fold((rate as u128, 0u128), |(l, c), n| (l + n.load as u128, c + n.capacity as u128));
+        let within_bound = |n: &NodeState| match self.config.cache_bound_pct {
+            None => true,
+            // (load + rate) / capacity <= pct/100 × all_load / all_cap, in integers.
+            Some(pct) => {
+                (n.load as u128 + rate as u128) * all_cap * 100 <= u128::from(pct) * all_load * n.capacity as u128
+            }
+        };
+        let best_pref = |id: NodeId| {
+            let b = &self.nodes[&id];
+            b.cached.contains(clip) && within_bound(b)
+        };
         let live = self.nodes.iter();
         let mut most_free = 0u64;
         let mut best: Option<(NodeId, bool)> = None;
@@ -201,9 +226,12 @@ impl Director {
                 store_refused = true;
                 continue;
             }
+            // Preferred for its cache only within the bound; past it, it competes on
+            // load like any other node (and still reads nothing from the store).
+            let preferred = cached && within_bound(n);
             let better = match best {
                 None => true,
-                Some((_, best_cached)) if cached != best_cached => cached,
+                Some((bid, _)) if preferred != best_pref(bid) => preferred,
                 Some((bid, _)) => {
                     // Load after placing, as a fraction of capacity, compared exactly:
                     // a/b < c/d  <=>  a*d < c*b.

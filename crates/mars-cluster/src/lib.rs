@@ -21,4 +21,4 @@ pub mod director;
 pub mod service;
 pub mod wire;
 
-pub use director::{Config, Director, Moved, NodeId, NodeState, Placement, Refused, StreamId};
+pub use director::{Config, Director, Moved, NodeId, NodeState, Placement, Refused, StreamId, CACHE_BOUND_PCT};

@@ -578,7 +578,7 @@ mod tests {
             TcpListener::bind("127.0.0.1:0").unwrap(),
             Box::new(Lengths),
             DirectorOptions {
-                config: Config { heartbeat_timeout_ns: 60_000_000_000, store_capacity: 1 << 40 },
+                config: Config { heartbeat_timeout_ns: 60_000_000_000, store_capacity: 1 << 40, cache_bound_pct: None },
                 default_rate: 1000,
                 tick: Duration::from_millis(20),
                 close_grace: Duration::from_millis(300),

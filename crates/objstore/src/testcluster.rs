@@ -48,7 +48,7 @@ pub fn script() -> PathBuf {
 
 /// Why Ceph cannot run here, or `None` if it can.
 pub fn unavailable() -> Option<String> {
-    let missing: Vec<&str> = ["ceph-mon", "ceph-mgr", "ceph-osd", "ceph", "monmaptool"]
+    let missing: Vec<&str> = ["ceph-mon", "ceph-mgr", "ceph-osd", "ceph", "rados", "monmaptool"]
         .into_iter()
         .filter(|tool| {
             !std::env::var_os("PATH")

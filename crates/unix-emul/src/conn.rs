@@ -19,7 +19,7 @@
 //! (`kcmp(KCMP_VM)` says which): that one must not touch the table, and makes a
 //! connection per call.
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::sys::{self, syscall6};
 use crate::wire::{self, CONN_HI, MAX_FDS, RESERVED_LO, SESSION_FD};
@@ -243,6 +243,9 @@ fn wait_first_reply(fd: i32) -> bool {
 /// the process at the other end of the session socket, which is not always an
 /// ancestor (`ictus unix-server`) — take descriptors from this one.
 fn allow_server_to_trace() {
+    if NO_YAMA.load(Ordering::Relaxed) {
+        return;
+    }
     let mut cred = [0i32; 3];
     let mut len = 12u32;
     // SAFETY: a struct ucred's room and its length (getsockopt(2), unix(7)).
@@ -259,9 +262,17 @@ fn allow_server_to_trace() {
     };
     if r == 0 && cred[0] > 0 {
         // SAFETY: no pointers (prctl(2), Yama).
-        unsafe { syscall6(sys::SYS_PRCTL, PR_SET_PTRACER, cred[0] as u64, 0, 0, 0, 0) };
+        if unsafe { syscall6(sys::SYS_PRCTL, PR_SET_PTRACER, cred[0] as u64, 0, 0, 0, 0) } == -22 {
+            // No Yama in this kernel (it cannot come later): two calls fewer per
+            // connection from now on. (Yama answers EINVAL too for a pid that does
+            // not exist, but this one is the live peer of the session socket.)
+            NO_YAMA.store(true, Ordering::Relaxed);
+        }
     }
 }
+
+/// `PR_SET_PTRACER` answered `EINVAL`: the kernel has no Yama.
+static NO_YAMA: AtomicBool = AtomicBool::new(false);
 
 /// Whether this process shares its memory with its parent (a `vfork` child).
 fn shares_parent_memory() -> bool {

@@ -10,6 +10,7 @@
 //! may do by itself is what the filter lets its call sites do, and that is harmless
 //! under any policy (see `doc/unix.md`, *Trust boundary*).
 
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::conn::{self, CallError};
@@ -444,7 +445,9 @@ struct Req {
     has1: bool,
     has2: bool,
     extra: (usize, usize),
-    store: [u8; BUF],
+    /// Copied paths and extra bytes: only the ranges recorded in `p1`, `p2` and
+    /// `extra` are written (and ever read). Not zeroed: every served call makes one.
+    store: MaybeUninit<[u8; BUF]>,
     used: usize,
     /// The "not a link" generation read before asking ([`Req::missing_before`]).
     not_link_gen: Option<u64>,
@@ -461,7 +464,7 @@ impl Req {
             has1: false,
             has2: false,
             extra: (0, 0),
-            store: [0; BUF],
+            store: MaybeUninit::uninit(),
             used: 0,
             not_link_gen: None,
         }
@@ -474,9 +477,24 @@ impl Req {
             return Err(-(errno::EFAULT as i64));
         }
         let start = self.used;
-        let len = sys::copy_str(&mut self.store[start..start + wire::PATH_MAX + 1], ptr)?;
+        if start + wire::PATH_MAX + 1 > BUF {
+            return Err(-(errno::ENAMETOOLONG as i64));
+        }
+        // SAFETY: start + PATH_MAX + 1 <= BUF: the copy stays inside the store.
+        let len = unsafe { sys::copy_str_raw(self.base().add(start), wire::PATH_MAX + 1, ptr)? };
         self.used += len;
         Ok((start, len))
+    }
+
+    fn base(&mut self) -> *mut u8 {
+        self.store.as_mut_ptr() as *mut u8
+    }
+
+    /// The bytes of a range recorded by [`Req::path`] or [`Req::extra`].
+    fn bytes(&self, (at, len): (usize, usize)) -> &[u8] {
+        // SAFETY: the recorded ranges are inside the store and were written before
+        // they were recorded (a path copy, the kernel's read of the extra part).
+        unsafe { core::slice::from_raw_parts((self.store.as_ptr() as *const u8).add(at), len) }
     }
 
     unsafe fn path1(&mut self, ptr: u64) -> Result<(), i64> {
@@ -502,7 +520,11 @@ impl Req {
             return Err(-(errno::EFAULT as i64));
         }
         let start = self.used;
-        if sys::read_own(&mut self.store[start..start + len], ptr) != len as i64 {
+        if start + len > BUF {
+            return Err(-(errno::EINVAL as i64));
+        }
+        // SAFETY: start + len <= BUF: the read stays inside the store.
+        if unsafe { sys::read_own_raw(self.base().add(start), len, ptr) } != len as i64 {
             return Err(-(errno::EFAULT as i64));
         }
         self.used += len;
@@ -515,7 +537,7 @@ impl Req {
     fn dirfd(&mut self, i: usize, which: u8) {
         let (at, len, has) =
             if which == 1 { (self.p1.0, self.p1.1, self.has1) } else { (self.p2.0, self.p2.1, self.has2) };
-        let absolute = has && len > 0 && self.store[at] == b'/';
+        let absolute = has && len > 0 && self.bytes((at, 1)) == b"/";
         if self.args[i] as i32 as i64 != AT_FDCWD && !absolute {
             self.fd_args |= 1 << i;
         }
@@ -529,7 +551,7 @@ impl Req {
         if !self.has1 || self.fd_args != 0 {
             return None;
         }
-        let path = &self.store[self.p1.0..self.p1.0 + self.p1.1];
+        let path = self.bytes(self.p1);
         let key = crate::cache::key(path, follow)?;
         let generation = crate::cache::generation_for(path)?;
         self.not_link_gen = crate::cache::not_link_generation();
@@ -560,9 +582,9 @@ impl Req {
 
     /// Send it; the reply lands in `buf`.
     fn send(&self, buf: &mut [u8; BUF], cloexec: bool) -> Result<conn::Answer, i64> {
-        let p1 = if self.has1 { Some(&self.store[self.p1.0..self.p1.0 + self.p1.1]) } else { None };
-        let p2 = if self.has2 { Some(&self.store[self.p2.0..self.p2.0 + self.p2.1]) } else { None };
-        let extra = &self.store[self.extra.0..self.extra.0 + self.extra.1];
+        let p1 = if self.has1 { Some(self.bytes(self.p1)) } else { None };
+        let p2 = if self.has2 { Some(self.bytes(self.p2)) } else { None };
+        let extra = self.bytes(self.extra);
         let len =
             wire::encode_request(buf, self.op, crate::cache::cwd_generation(), self.fd_args, self.args, p1, p2, extra)
                 .ok_or(-(errno::ENAMETOOLONG as i64))?;
@@ -673,9 +695,13 @@ unsafe fn ask_server(n: u32, a: [u64; 6]) -> i64 {
 #[inline(never)]
 fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
     let (path, _, _) = cached_lookup(n, a)?;
-    let mut buf = [0u8; wire::PATH_MAX + 1];
-    let len = sys::copy_str(&mut buf, path).ok()?;
-    known_missing_path(n, a, &buf[..len])
+    // Not zeroed (4 KiB per served lookup): only the copied bytes are read.
+    let mut buf = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
+    let base = buf.as_mut_ptr() as *mut u8;
+    // SAFETY: buf has PATH_MAX + 1 bytes.
+    let len = unsafe { sys::copy_str_raw(base, wire::PATH_MAX + 1, path) }.ok()?;
+    // SAFETY: the copy wrote the first len bytes.
+    known_missing_path(n, a, unsafe { core::slice::from_raw_parts(base as *const u8, len) })
 }
 
 /// The lookups the failed-lookup cache keeps: (path pointer, directory descriptor,
@@ -1019,8 +1045,11 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         // The loader's own argv[0] is the path the program exec'd: the loader names
         // the process after it, as the kernel would have (`/proc/PID/comm`, what
         // `ps` and `pgrep` show), and drops it.
-        r.store[r.p1.0 + r.p1.1] = 0;
-        *v.add(k) = if r.p1.1 > 0 { r.store[r.p1.0..].as_ptr() as u64 } else { LOADER_ARGV0.as_ptr() as u64 };
+        // The path's NUL: inside the store (a path takes at most PATH_MAX of its
+        // PATH_MAX + 1 bytes).
+        let path = r.base().add(r.p1.0);
+        path.add(r.p1.1).write(0);
+        *v.add(k) = if r.p1.1 > 0 { path as u64 } else { LOADER_ARGV0.as_ptr() as u64 };
         k += 1;
         for p in prefix.iter().take(np) {
             *v.add(k) = *p;
@@ -1028,7 +1057,7 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         }
         if np > 0 {
             // A script: the interpreter gets the path as it was given, then argv[1..].
-            *v.add(k) = r.store[r.p1.0..].as_ptr() as u64;
+            *v.add(k) = path as u64;
             k += 1;
             for i in 1..argc {
                 *v.add(k) = *argv.add(i);

@@ -25,6 +25,7 @@
 //! Each native lookup is counted on the session's count page ([`COUNT_FD`]), so the
 //! server's counts stay whole; without that page the library does none.
 
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::sys::{self, syscall6};
@@ -205,10 +206,19 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
         nr::READLINKAT if a[3] as i32 > 0 => (Kind::Readlink, a[1]),
         _ => return None,
     };
-    let mut buf = [0u8; wire::PATH_MAX + 1];
+    // Not zeroed: this runs for every read-only lookup (thousands per compile), and
+    // only the copied path and its NUL are ever read.
+    let mut buf = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
+    let base = buf.as_mut_ptr() as *mut u8;
     // Errors in the path itself are the server's to answer (as the kernel would).
-    let len = sys::copy_str(&mut buf[..wire::PATH_MAX], path_arg).ok()?;
-    let path = &buf[..len];
+    // SAFETY: buf has PATH_MAX + 1 bytes; the copy writes at most PATH_MAX.
+    let len = unsafe { sys::copy_str_raw(base, wire::PATH_MAX, path_arg) }.ok()?;
+    // SAFETY: len <= PATH_MAX: the NUL goes inside buf, and the first len + 1 bytes
+    // are written now.
+    let path = unsafe {
+        base.add(len).write(0);
+        core::slice::from_raw_parts(base as *const u8, len)
+    };
     if let Some(r) = crate::handler::known_missing_path(n, a, path) {
         return Some(r);
     }
@@ -233,7 +243,7 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
             return None;
         }
     }
-    let p = buf.as_ptr() as u64;
+    let p = base as u64;
     let d = dirfd as u64;
     // SAFETY: our copy of the path, our buffers, the program's other arguments; the
     // filter lets exactly these read-only forms through from the library's code.
@@ -280,12 +290,14 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
             Kind::Access => syscall6(SYS_FACCESSAT2, d, p, a[2], a[3], 0, 0),
             Kind::Getcwd => return None,
             Kind::Readlink => {
-                let mut t = [0u8; wire::PATH_MAX + 1];
-                let r = syscall6(SYS_READLINKAT, d, p, t.as_mut_ptr() as u64, t.len() as u64, 0, 0);
+                let mut t = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
+                let r = syscall6(SYS_READLINKAT, d, p, t.as_mut_ptr() as u64, (wire::PATH_MAX + 1) as u64, 0, 0);
                 if r >= 0 {
+                    // The kernel wrote the r bytes of the link's target (readlink(2)).
+                    let t = core::slice::from_raw_parts(t.as_ptr() as *const u8, r as usize);
                     // A link read through a link to /proc names what the kernel sees
                     // (the loader for .../exe): the server's answer is the program's.
-                    if loader_named(&t[..r as usize]) {
+                    if loader_named(t) {
                         return None;
                     }
                     let k = (r as usize).min(a[3] as i32 as usize);

@@ -162,6 +162,17 @@ pub fn page_readable(addr: u64) -> bool {
 /// end cannot be read, `-ENAMETOOLONG` if it does not fit. Each page is checked with
 /// [`page_readable`] before it is read directly.
 pub fn copy_str(dst: &mut [u8], src: u64) -> Result<usize, i64> {
+    // SAFETY: dst is valid for writing dst.len() bytes.
+    unsafe { copy_str_raw(dst.as_mut_ptr(), dst.len(), src) }
+}
+
+/// [`copy_str`] into memory that need not be initialized (a path buffer on the stack
+/// is 4 KiB: zeroing it cost more than the copy): the first `len` bytes of `dst` are
+/// written, nothing after them (no NUL either).
+///
+/// # Safety
+/// `dst` is valid for writing `cap` bytes.
+pub unsafe fn copy_str_raw(dst: *mut u8, cap: usize, src: u64) -> Result<usize, i64> {
     let mut at = 0usize;
     let mut p = src;
     if p == 0 {
@@ -173,7 +184,7 @@ pub fn copy_str(dst: &mut [u8], src: u64) -> Result<usize, i64> {
         }
         let page_end = (p | 4095).wrapping_add(1);
         while p != page_end {
-            if at == dst.len() {
+            if at == cap {
                 return Err(-36);
             }
             // SAFETY: p is in a page the kernel just found readable; the program may
@@ -183,7 +194,8 @@ pub fn copy_str(dst: &mut [u8], src: u64) -> Result<usize, i64> {
             if b == 0 {
                 return Ok(at);
             }
-            dst[at] = b;
+            // SAFETY: at < cap, inside the caller's buffer.
+            unsafe { dst.add(at).write(b) };
             at += 1;
             p += 1;
         }
@@ -194,11 +206,20 @@ pub fn copy_str(dst: &mut [u8], src: u64) -> Result<usize, i64> {
 /// from a system call's pointer: the bytes up to the first unreadable page, or
 /// `-EFAULT` (process_vm_readv(2) on ourselves; never a fault in the library).
 pub fn read_own(dst: &mut [u8], src: u64) -> i64 {
-    let local = [dst.as_mut_ptr() as u64, dst.len() as u64];
-    let remote = [src, dst.len() as u64];
+    // SAFETY: dst is valid for writing dst.len() bytes.
+    unsafe { read_own_raw(dst.as_mut_ptr(), dst.len(), src) }
+}
+
+/// [`read_own`] into memory that need not be initialized: the bytes read are written.
+///
+/// # Safety
+/// `dst` is valid for writing `len` bytes.
+pub unsafe fn read_own_raw(dst: *mut u8, len: usize, src: u64) -> i64 {
+    let local = [dst as u64, len as u64];
+    let remote = [src, len as u64];
     // SAFETY: both iovecs describe memory: ours writable, the program's only read by
     // the kernel, which checks it.
-    unsafe { syscall6(SYS_PROCESS_VM_READV, getpid() as u64, local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0) }
+    unsafe { syscall6(SYS_PROCESS_VM_READV, own_pid(), local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0) }
 }
 
 /// Copy `src` into this process's memory at `dst`: the byte count or `-EFAULT`.
@@ -206,7 +227,15 @@ pub fn write_own(dst: u64, src: &[u8]) -> i64 {
     let local = [src.as_ptr() as u64, src.len() as u64];
     let remote = [dst, src.len() as u64];
     // SAFETY: as read_own; the kernel checks the program's pointer for writing.
-    unsafe { syscall6(SYS_PROCESS_VM_WRITEV, getpid() as u64, local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0) }
+    unsafe { syscall6(SYS_PROCESS_VM_WRITEV, own_pid(), local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0) }
+}
+
+/// This process's pid for [`read_own`] and [`write_own`]: the state page's word
+/// when it holds one (no system call), else `getpid`. A program that scribbles on
+/// the word names another process, which `process_vm_readv` lets it read only with
+/// the ptrace access it has anyway.
+fn own_pid() -> u64 {
+    crate::state::answer(SYS_GETPID) as u64
 }
 
 #[cfg(test)]

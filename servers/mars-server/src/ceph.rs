@@ -21,7 +21,7 @@
 //!   ([`Storage::done`]) when it completes or is dropped, so a slot is never reused under
 //!   a read in flight.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -111,6 +111,12 @@ pub struct CephStats {
     /// Times the engine was told to wait for a chunk (`ready` said no) rather than
     /// blocking in a plan.
     pub waits: u64,
+    /// Clip lookups (`stat` on the cluster) done by a fetcher while the engine held
+    /// the request (`lookup_ready` said no).
+    pub lookups: u64,
+    /// Lookups done on the caller's thread (`lookup` of a clip not yet known, without
+    /// `lookup_ready` first: the streams API, the fallback server).
+    pub sync_lookups: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -144,7 +150,11 @@ struct State {
     failed: HashMap<Key, String>,
     stats: CephStats,
     stop: bool,
-    /// `ready` said no since the waker was last called.
+    /// Clips to look up (`stat`), fetched first, for requests the engine holds.
+    lookups: VecDeque<String>,
+    /// Those queued or in flight.
+    looking: HashSet<String>,
+    /// `ready` or `lookup_ready` said no since the waker was last called.
     waiters: bool,
 }
 
@@ -238,6 +248,8 @@ impl CephStorage {
                 failed: HashMap::new(),
                 stats: CephStats::default(),
                 stop: false,
+                lookups: VecDeque::new(),
+                looking: HashSet::new(),
                 waiters: false,
             }),
             work: Condvar::new(),
@@ -368,6 +380,28 @@ impl CephStorage {
         missing
     }
 
+    /// What a `stat` of `name` said: a clip given its range of the address space (the
+    /// first time), or a miss remembered for [`MISSING_TTL`].
+    fn record(&self, st: &mut State, name: &str, len: Result<u64, ictus_objstore::Error>) -> Option<StreamInfo> {
+        record(st, name, len, self.chunk)
+    }
+
+    /// Whether `name` is known (a clip, or a miss not yet stale).
+    fn known(st: &State, name: &str) -> Option<Option<StreamInfo>> {
+        if let Some(c) = st.clips.get(name) {
+            return Some(Some(StreamInfo {
+                name: name.to_string(),
+                len: c.len,
+                etag: tag(name, c.len),
+                start: c.start,
+            }));
+        }
+        if st.missing.get(name).is_some_and(|t| t.elapsed() < MISSING_TTL) {
+            return Some(None);
+        }
+        None
+    }
+
     fn clip_at(st: &State, start: u64) -> Option<(String, Clip)> {
         let (_, name) = st.by_start.range(..=start).next_back()?;
         let c = st.clips.get(name)?;
@@ -385,6 +419,25 @@ fn fetcher(shared: &Shared, striper: &Striper, chunk: u64, urgent_only: bool) {
             loop {
                 if st.stop {
                     return;
+                }
+                // A lookup first: a request waits for it, and it is one small round trip.
+                if let Some(name) = st.lookups.pop_front() {
+                    drop(st);
+                    let len = striper.stat(&name);
+                    st = shared.lock();
+                    record(&mut st, &name, len, chunk);
+                    st.looking.remove(&name);
+                    st.stats.lookups += 1;
+                    let wake = std::mem::take(&mut st.waiters);
+                    drop(st);
+                    if wake {
+                        if let Some(w) = shared.waker.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref()
+                        {
+                            w();
+                        }
+                    }
+                    st = shared.lock();
+                    continue;
                 }
                 let next = match st.urgent.pop_front() {
                     Some(j) => Some((j, true)),
@@ -445,6 +498,32 @@ fn fetcher(shared: &Shared, striper: &Striper, chunk: u64, urgent_only: bool) {
     }
 }
 
+/// See [`CephStorage::record`].
+fn record(st: &mut State, name: &str, len: Result<u64, ictus_objstore::Error>, chunk: u64) -> Option<StreamInfo> {
+    let Ok(len) = len else {
+        st.missing.insert(name.to_string(), Instant::now());
+        if st.missing.len() > 4096 {
+            st.missing.retain(|_, t| t.elapsed() < MISSING_TTL);
+        }
+        return None;
+    };
+    st.missing.remove(name);
+    let start = match st.clips.get(name) {
+        Some(c) => c.start,
+        None => {
+            let start = st.next_start;
+            // A chunk's gap after each clip: no plan ever spans two clips.
+            st.next_start = start.saturating_add(len.next_multiple_of(chunk)).saturating_add(chunk);
+            st.clips.insert(name.to_string(), Clip { start, len });
+            st.by_start.insert(start, name.to_string());
+            start
+        }
+    };
+    // Nothing is fetched yet: the stream may start anywhere (a resume, a seek), and its
+    // first plan (or `ready`) follows at once and asks for its own chunks.
+    Some(StreamInfo { name: name.to_string(), len, etag: tag(name, len), start })
+}
+
 /// Forgets job `j` among the pending ones.
 fn unpend(st: &mut State, j: &Job) {
     if let Some(v) = st.pending.get_mut(&j.key) {
@@ -472,41 +551,32 @@ impl Storage for CephStorage {
         if !ictus_objstore::valid_name(name) || !ictus_mars::label::valid_name(name) {
             return None;
         }
-        {
-            let st = self.shared.lock();
-            if let Some(c) = st.clips.get(name) {
-                return Some(StreamInfo { name: name.to_string(), len: c.len, etag: tag(name, c.len), start: c.start });
-            }
-            if st.missing.get(name).is_some_and(|t| t.elapsed() < MISSING_TTL) {
-                return None;
-            }
+        if let Some(known) = Self::known(&self.shared.lock(), name) {
+            return known;
         }
-        // A round trip to the cluster, outside the lock.
+        // A round trip to the cluster on the caller's thread, outside the lock (the
+        // engine asks `lookup_ready` first, so a fetcher does this for it).
         let len = self.striper.stat(name);
         let mut st = self.shared.lock();
-        let Ok(len) = len else {
-            st.missing.insert(name.to_string(), Instant::now());
-            if st.missing.len() > 4096 {
-                st.missing.retain(|_, t| t.elapsed() < MISSING_TTL);
-            }
-            return None;
-        };
-        st.missing.remove(name);
-        let start = match st.clips.get(name) {
-            Some(c) => c.start,
-            None => {
-                let start = st.next_start;
-                // A chunk's gap after each clip: no plan ever spans two clips.
-                st.next_start = start.saturating_add(len.next_multiple_of(self.chunk)).saturating_add(self.chunk);
-                st.clips.insert(name.to_string(), Clip { start, len });
-                st.by_start.insert(start, name.to_string());
-                start
-            }
-        };
-        // Nothing is fetched yet: the stream may start anywhere (a resume, a seek), and
-        // its first plan (or `ready`) follows at once and asks for its own chunks.
-        drop(st);
-        Some(StreamInfo { name: name.to_string(), len, etag: tag(name, len), start })
+        st.stats.sync_lookups += 1;
+        self.record(&mut st, name, len)
+    }
+
+    fn lookup_ready(&self, name: &str) -> bool {
+        if !ictus_objstore::valid_name(name) || !ictus_mars::label::valid_name(name) {
+            return true;
+        }
+        let mut st = self.shared.lock();
+        if Self::known(&st, name).is_some() {
+            return true;
+        }
+        if st.looking.insert(name.to_string()) {
+            st.lookups.push_back(name.to_string());
+            // Any fetcher, the urgent one included.
+            self.shared.work.notify_all();
+        }
+        st.waiters = true;
+        false
     }
 
     fn streams(&self) -> Vec<StreamInfo> {

@@ -215,6 +215,9 @@ pub struct EngineStats {
     /// stream ids, which a cluster node reports so that streams whose player stopped
     /// are closed there).
     pub open_tags: Vec<u64>,
+    /// Requests held while the backend looked their clip up afar
+    /// ([`Storage::lookup_ready`] said no): the engine's thread did not wait for it.
+    pub lookup_waits: u64,
 }
 
 impl std::ops::Deref for EngineStats {
@@ -1036,6 +1039,17 @@ impl Engine {
                 self.start_plan(slot, plan, None);
             }
             Parsed::Request(req, n) => {
+                // A clip the backend must ask afar about (a cluster's `stat`): the request
+                // waits in `waiting`, its head kept, and is parsed again when the backend
+                // wakes the engine (or at the tick); the head's time-out bounds the wait.
+                if ictus_mars::label::valid_name(&req.path) && !self.storage.lookup_ready(&req.path) {
+                    if !self.waiting.contains(&slot) {
+                        self.waiting.push(slot);
+                        self.stats.lookup_waits += 1;
+                    }
+                    return;
+                }
+                let Some(c) = self.conn(slot) else { return };
                 c.head.drain(..n);
                 c.since = Instant::now();
                 c.tag = req_tag(&req);

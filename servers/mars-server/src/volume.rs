@@ -396,8 +396,17 @@ pub trait Storage: Send + Sync {
     fn ready(&self, _start: u64, _len: u64) -> bool {
         true
     }
-    /// The function to call when bytes that [`Storage::ready`] said were missing may
-    /// have come (from any thread; spurious calls are harmless).
+    /// Whether [`Storage::lookup`] of `name` would answer without a round trip to afar.
+    /// A backend that asks a cluster (`crate::ceph`: a `stat`) starts the lookup on
+    /// another thread and says no; the engine holds the request until
+    /// [`Storage::set_waker`]'s call and asks again, so one slow `stat` never delays
+    /// the node's other streams. A volume always knows.
+    fn lookup_ready(&self, _name: &str) -> bool {
+        true
+    }
+    /// The function to call when bytes that [`Storage::ready`] said were missing, or a
+    /// lookup [`Storage::lookup_ready`] started, may have come (from any thread;
+    /// spurious calls are harmless).
     fn set_waker(&self, _wake: Box<dyn Fn() + Send + Sync>) {}
 }
 

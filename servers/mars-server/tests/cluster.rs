@@ -187,7 +187,11 @@ fn nodes_over_a_ceph_cluster() {
     // 2. The director and two nodes, each its own process.
     let catalog = Box::new(StripeCatalog(st.clone()));
     let opts = DirectorOptions {
-        config: ictus_mars_cluster::Config { heartbeat_timeout_ns: 3_000_000_000, store_capacity: 1 << 40 },
+        config: ictus_mars_cluster::Config {
+            heartbeat_timeout_ns: 3_000_000_000,
+            store_capacity: 1 << 40,
+            cache_bound_pct: None,
+        },
         default_rate: 500_000,
         tick: Duration::from_millis(50),
         close_grace: Duration::from_secs(1),

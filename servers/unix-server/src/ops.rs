@@ -1216,7 +1216,11 @@ fn shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     }
 }
 
-fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, Resolved)> {
+/// Open a program (or interpreter) to exec: `X_OK` for the caller, a regular file.
+/// `named`: the host path is wanted (the program's, for `/proc/PID/exe`); an ELF
+/// interpreter's is not, and reading it back through `/proc/self/fd` costs a path
+/// rendering per exec.
+fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool, named: bool) -> Res<(OwnedFd, Resolved)> {
     let p = locate(s, pid, a, follow)?;
     let nofollow = if p.walked.is_some() || !follow { libc::O_NOFOLLOW } else { 0 };
     raw(
@@ -1237,6 +1241,7 @@ fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<(OwnedFd, 
     }
     let r = match p.walked {
         Some(r) => r,
+        None if !named => Resolved { view: PathBuf::new(), host: PathBuf::new(), readonly: false, magic: false },
         None => {
             let host = sys::readlink(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())))?;
             let host = PathBuf::from(OsStr::from_bytes(&host));
@@ -1265,13 +1270,17 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
         let host = PathBuf::from(OsStr::from_bytes(&host));
         (dup, Resolved { view: PathBuf::new(), host, readonly: true, magic: false })
     } else {
-        open_exec(s, pid, a, flags & 0x100 == 0)?
+        open_exec(s, pid, a, flags & 0x100 == 0, true)?
     };
     let mut depth = 0;
+    // The first KiB: a `#!` line (the kernel reads 256 bytes of it), or the ELF
+    // header, usually its program headers and its interpreter's path too — one read
+    // where there were three or four per exec.
+    let mut head = [0u8; 1024];
+    let mut n;
     loop {
-        let mut head = [0u8; 256];
-        let n = pread(fd.as_fd(), &mut head, 0)?;
-        if let Some((interp, arg)) = shebang(&head[..n]) {
+        n = pread(fd.as_fd(), &mut head, 0)?;
+        if let Some((interp, arg)) = shebang(&head[..n.min(256)]) {
             depth += 1;
             if depth > 4 {
                 return Err(errno::ELOOP);
@@ -1281,22 +1290,30 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
             // Nested interpreters go in front.
             p.extend(std::mem::take(&mut prefix));
             prefix = p;
-            let (f, rr) = open_exec(s, pid, &Arg { path: &interp, dirfd: None, cwd: None }, true)?;
+            let (f, rr) = open_exec(s, pid, &Arg { path: &interp, dirfd: None, cwd: None }, true, true)?;
             fd = f;
             r = rr;
             continue;
         }
         break;
     }
-    let mut eh = [0u8; elf::EHDR_SIZE];
-    if pread(fd.as_fd(), &mut eh, 0)? != eh.len() {
+    if n < elf::EHDR_SIZE {
         return Err(errno::ENOEXEC);
     }
-    let h = elf::parse_ehdr(&eh).map_err(|_| errno::ENOEXEC)?;
-    let mut table = vec![0u8; h.phnum * elf::PHDR_SIZE];
-    if pread(fd.as_fd(), &mut table, h.phoff)? != table.len() {
-        return Err(errno::ENOEXEC);
-    }
+    let head = &head[..n];
+    let h = elf::parse_ehdr(&head[..elf::EHDR_SIZE]).map_err(|_| errno::ENOEXEC)?;
+    // Bytes [at, at + len) of the file: from the first KiB, or read.
+    let bytes = |at: u64, len: usize| -> Res<Vec<u8>> {
+        if let Some(b) = usize::try_from(at).ok().and_then(|a| head.get(a..a.checked_add(len)?)) {
+            return Ok(b.to_vec());
+        }
+        let mut b = vec![0u8; len];
+        if pread(fd.as_fd(), &mut b, at)? != len {
+            return Err(errno::ENOEXEC);
+        }
+        Ok(b)
+    };
+    let table = bytes(h.phoff, h.phnum * elf::PHDR_SIZE)?;
     let mut interp_fd = None;
     for i in 0..h.phnum {
         let p = elf::phdr(&table, i).map_err(|_| errno::ENOEXEC)?;
@@ -1304,14 +1321,11 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
             if p.filesz == 0 || p.filesz > 4096 {
                 return Err(errno::ENOEXEC);
             }
-            let mut path = vec![0u8; p.filesz as usize];
-            if pread(fd.as_fd(), &mut path, p.offset)? != path.len() {
-                return Err(errno::ENOEXEC);
-            }
+            let mut path = bytes(p.offset, p.filesz as usize)?;
             while path.last() == Some(&0) {
                 path.pop();
             }
-            let (f, _) = open_exec(s, pid, &Arg { path: &path, dirfd: None, cwd: None }, true).map_err(|e| {
+            let (f, _) = open_exec(s, pid, &Arg { path: &path, dirfd: None, cwd: None }, true, false).map_err(|e| {
                 if e == errno::EACCES {
                     e
                 } else {

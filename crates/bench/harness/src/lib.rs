@@ -41,6 +41,7 @@ pub mod rounds;
 pub mod stats;
 pub mod sys;
 pub mod testbed;
+pub mod windows;
 
 pub use child::maybe_run_child;
 pub use conditions::Conditions;

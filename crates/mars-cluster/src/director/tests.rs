@@ -5,7 +5,7 @@ const S: u64 = 1_000_000_000;
 const MB: u64 = 1_000_000;
 
 fn director(store: u64) -> Director {
-    Director::new(Config { heartbeat_timeout_ns: 3 * S, store_capacity: store })
+    Director::new(Config { heartbeat_timeout_ns: 3 * S, store_capacity: store, cache_bound_pct: None })
 }
 
 fn clips(names: &[&str]) -> Vec<String> {
@@ -120,6 +120,93 @@ fn streams_with_no_room_left_are_dropped_and_said_so() {
     assert_eq!(d.nodes()[&NodeId(2)].load, 0);
 }
 
+/// Bounded-load placement: one popular clip spreads once its node is busier than
+/// the cluster by the bound, and the cache is still used below it.
+#[test]
+fn a_cached_node_is_preferred_only_within_the_bound() {
+    let mut d =
+        Director::new(Config { heartbeat_timeout_ns: 3 * S, store_capacity: 1 << 40, cache_bound_pct: Some(125) });
+    for id in 1..=4 {
+        d.register(NodeId(id), 100 * MB, clips(&[]), 0);
+    }
+    // Unbounded, every stream of "film" would go to node 1 (the unbounded test above).
+    let nodes: Vec<u32> = (0..8).map(|_| d.place("film", 10 * MB, MB, 0, 0).unwrap().node.0).collect();
+    // 1 on node 1; the 2nd would make node 1 2/100 against 1.25 × 2/400: past the bound.
+    assert_eq!(nodes, vec![1, 2, 3, 4, 1, 2, 3, 4]);
+    // Below the bound the cache wins over the least loaded: node 1 has "a" cached;
+    // 10 streams of "b" spread 5/5; then "a" goes to node 1 while its load after placing
+    // is within 1.25 × the cluster's (6, 7, 8 of 100 against 6.9, 7.5, 8.1), and the
+    // 4th (9 against 8.75) to node 2.
+    let mut d =
+        Director::new(Config { heartbeat_timeout_ns: 3 * S, store_capacity: 1 << 40, cache_bound_pct: Some(125) });
+    d.register(NodeId(1), 100 * MB, clips(&["a"]), 0);
+    d.register(NodeId(2), 100 * MB, clips(&[]), 0);
+    let b: Vec<u32> = (0..10).map(|_| d.place("b", 10 * MB, MB, 0, 0).unwrap().node.0).collect();
+    assert_eq!(b, vec![1, 2, 1, 2, 1, 2, 1, 2, 1, 2]);
+    let a: Vec<Placement> = (0..4).map(|_| d.place("a", 10 * MB, MB, 0, 0).unwrap()).collect();
+    assert_eq!(a.iter().map(|p| p.node.0).collect::<Vec<_>>(), vec![1, 1, 1, 2]);
+    assert_eq!(a.iter().map(|p| p.from_store).collect::<Vec<_>>(), vec![false, false, false, true]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// With a cache bound, any run of placements and closes: a node chosen for its
+    /// cache is within the bound; otherwise no eligible node within the bound had the
+    /// clip cached, and none is less loaded after placing; no node gets a stream that
+    /// puts it past the bound while a node with room would stay within it.
+    #[test]
+    fn bounded_placement(
+        caps in proptest::collection::vec(1u64..20, 1..6),
+        ops in proptest::collection::vec((0u8..4, 1u64..4, any::<bool>()), 1..80),
+        pct in 100u32..200,
+    ) {
+        let mut d = Director::new(Config { heartbeat_timeout_ns: u64::MAX, store_capacity: 1 << 40, cache_bound_pct: Some(pct) });
+        for (i, c) in caps.iter().enumerate() {
+            d.register(NodeId(i as u32), c * MB, clips(&[]), 0);
+        }
+        let mut open = Vec::new();
+        for (clip, rate, close) in ops {
+            if close && !open.is_empty() {
+                let s = open.remove(0);
+                prop_assert!(d.close(s));
+                continue;
+            }
+            let name = clip_name(clip);
+            let rate = rate * MB / 2;
+            let snap = d.clone();
+            let (all_l, all_c) = snap.nodes().values().fold((rate as u128, 0u128), |(l, c), n| (l + n.load as u128, c + n.capacity as u128));
+            let within = |n: &NodeState| (n.load as u128 + rate as u128) * all_c * 100 <= u128::from(pct) * all_l * n.capacity as u128;
+            let fits = |n: &NodeState| n.capacity - n.load >= rate;
+            let frac = |n: &NodeState| (n.load + rate) as f64 / n.capacity as f64;
+            match d.place(&name, CLIP_LEN, rate, 0, 0) {
+                Ok(p) => {
+                    open.push(p.stream);
+                    let chosen = &snap.nodes()[&p.node];
+                    prop_assert!(fits(chosen));
+                    let pref = |n: &NodeState| n.cached.contains(&name) && within(n);
+                    if pref(chosen) {
+                        for (id, n) in snap.nodes() {
+                            if *id != p.node && fits(n) && pref(n) {
+                                prop_assert!(frac(n) >= frac(chosen) - 1e-12);
+                            }
+                        }
+                    } else {
+                        prop_assert!(!snap.nodes().values().any(|n| fits(n) && pref(n)), "a cached node within the bound was passed over");
+                        for (id, n) in snap.nodes() {
+                            if *id != p.node && fits(n) {
+                                prop_assert!(frac(n) >= frac(chosen) - 1e-12, "{:?} less loaded than {:?}", id, p.node);
+                            }
+                        }
+                    }
+                }
+                Err(Refused::NodesFull { .. }) => prop_assert!(snap.nodes().values().all(|n| !fits(n))),
+                Err(e) => prop_assert!(false, "refused: {:?}", e),
+            }
+        }
+    }
+}
+
 /// One step of a run.
 #[derive(Clone, Debug)]
 enum Op {
@@ -160,7 +247,7 @@ proptest! {
     #[test]
     fn director_invariants(ops in proptest::collection::vec(op(), 1..120), store_mb in 1u64..80) {
         let timeout = 3 * S;
-        let mut d = Director::new(Config { heartbeat_timeout_ns: timeout, store_capacity: store_mb * MB });
+        let mut d = Director::new(Config { heartbeat_timeout_ns: timeout, store_capacity: store_mb * MB, cache_bound_pct: None });
         let mut now = 0u64;
         let mut open: Vec<StreamId> = Vec::new();
         for op in ops {

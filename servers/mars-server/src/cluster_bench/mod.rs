@@ -201,6 +201,8 @@ struct Bed<'a> {
     places: Vec<Place>,
     /// Where the director listens (the bridge's address with namespaces).
     host: std::net::Ipv4Addr,
+    /// The Ceph OSD's process id (its CPU per rung), if recorded.
+    osd: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,6 +329,7 @@ fn measure(
             nginx: Vec::new(),
             places,
             host,
+            osd: std::fs::read_to_string(cluster.dir().join("run/osd.0.pid")).ok().map(|p| p.trim().to_string()),
         };
         if have_nginx {
             start_nginx_nodes(&mut bed, &mut procs)?;
@@ -432,7 +435,12 @@ fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> R
         bind()?,
         Box::new(CatalogOf(bed.striper.clone())),
         DirectorOptions {
-            config: ictus_mars_cluster::Config { heartbeat_timeout_ns: 2_000_000_000, store_capacity: 1 << 40 },
+            config: ictus_mars_cluster::Config {
+                heartbeat_timeout_ns: 2_000_000_000,
+                store_capacity: 1 << 40,
+                // What `ictus mars director` uses (doc/mars-cluster.md: the bound measured).
+                cache_bound_pct: None,
+            },
             default_rate: bed.plan.rate,
             tick: Duration::from_millis(50),
             close_grace: Duration::from_secs(1),
@@ -881,6 +889,10 @@ fn capacity(
             // of both sides share namespace i, and only one side plays at a time), and
             // packets dropped from the kernel's input backlogs.
             let net0 = (procs.tcp_retransmits("nginx"), procs::backlog_drops());
+            // CPU of the OSD, of this process (the players and the director), and of
+            // the whole machine (other helpers' work included) while the rung ran.
+            let osd_cpu = || bed.osd.as_deref().map_or(0, procs::cpu_ns_of);
+            let others0 = (osd_cpu(), procs::cpu_ns_of("self"), procs::machine_busy_ns(), Instant::now());
             let played = match who {
                 Who::Ours => {
                     let d = start_ours_with(bed, procs, nodes as u32, plan.capacity_for(top))?;
@@ -902,9 +914,22 @@ fn capacity(
                     res?
                 }
             };
+            let others = (
+                osd_cpu().saturating_sub(others0.0),
+                procs::cpu_ns_of("self").saturating_sub(others0.1),
+                procs::machine_busy_ns().saturating_sub(others0.2),
+                others0.3.elapsed(),
+            );
             let net =
                 (procs.tcp_retransmits("nginx").saturating_sub(net0.0), procs::backlog_drops().saturating_sub(net0.1));
             let mut rung = Rung { streams, ..Rung::default() };
+            let delivered: u64 = played.iter().map(|p| p.received.bytes).sum();
+            let mut on_node = [0usize; 4];
+            for p in &played {
+                if let Some(n) = p.nodes.0.filter(|&n| (1..=4).contains(&n)) {
+                    on_node[n as usize - 1] += 1;
+                }
+            }
             for p in &played {
                 let j = judge(&p.received, plan.rate as f64, plan.chunk, plan.window);
                 let ok = p.received.status / 100 == 2;
@@ -926,6 +951,10 @@ fn capacity(
                 "held": rung.held, "refused": rung.refused,
                 "worst_lateness_ns": rung.worst,
                 "nodes_cpu_s": cpu.0 as f64 / 1e9, "front_cpu_s": cpu.1 as f64 / 1e9,
+                "osd_cpu_s": others.0 as f64 / 1e9, "players_director_cpu_s": others.1 as f64 / 1e9,
+                "machine_busy_cores": others.2 as f64 / 1e9 / others.3.as_secs_f64().max(1e-3),
+                "delivered_mb": delivered as f64 / 1e6,
+                "streams_per_node": &on_node[..nodes],
                 "tcp_retransmits": net.0, "backlog_drops": net.1,
             }));
         }
@@ -982,7 +1011,7 @@ fn capacity(
                     "mars_cluster_scaling_4n",
                     f / 1e6,
                     4.0 * o / 1e6,
-                    "4 × the capacity of 1 node (the most paced streams every one of which was held), same run; all nodes share this machine's cores",
+                    "4 × the capacity of 1 node (the most paced streams every one of which was held), same run; the 4 nodes, the one OSD and the players share this machine's cores (the rows' machine_busy_cores), so this says how one machine's CPU splits among 4 nodes, not what 4 machines would carry",
                     "MB/s",
                     Better::Higher,
                 )
@@ -1035,6 +1064,8 @@ fn capacity(
 /// serving node's response head, and from the head to the first body byte.
 #[derive(Default)]
 struct Phases {
+    /// Kill → the player's seeing the cut.
+    detect: LatencyRecorder,
     redirect: LatencyRecorder,
     head: LatencyRecorder,
     body: LatencyRecorder,
@@ -1044,6 +1075,9 @@ struct Phases {
 
 impl Phases {
     fn add(&mut self, p: &play::ResumePhases) {
+        if p.detect_ns > 0 {
+            self.detect.record(p.detect_ns);
+        }
         if p.redirect_ns > 0 {
             self.redirect.record(p.redirect_ns);
         }
@@ -1215,6 +1249,8 @@ fn failover(
                 .with("late_slots", t.late)
                 .with("slots", t.slots)
                 .with("wrong_bytes_streams", t.wrong as u64)
+                .with("detection_p50_ns", ph.detect.quantile(0.5))
+                .with("detection_p99_ns", ph.detect.quantile(0.99))
                 .with("redirect_p50_ns", ph.redirect.quantile(0.5))
                 .with("head_p50_ns", ph.head.quantile(0.5))
                 .with("head_p99_ns", ph.head.quantile(0.99))

@@ -178,6 +178,9 @@ pub struct ResumePhases {
     pub head_ns: u64,
     /// The first body byte read.
     pub first_byte_ns: u64,
+    /// Detection: from the kill to the player's seeing the cut (before the rest; 0 if
+    /// no kill clock ran).
+    pub detect_ns: u64,
 }
 
 /// What a player plays.
@@ -325,11 +328,13 @@ pub fn play(s: &Stream<'_>, resume: Option<&KillClock>, node: &Mutex<Option<u32>
                 // The first byte after a cut.
                 p.resume_ns.push(cut.elapsed().as_nanos() as u64);
                 phases.first_byte_ns = cut.elapsed().as_nanos() as u64;
-                p.resume_phases.push(phases);
                 resumed_at = Some(Instant::now());
                 if let Some((k, _)) = resume.and_then(|k| k.lock().ok().and_then(|k| *k)) {
-                    p.kill_to_resume_ns.push(k.elapsed().as_nanos() as u64);
+                    let kill_to_resume = k.elapsed().as_nanos() as u64;
+                    p.kill_to_resume_ns.push(kill_to_resume);
+                    phases.detect_ns = kill_to_resume.saturating_sub(phases.first_byte_ns);
                 }
+                p.resume_phases.push(phases);
             }
             p.received.bytes += n as u64;
             p.received.marks.push((t0.elapsed().as_nanos() as u64, p.received.bytes));

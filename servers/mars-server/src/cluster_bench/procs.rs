@@ -177,19 +177,7 @@ impl Procs {
     /// CPU time (user + system, ns) the children whose label starts with `prefix` have
     /// used so far (their `/proc/PID/stat`; 0 for any that cannot be read).
     pub fn cpu_ns(&self, prefix: &str) -> u64 {
-        let tick = rustix::param::clock_ticks_per_second().max(1);
-        self.children
-            .iter()
-            .filter(|(n, _)| n.starts_with(prefix))
-            .filter_map(|(_, c)| fs::read_to_string(format!("/proc/{}/stat", c.id())).ok())
-            .filter_map(|stat| {
-                // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
-                let rest = &stat[stat.rfind(')')? + 1..];
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-            })
-            .sum::<u64>()
-            * (1_000_000_000 / tick)
+        self.children.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, c)| cpu_ns_of(&c.id().to_string())).sum()
     }
 
     /// TCP segments retransmitted so far in the network namespaces of the children
@@ -319,6 +307,33 @@ pub fn backlog_drops() -> u64 {
         .lines()
         .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
         .sum()
+}
+
+/// CPU time (user + system, ns, every thread) process `pid` (a number, or `self`) has
+/// used so far, from `/proc/PID/stat`; 0 if it cannot be read.
+pub fn cpu_ns_of(pid: &str) -> u64 {
+    let tick = rustix::param::clock_ticks_per_second().max(1);
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+    let ticks = (|| {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    })();
+    ticks.unwrap_or(0) * (1_000_000_000 / tick)
+}
+
+/// The machine's busy CPU time so far (ns, every core, every process: `/proc/stat`'s
+/// total less idle and iowait); 0 if it cannot be read.
+pub fn machine_busy_ns() -> u64 {
+    let tick = rustix::param::clock_ticks_per_second().max(1);
+    let Ok(stat) = fs::read_to_string("/proc/stat") else { return 0 };
+    let Some(line) = stat.lines().next() else { return 0 };
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is counted in user).
+    let busy: u64 =
+        f.iter().take(8).sum::<u64>().saturating_sub(f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0));
+    busy * (1_000_000_000 / tick)
 }
 
 #[cfg(test)]
