@@ -477,10 +477,10 @@ fn terminal_ops(lines: usize) -> Vec<Op> {
     ops
 }
 
-/// Frames per case in a round, by size. 1080p: short blocks in many rounds, so that
+/// Frames per case in a round, by size. 1080p: blocks of 10 in many rounds, so that
 /// ours and the peer's `ShmPutImage` (adjacent in every round, their order alternating)
 /// see the same machine; doc/display.md, "How the 1080p headline is measured".
-const FRAMES_PER_ROUND: [usize; 3] = [40, 20, 3];
+const FRAMES_PER_ROUND: [usize; 3] = [40, 20, 10];
 
 /// How long a run is.
 #[derive(Clone, Copy, Debug)]
@@ -512,7 +512,7 @@ impl Scale {
                 maze_cells: 32,
                 lines: 1500,
                 frames: FRAMES_PER_ROUND,
-                frame_rounds: [5, 5, 20],
+                frame_rounds: [5, 5, 6],
                 paced: 30,
             }
         } else {
@@ -523,7 +523,7 @@ impl Scale {
                 maze_cells: 32,
                 lines: 15_000,
                 frames: FRAMES_PER_ROUND,
-                frame_rounds: [135, 90, 180],
+                frame_rounds: [135, 90, 54],
                 paced: 300,
             }
         }
