@@ -175,6 +175,13 @@ pub struct SyncInfo {
     pub server_ns: u64,
     /// Requests it executed since the last sync.
     pub requests: u64,
+    /// When the server began executing them (`CLOCK_MONOTONIC` ns, as [`monotonic_ns`]).
+    pub begun_ns: u64,
+    /// For [`Display::sync_shown`]: when the server sent its present to the X server
+    /// (0 for a plain sync; headless, the same as `acked_ns`).
+    pub sent_ns: u64,
+    /// For [`Display::sync_shown`]: when the X server acknowledged that present.
+    pub acked_ns: u64,
 }
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of frame times.
@@ -628,8 +635,12 @@ impl Display {
             if let Some(i) =
                 self.st.events.iter().position(|m| matches!(m, Message::Synced { serial: s, .. } if *s == serial))
             {
-                let Some(Message::Synced { exec_ns, requests, .. }) = self.st.events.remove(i) else { unreachable!() };
-                return Ok(SyncInfo { server_ns: exec_ns, requests });
+                let Some(Message::Synced { exec_ns, requests, begun_ns, sent_ns, acked_ns, .. }) =
+                    self.st.events.remove(i)
+                else {
+                    unreachable!()
+                };
+                return Ok(SyncInfo { server_ns: exec_ns, requests, begun_ns, sent_ns, acked_ns });
             }
             if Instant::now() >= deadline {
                 return Err(DisplayError::TimedOut);

@@ -676,6 +676,15 @@ pub enum Message {
         exec_ns: u64,
         /// Requests executed since the previous sync.
         requests: u64,
+        /// When the server began executing those requests (`CLOCK_MONOTONIC` ns).
+        begun_ns: u64,
+        /// For a sync with the screen: when the server sent its present to the X
+        /// server, and when the X server acknowledged it (0 for a plain sync). With
+        /// `begun_ns`, these split a round trip into the way in, our server, the X
+        /// server and the way back.
+        sent_ns: u64,
+        /// See `sent_ns`.
+        acked_ns: u64,
     },
     /// A request failed (the others went on).
     Error {
@@ -763,11 +772,12 @@ impl Message {
         out.extend_from_slice(&[0; HEADER]);
         let mut flags = 0;
         let k = match *self {
-            Message::Synced { serial, exec_ns, requests } => {
+            Message::Synced { serial, exec_ns, requests, begun_ns, sent_ns, acked_ns } => {
                 out.extend_from_slice(&serial.to_le_bytes());
                 out.extend_from_slice(&0u32.to_le_bytes());
-                out.extend_from_slice(&exec_ns.to_le_bytes());
-                out.extend_from_slice(&requests.to_le_bytes());
+                for v in [exec_ns, requests, begun_ns, sent_ns, acked_ns] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
                 kind::SYNCED
             }
             Message::Error { code, op, window } => {
@@ -827,9 +837,16 @@ impl Message {
         let only = |allowed: u8| if flags & !allowed != 0 { Err(DecodeError::Reserved(k)) } else { Ok(()) };
         let m = match k {
             kind::SYNCED => {
-                exact(32)?;
+                exact(56)?;
                 only(0)?;
-                Message::Synced { serial: r.u32(8), exec_ns: r.u64(16), requests: r.u64(24) }
+                Message::Synced {
+                    serial: r.u32(8),
+                    exec_ns: r.u64(16),
+                    requests: r.u64(24),
+                    begun_ns: r.u64(32),
+                    sent_ns: r.u64(40),
+                    acked_ns: r.u64(48),
+                }
             }
             kind::ERROR => {
                 exact(16)?;
@@ -959,7 +976,7 @@ mod tests {
     #[test]
     fn every_message_round_trips() {
         for m in [
-            Message::Synced { serial: 1, exec_ns: 2, requests: 3 },
+            Message::Synced { serial: 1, exec_ns: 2, requests: 3, begun_ns: 4, sent_ns: 5, acked_ns: 6 },
             Message::Error { code: error::BAD_WINDOW, op: op::FILL_RECTS, window: 9 },
             Message::Expose { window: 1, rect: Rect::new(1, 2, 3, 4) },
             Message::Configure { window: 1, rect: Rect::new(1, 2, 3, 4) },

@@ -46,7 +46,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let mut one = Vec::new();
     Request::Sync { serial: 9, shown: false }.encode(&mut one);
     let mut msgs = Vec::new();
-    Message::Synced { serial: 1, exec_ns: 2, requests: 3 }.encode(&mut msgs);
+    Message::Synced { serial: 1, exec_ns: 2, requests: 3, begun_ns: 4, sent_ns: 5, acked_ns: 6 }.encode(&mut msgs);
     Message::Frame { window: 1, tag: 2, due_ns: 3, shown_ns: 4, dropped: false }.encode(&mut msgs);
     vec![("seed-empty", Vec::new()), ("seed-sync", one), ("seed-batch", batch), ("seed-messages", msgs)]
 }

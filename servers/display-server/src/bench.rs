@@ -23,7 +23,9 @@ use ictus_bench::plot::{Bar, BarChart, BarGroup};
 use ictus_bench::{
     BenchError, Better, Conditions, Experiment, Headline, LatencyRecorder, Outcome, PaperFigure, Report, Role,
 };
-use ictus_display::{monotonic_ns, ConnectOptions, Display, Message, RasterOp, Rect, Segment, Transport, Window};
+use ictus_display::{
+    monotonic_ns, ConnectOptions, Display, Message, RasterOp, Rect, Segment, SyncInfo, Transport, Window,
+};
 use ictus_ipc::{
     Disposition, Message as PortMessage, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space,
 };
@@ -475,6 +477,11 @@ fn terminal_ops(lines: usize) -> Vec<Op> {
     ops
 }
 
+/// Frames per case in a round, by size. 1080p: blocks of 10 in many rounds, so that
+/// ours and the peer's `ShmPutImage` (adjacent in every round, their order alternating)
+/// see the same machine; doc/display.md, "How the 1080p headline is measured".
+const FRAMES_PER_ROUND: [usize; 3] = [40, 20, 10];
+
 /// How long a run is.
 #[derive(Clone, Copy, Debug)]
 struct Scale {
@@ -483,7 +490,13 @@ struct Scale {
     mazes: usize,
     maze_cells: usize,
     lines: usize,
+    /// Frames per case per round, by size (160×120, 640×480, 1920×1080): the same in
+    /// both modes, so that quick and full runs estimate the same quantity (a frame's
+    /// cost in a block of this many, after the other cases' blocks) and differ only in
+    /// how many rounds they average.
     frames: [usize; 3],
+    /// Rounds of frames, by size.
+    frame_rounds: [usize; 3],
     paced: usize,
 }
 
@@ -492,7 +505,16 @@ impl Scale {
         if quick {
             // Five short rounds rather than three long ones: on a shared machine the
             // load drifts, and alternating often keeps ours and the peer's in step.
-            Scale { rounds: 5, munch: 150, mazes: 2, maze_cells: 32, lines: 1500, frames: [40, 20, 6], paced: 30 }
+            Scale {
+                rounds: 5,
+                munch: 150,
+                mazes: 2,
+                maze_cells: 32,
+                lines: 1500,
+                frames: FRAMES_PER_ROUND,
+                frame_rounds: [5, 5, 6],
+                paced: 30,
+            }
         } else {
             Scale {
                 rounds: 9,
@@ -500,7 +522,8 @@ impl Scale {
                 mazes: 10,
                 maze_cells: 32,
                 lines: 15_000,
-                frames: [600, 200, 60],
+                frames: FRAMES_PER_ROUND,
+                frame_rounds: [135, 90, 54],
                 paced: 300,
             }
         }
@@ -521,6 +544,14 @@ struct Case {
     server_ns: f64,
     client_ns: f64,
     iters: u64,
+    /// Our frames only, per frame, from the server's stamps in its answer: the way in
+    /// (frame written to our server beginning the batch), our server (to sending the
+    /// present), the X server (to its acknowledgement), the way back (to the client
+    /// having the answer).
+    split: [LatencyRecorder; 4],
+    /// Frames only: CPU time and context switches of this process (the clients), our
+    /// server's process and Xvfb, over this case's blocks.
+    cost: [Cost; 3],
     extra: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -535,6 +566,21 @@ impl Case {
         self.fill.record(fill);
         self.rest.record(all.saturating_sub(fill));
         self.rec.record(all);
+    }
+    /// Split our frame's rest by the server's stamps (one clock: `CLOCK_MONOTONIC`).
+    fn hops(&mut self, written_ns: u64, info: SyncInfo, done_ns: u64) {
+        if info.sent_ns == 0 || info.begun_ns == 0 {
+            return;
+        }
+        let parts = [
+            info.begun_ns.saturating_sub(written_ns),
+            info.sent_ns.saturating_sub(info.begun_ns.max(written_ns)),
+            info.acked_ns.saturating_sub(info.sent_ns),
+            done_ns.saturating_sub(info.acked_ns),
+        ];
+        for (r, v) in self.split.iter_mut().zip(parts) {
+            r.record(v);
+        }
     }
     fn median_per_iter(&self) -> f64 {
         ictus_bench::stats::median(self.per_iter.iter().copied()).unwrap_or(f64::NAN)
@@ -560,10 +606,60 @@ impl Case {
                 .with("rest_p50_us", us(&self.rest, 0.5))
                 .with("rest_p99_us", us(&self.rest, 0.99));
         }
+        if self.split[0].count() > 0 {
+            for (r, part) in self.split.iter().zip(["in", "server", "x", "back"]) {
+                row = row.with(&format!("{part}_p50_us"), r.quantile(0.5) as f64 / 1e3);
+            }
+        }
+        if self.cost.iter().any(|c| c.switches > 0) {
+            for (c, who) in self.cost.iter().zip(["client", "server", "x"]) {
+                row = row
+                    .with(&format!("cpu_us_{who}"), c.cpu_ns as f64 / n / 1e3)
+                    .with(&format!("switches_{who}"), c.switches as f64 / n);
+            }
+        }
         for (k, v) in &self.extra {
             row = row.with(k, v.clone());
         }
         row.to_value()
+    }
+}
+
+/// CPU time and context switches of every thread of a process, from
+/// `/proc/PID/task/*/schedstat` (ns on a CPU) and `status` (voluntary and involuntary
+/// switches): what a frame costs the machine, which the load does not stretch as it
+/// stretches wall time (proc(5)).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cost {
+    cpu_ns: u64,
+    switches: u64,
+}
+
+impl Cost {
+    fn of(pid: u32) -> Cost {
+        let mut c = Cost::default();
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return c };
+        for t in tasks.flatten() {
+            let p = t.path();
+            if let Ok(s) = std::fs::read_to_string(p.join("schedstat")) {
+                c.cpu_ns += s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+            if let Ok(s) = std::fs::read_to_string(p.join("status")) {
+                for l in s.lines() {
+                    let v = l
+                        .strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"));
+                    c.switches += v.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+                }
+            }
+        }
+        c
+    }
+
+    /// Add what was spent from `a` to `b` (a thread that ended meanwhile counts 0).
+    fn add_since(&mut self, a: Cost, b: Cost) {
+        self.cpu_ns += b.cpu_ns.saturating_sub(a.cpu_ns);
+        self.switches += b.switches.saturating_sub(a.switches);
     }
 }
 
@@ -690,7 +786,8 @@ fn px_bytes(px: &mut crate::sys::Pixels) -> &mut [u8] {
 
 /// Our frame: written into the buffer the transport lends, presented (now if `due` is
 /// 0), and synced with the screen or flushed. Returns when the frame was written (the
-/// client's part ends there) and, if synced, our server's time on the requests.
+/// client's part ends there) and, if synced, what the server reported: its time on the
+/// requests and its stamps.
 fn our_frame(
     d: &mut Display,
     w: Window,
@@ -699,18 +796,19 @@ fn our_frame(
     k: u32,
     due: u64,
     sync: bool,
-) -> Result<(Instant, u64), BenchError> {
+) -> Result<(Instant, u64, SyncInfo), BenchError> {
     let mut f = d.frame(fw, fh).map_err(|e| io("frame", e))?;
     frame_bytes(fw, fh, k, f.pixels());
     let written = Instant::now();
+    let written_ns = monotonic_ns();
     f.present(w, 0, 0, due, k).map_err(|e| io("present", e))?;
-    let server_ns = if sync {
-        d.sync_shown().map_err(|e| io("sync", e))?.server_ns
+    let info = if sync {
+        d.sync_shown().map_err(|e| io("sync", e))?
     } else {
         d.flush().map_err(|e| io("flush", e))?;
-        0
+        SyncInfo::default()
     };
-    Ok((written, server_ns))
+    Ok((written, written_ns, info))
 }
 
 /// Run the experiment.
@@ -948,31 +1046,59 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         // XShmImage (a new segment per round charged the peer its page faults: over
         // a quick run's 6 frames a round, ~0.5 ms a 1080p frame; doc/display.md).
         let mut pfs = [PeerFrames::new(&peer, fw, fh, false)?, PeerFrames::new(&peer, fw, fh, true)?];
-        for round in 0..s.rounds {
-            for (pf, c) in pfs.iter_mut().zip([&mut put, &mut xshm]) {
+        // Each round: the other cases in rotating order, then ShmPutImage and ours over
+        // shared memory next to each other, their order alternating (the headline's pair).
+        let pids = [std::process::id(), server.child.id(), xvfb.pid()];
+        // Round 0 is untimed, for every case alike: first touches of the peer's segment
+        // and of our pool's buffers (8 MB of page faults each at 1080p), which a full
+        // run's 540 frames amortize and a quick run's 60 would not.
+        let mut warm = Case::default();
+        for round in 0..=s.frame_rounds[si] {
+            let mut order: Vec<usize> = ictus_bench::rounds::rotation(round, 3).map(|k| [0, 2, 3][k]).collect();
+            order.extend(if round % 2 == 0 { [1, 4] } else { [4, 1] });
+            for case in order {
+                // This process last before the block and first after it: reading the
+                // others' counters is not charged to the block.
+                let before = {
+                    let (x, server) = (Cost::of(pids[2]), Cost::of(pids[1]));
+                    [Cost::of(pids[0]), server, x]
+                };
                 let t0 = Instant::now();
-                for i in 0..n {
-                    let t = Instant::now();
-                    pf.fill(fw, fh, (round * n + i) as u32);
-                    let written = Instant::now();
-                    pf.put(fw, fh)?;
-                    peer.c.get_input_focus().map_err(|e| io("sync", e))?.reply().map_err(|e| io("sync", e))?;
-                    c.stamp(t, written);
-                }
+                let c = match case {
+                    0 | 1 => {
+                        let (pf, c) = if case == 0 { (&mut pfs[0], &mut put) } else { (&mut pfs[1], &mut xshm) };
+                        let c = if round == 0 { &mut warm } else { c };
+                        for i in 0..n {
+                            let t = Instant::now();
+                            pf.fill(fw, fh, (round * n + i) as u32);
+                            let written = Instant::now();
+                            pf.put(fw, fh)?;
+                            peer.c.get_input_focus().map_err(|e| io("sync", e))?.reply().map_err(|e| io("sync", e))?;
+                            c.stamp(t, written);
+                        }
+                        c
+                    }
+                    _ => {
+                        let (o, c, w) = (&mut ours[case - 2], &mut oc[case - 2], wins[case - 2]);
+                        let c = if round == 0 { &mut warm } else { c };
+                        for i in 0..n {
+                            let t = Instant::now();
+                            let (written, written_ns, info) =
+                                our_frame(&mut o.d, w, fw, fh, (round * n + i) as u32, 0, true)?;
+                            let done_ns = monotonic_ns();
+                            c.stamp(t, written);
+                            c.server_ns += info.server_ns as f64;
+                            c.hops(written_ns, info, done_ns);
+                        }
+                        let _ = o.d.pending_events().map_err(|e| io("events", e))?.count();
+                        c
+                    }
+                };
                 c.per_iter.push(t0.elapsed().as_nanos() as f64 / n as f64);
                 c.iters += n as u64;
-            }
-            for ((o, c), w) in ours.iter_mut().zip(oc.iter_mut()).zip(&wins) {
-                let t0 = Instant::now();
-                for i in 0..n {
-                    let t = Instant::now();
-                    let (written, server_ns) = our_frame(&mut o.d, *w, fw, fh, (round * n + i) as u32, 0, true)?;
-                    c.stamp(t, written);
-                    c.server_ns += server_ns as f64;
+                for (k, (a, b)) in before.iter().zip(pids.map(Cost::of)).enumerate() {
+                    c.cost[k].add_since(*a, b);
                 }
-                c.per_iter.push(t0.elapsed().as_nanos() as f64 / n as f64);
-                c.iters += n as u64;
-                let _ = o.d.pending_events().map_err(|e| io("events", e))?.count();
             }
         }
         drop(pfs);
@@ -983,6 +1109,14 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         }
         for (t, c) in Transport::ALL.iter().zip(oc.iter_mut()) {
             c.extra.insert("mb_s".into(), json!(mb(c)));
+            // The same rounds paired: this transport's mean over ShmPutImage's, per round
+            // (a cross-check of the ratio of medians that the headline reports).
+            let mut r: Vec<f64> = c.per_iter.iter().zip(&xshm.per_iter).map(|(a, b)| a / b).collect();
+            r.sort_by(f64::total_cmp);
+            let q = |p: f64| r.get(((r.len() - 1) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN);
+            if !r.is_empty() {
+                c.extra.insert("vs_xshm_per_round".into(), json!({"p25": q(0.25), "p50": q(0.5), "p75": q(0.75)}));
+            }
             report.rows.push(c.row(&format!("frame {fw}x{fh}"), t.name()));
         }
         if (fw, fh) == (1920, 1080) {
@@ -997,6 +1131,21 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                 )
                 .with_target(1.2),
             );
+            // CPU time per frame of every process on the path (load stretches waits, not
+            // this): ours = clients, our server, Xvfb; the peer = clients, Xvfb (our idle
+            // server's ticks meanwhile are not the peer's).
+            let cpu = |c: &Case, server: bool| {
+                let ns = c.cost[0].cpu_ns + c.cost[2].cpu_ns + if server { c.cost[1].cpu_ns } else { 0 };
+                ns as f64 / c.iters.max(1) as f64 / 1e6
+            };
+            report.headline.push(Headline::new(
+                "display_frame_1080p_cpu_shm_vs_xshm",
+                cpu(&oc[2], true),
+                cpu(&xshm, false),
+                "x11rb ShmPutImage straight to Xvfb (CPU time of client and Xvfb)",
+                "ms CPU",
+                Better::Lower,
+            ));
             report.headline.push(Headline::new(
                 "display_frame_1080p_socket_vs_putimage",
                 ms(&oc[0]),
@@ -1124,6 +1273,16 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
          executing them (it reports this in each sync); transport_us: the rest of an iteration (IPC, wake-ups, and the X \
          server: for the peer's frames all of ShmPutImage/PutImage and its round trip); fill_p50_us / rest_p50_us: per \
          frame, the client's part and the rest"
+            .into(),
+    );
+    report.notes.push(
+        "frames: rounds of a few frames per case, ShmPutImage and ours over shared memory next to each other in \
+         alternating order, the other cases before them in rotating order; quick and full runs have the same rounds \
+         and differ in how many; ms_per_iter is the median over rounds of the mean per frame (the headline: ours over \
+         the peer's); vs_xshm_per_round: the same rounds paired; cpu_us_* and switches_*: per frame, CPU time and \
+         context switches of this process (client), our server's process and Xvfb (/proc/PID/task/*/schedstat and \
+         status); in/server/x/back_p50_us: from our server's stamps in each sync's answer, frame written -> server \
+         begins the batch -> present sent to Xvfb -> Xvfb acknowledged -> client has the answer"
             .into(),
     );
     report.notes.push(

@@ -221,7 +221,32 @@ impl Outbox {
 #[derive(Debug)]
 pub(crate) struct Fence {
     pub outbox: Arc<Outbox>,
-    pub out: Out,
+    /// The answer, without its present's stamps.
+    pub synced: Message,
+    /// A port client's reply right.
+    pub reply: Option<Name>,
+}
+
+impl Fence {
+    /// Answer, stamped with when the present was sent to the X server and acknowledged
+    /// (0 and 0: none was).
+    pub(crate) fn answer(self, sent: u64, acked: u64) {
+        let mut m = self.synced;
+        if let Message::Synced { sent_ns, acked_ns, .. } = &mut m {
+            (*sent_ns, *acked_ns) = (sent, acked);
+        }
+        self.outbox.push_wake(encoded_answer(&m, self.reply));
+    }
+}
+
+/// The encoded answer to a sync: through a port client's reply right, or as a message.
+fn encoded_answer(m: &Message, reply: Option<Name>) -> Out {
+    let mut bytes = Vec::with_capacity(56);
+    m.encode(&mut bytes);
+    match reply {
+        Some(reply) => Out::PortReply { reply, bytes },
+        None => Out::Msg(bytes),
+    }
 }
 
 /// Counters.
@@ -391,6 +416,8 @@ pub(crate) struct Session {
     pixels: usize,
     exec_ns: u64,
     requests: u64,
+    /// When the server began executing the requests since the last sync.
+    begun_ns: Option<u64>,
     /// For a port client's sync call: where the synced answer goes.
     pub reply: Option<Name>,
     /// The client's channel attached to the X server (shared memory).
@@ -415,6 +442,7 @@ impl Session {
             pixels: 0,
             exec_ns: 0,
             requests: 0,
+            begun_ns: None,
             reply: None,
             channel_seg: None,
             present_now: false,
@@ -460,6 +488,7 @@ impl Session {
     /// the client off).
     pub(crate) fn execute(&mut self, core: &Core, mut bytes: &[u8]) -> Result<(), BatchError> {
         let mut mark = Instant::now();
+        self.begun_ns.get_or_insert_with(ictus_display::monotonic_ns);
         let mut damaged = false;
         let result = loop {
             if bytes.is_empty() {
@@ -498,15 +527,16 @@ impl Session {
     }
 
     fn sync(&mut self, core: &Core, serial: u32, shown: bool) {
-        let m = Message::Synced { serial, exec_ns: self.exec_ns, requests: self.requests };
+        let m = Message::Synced {
+            serial,
+            exec_ns: self.exec_ns,
+            requests: self.requests,
+            begun_ns: self.begun_ns.take().unwrap_or(0),
+            sent_ns: 0,
+            acked_ns: 0,
+        };
         self.exec_ns = 0;
         self.requests = 0;
-        let mut bytes = Vec::with_capacity(32);
-        m.encode(&mut bytes);
-        let out = match self.reply.take() {
-            Some(reply) => Out::PortReply { reply, bytes },
-            None => Out::Msg(bytes),
-        };
         if shown {
             // The client waits for this batch's frames due now: their buffers can go
             // back as soon as the X server has them.
@@ -517,14 +547,14 @@ impl Session {
             }
             // Present now, on this thread, and answer after the X server has: two
             // thread hops fewer than asking the presenter.
-            lock(&core.fences).push(Fence { outbox: self.outbox.clone(), out });
+            lock(&core.fences).push(Fence { outbox: self.outbox.clone(), synced: m, reply: self.reply.take() });
             self.present_now = false;
             if crate::present::cycle(core, &mut lock(&core.present), true).is_err() {
                 // The X server is gone: the presenter will answer as it stops.
                 core.wake_presenter();
             }
         } else {
-            lock(&self.outbox.q).push_back(out);
+            lock(&self.outbox.q).push_back(encoded_answer(&m, self.reply.take()));
         }
     }
 

@@ -169,7 +169,7 @@ pub(crate) fn cycle(core: &Core, ps: &mut PresentState, force: bool) -> Result<b
         *e = (*e * 7 + (t_ack - t_send)) / 8;
     }
     for f in fences {
-        f.outbox.push_wake(f.out);
+        f.answer(t_send, t_ack);
     }
     for (win, mut m) in frames {
         if let Message::Frame { shown_ns, dropped: false, .. } = &mut m {
@@ -253,7 +253,7 @@ pub(crate) fn run(core: Arc<Core>) {
     }
     // Stopping: answer what waits, so nobody hangs on a server that is going.
     for f in std::mem::take(&mut *lock(&core.fences)) {
-        f.outbox.push_wake(f.out);
+        f.answer(0, 0);
     }
 }
 

@@ -78,6 +78,11 @@ impl Xvfb {
         Err(XvfbError::NoDisplay(format!("{} never accepted a connection: {last}", x.display)))
     }
 
+    /// The X server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The display name, for `DISPLAY` or [`crate::Screen::X`].
     pub fn display(&self) -> &str {
         &self.display

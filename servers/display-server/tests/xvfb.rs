@@ -136,3 +136,49 @@ fn a_client_that_waits_for_each_frame_writes_them_all_into_one_buffer() {
     drop(d);
     server.stop();
 }
+
+/// A sync's answer carries the server's stamps, on the clients' clock and in order:
+/// the server began the batch after the client sent it, sent its present to the X
+/// server, and had it acknowledged before the client got the answer; the frame's own
+/// report says it was shown no later than that acknowledgement. A plain sync waits for
+/// no present and says so (0, 0). Over every transport.
+#[test]
+fn a_sync_with_the_screen_carries_the_servers_stamps_in_order() {
+    let xvfb = Xvfb::start(640, 480).unwrap_or_else(|e| panic!("{e}"));
+    let server = on_x(&xvfb, true, "stamps");
+    for t in [Transport::Socket, Transport::Port, Transport::Shm] {
+        let mut d = connect(&server, t);
+        let w = d.create_window(None, Rect::new(0, 0, 64, 48), 0).expect("window");
+        d.sync_shown().expect("sync");
+        for i in 0..4u32 {
+            let before = ictus_display::monotonic_ns();
+            let mut f = d.frame(64, 48).expect("frame");
+            f.fill(0x10_20_30 * (i + 1));
+            f.present(w, 0, 0, 0, i).expect("present");
+            let s = d.sync_shown().expect("sync");
+            let after = ictus_display::monotonic_ns();
+            assert!(
+                before <= s.begun_ns && s.begun_ns <= s.sent_ns && s.sent_ns <= s.acked_ns && s.acked_ns <= after,
+                "{t:?}: {before} <= begun {} <= sent {} <= acked {} <= {after}",
+                s.begun_ns,
+                s.sent_ns,
+                s.acked_ns
+            );
+            let shown = loop {
+                match d.next_event(WATCHDOG).expect("event") {
+                    Some(Message::Frame { tag, shown_ns, dropped: false, .. }) if tag == i => break shown_ns,
+                    Some(_) => {}
+                    None => panic!("{t:?}: frame {i} never reported"),
+                }
+            };
+            assert!(shown <= s.acked_ns, "{t:?}: shown at {shown}, after the acknowledgement {}", s.acked_ns);
+        }
+        let before = ictus_display::monotonic_ns();
+        d.fill_rect(w, Rect::new(0, 0, 8, 8), 0xabcdef).expect("fill");
+        let s = d.sync().expect("sync");
+        assert_eq!((s.sent_ns, s.acked_ns), (0, 0), "{t:?}: a plain sync waits for no present");
+        assert!(before <= s.begun_ns && s.begun_ns <= ictus_display::monotonic_ns(), "{t:?}: begun {}", s.begun_ns);
+        drop(d);
+    }
+    server.stop();
+}
