@@ -1655,6 +1655,17 @@ impl Engine {
         }
     }
 
+    /// Ends the reads of a finished chain or job: their slots freed, each counted.
+    fn end_reads(&mut self, chain: &[u32]) {
+        for &i in chain {
+            if let Some(r) = self.reads.get_mut(i as usize).and_then(Option::take) {
+                self.free_reads.push(i);
+                self.read_ended(&r);
+                self.stats.reads += 1;
+            }
+        }
+    }
+
     /// A chain's one completion (see [`Engine::submit_chain`]): the pieces before the
     /// one it names were filled and drained whole, that one is as `res` says, and those
     /// after it did not run (they go back to DRR).
@@ -1669,13 +1680,7 @@ impl Engine {
         c.ops -= 2 * chain.len() as u32;
         c.send_busy = false;
         let closing = c.phase == Phase::Closing;
-        for &i in &chain {
-            if let Some(r) = self.reads.get_mut(i as usize).and_then(Option::take) {
-                self.free_reads.push(i);
-                self.read_ended(&r);
-                self.stats.reads += 1;
-            }
-        }
+        self.end_reads(&chain);
         if closing {
             self.maybe_free(slot);
             return;
@@ -1788,13 +1793,7 @@ impl Engine {
         c.ops -= 1;
         c.send_busy = false;
         let closing = c.phase == Phase::Closing;
-        for &i in &chain {
-            if let Some(r) = self.reads.get_mut(i as usize).and_then(Option::take) {
-                self.free_reads.push(i);
-                self.read_ended(&r);
-                self.stats.reads += 1;
-            }
-        }
+        self.end_reads(&chain);
         if closing {
             self.maybe_free(slot);
             return;
