@@ -221,9 +221,20 @@ fn exit_codes_and_ending_signals_are_the_programs() {
     };
     assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(15));
     // SIGINT ends the program as natively, though `run` itself ignores it meanwhile.
+    // The program gets SIGINT as this process had it, and a test process started as
+    // a background job of a non-interactive shell (`sh -c 'cargo test … &'`) has it
+    // ignored; a shell started with a signal ignored can neither catch nor reset it
+    // (POSIX), so sh would sleep on and exit 0, natively too (this test failed so
+    // once). `env` puts the default action back first.
     let opts = RunOptions {
         policy: None,
-        argv: vec!["sh".into(), "-c".into(), "kill -INT $$; sleep 5".into()],
+        argv: vec![
+            "env".into(),
+            "--default-signal=INT".into(),
+            "sh".into(),
+            "-c".into(),
+            "kill -INT $$; sleep 5".into(),
+        ],
         quiet: true,
         stdout: None,
     };
