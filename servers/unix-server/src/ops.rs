@@ -539,6 +539,14 @@ fn keep_failure(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>) -> boo
     matches!(sys::openat2(dir.as_deref().map(|d| d.as_fd()), &c, fl, 0, sys::NO_LINKS), Err(errno::ENOENT))
 }
 
+/// The umask of the process making `req`: the one its library sent, else read from
+/// `/proc/PID/status`. Taking the library's word gives a program nothing: any mode
+/// it may ask for is reachable with `umask(0)` anyway, and the view's rules (which
+/// paths are writable at all) are the server's.
+fn umask(req: &Request<'_>, pid: i32) -> u32 {
+    req.umask.map_or_else(|| sys::umask_of(pid), |m| m & 0o777)
+}
+
 fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
     let h = &req.header;
     let a = h.args;
@@ -560,6 +568,12 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
                 (w(0), w(1), w(2))
             } else {
                 (a[2] & 0xffff_ffff, a[3] & 0o7777, 0)
+            };
+            // The mode a create gets, the umask applied.
+            let mode = if flags & O_CREAT != 0 || flags & O_TMPFILE == O_TMPFILE {
+                mode & !(umask(req, pid) as u64) & 0o7777
+            } else {
+                0
             };
             open(s, pid, &arg1(0), flags, mode, resolve_flags, h.op == nr::OPENAT2).with_fd()
         }
@@ -693,7 +707,7 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             let p = locate(s, pid, &arg1(0), false)?;
             p.writable()?;
             let (dir, name) = (p.fd(), &p.name);
-            let mode = (a[2] as u32 & !sys::umask_of(pid)) as libc::c_long;
+            let mode = (a[2] as u32 & !umask(req, pid)) as libc::c_long;
             if h.op == nr::MKDIRAT {
                 raw(libc::SYS_mkdirat, [dir, cs(name), mode & 0o7777, 0, 0, 0])
             } else {
@@ -992,7 +1006,6 @@ fn open(
     }
     let creat = flags & O_CREAT != 0;
     let follow = flags & O_NOFOLLOW == 0 && !(creat && flags & O_EXCL != 0) && resolve_flags & 0x04 == 0;
-    let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
     if identity_view(s) {
         // The kernel walks, with the program's own flags and resolve flags — but not
         // through /proc magic links, unless the path names the caller's own

@@ -145,6 +145,20 @@ pub unsafe fn raw(nr: libc::c_long, a: [libc::c_long; 6]) -> Res<libc::c_long> {
     check(unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) })
 }
 
+/// Give this thread a file-system context of its own (`unshare(CLONE_FS)`: working
+/// directory, root and umask, copied) with umask 0, so that what it creates for a
+/// program gets the mode the program's umask says, not also the server's own.
+/// Whether it could (`unshare` of `CLONE_FS` needs no privilege).
+pub fn private_umask_zero() -> bool {
+    // SAFETY: no pointers (unshare(2)).
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return false;
+    }
+    // SAFETY: no pointers (umask(2)), on this thread's own context now.
+    unsafe { libc::umask(0) };
+    true
+}
+
 /// The umask of process `pid` (from `/proc/PID/status`), 0o022 if unreadable.
 pub fn umask_of(pid: i32) -> u32 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
