@@ -565,6 +565,19 @@ impl Req {
         Ok(())
     }
 
+    /// The first path, already copied from the program's `ptr` into `bytes`: put in
+    /// its place (a copy of ours, no second read of the program's memory).
+    fn path1_copied(&mut self, ptr: u64, bytes: &[u8]) -> Result<(), i64> {
+        if self.used() != 0 || bytes.len() > wire::PATH_MAX {
+            return Err(-(errno::EINVAL as i64));
+        }
+        // SAFETY: HEADER + PATH_MAX + 1 <= BUF: inside the buffer; ours, apart from
+        // bytes.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(wire::REQUEST_HEADER), bytes.len()) };
+        self.p1 = Some((ptr, bytes.len()));
+        Ok(())
+    }
+
     /// The first path's bytes, and a NUL written after them: the NUL-terminated
     /// string (the NUL's place belongs to the next part, not copied yet).
     fn path1_nul(&mut self) -> Option<&[u8]> {
@@ -768,8 +781,48 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
             Ok(r) | Err(r) => r,
         };
     }
+    if lookup_path(n) {
+        // SAFETY: as dispatch's.
+        return unsafe { lookup(n, a) };
+    }
     // SAFETY: as dispatch's.
-    unsafe { ask_server(n, a) }
+    unsafe { ask_server(n, a, None) }
+}
+
+/// A lookup: its path copied from the program once, here; answered from the
+/// failed-lookup cache, by the native lookup, or by the server (the request takes
+/// this copy, no second read of the program's memory). The path's buffer is a
+/// frame of its own (4 KiB): the native lookup's (8 KiB at most) goes on top of it,
+/// or the request's (8.8 KiB), never both.
+#[inline(never)]
+unsafe fn lookup(n: u32, a: [u64; 6]) -> i64 {
+    // Not zeroed: only the copied path and its NUL are read.
+    let mut buf = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
+    let base = buf.as_mut_ptr() as *mut u8;
+    // A bad pointer or an overlong path: the kernel's answer, as the request's own
+    // copy gave it before.
+    // SAFETY: buf has PATH_MAX + 1 bytes; the copy writes at most PATH_MAX (one
+    // more without a NUL is ENAMETOOLONG).
+    let len = match unsafe { sys::copy_str_raw(base, wire::PATH_MAX + 1, a[1]) } {
+        Ok(len) => len,
+        Err(e) => return e,
+    };
+    // SAFETY: len <= PATH_MAX: the NUL goes inside buf; the first len + 1 bytes are
+    // written now.
+    let path_nul = unsafe {
+        base.add(len).write(0);
+        core::slice::from_raw_parts(base as *const u8, len + 1)
+    };
+    let path = &path_nul[..len];
+    if let Some(v) = known_missing_path(n, a, path) {
+        return v;
+    }
+    // SAFETY: as dispatch's; path_nul is the NUL-terminated copy of a[1].
+    if let Some(v) = unsafe { crate::lookup::try_native(n, a, path_nul) } {
+        return v;
+    }
+    // SAFETY: as dispatch's.
+    unsafe { ask_server(n, a, Some(path)) }
 }
 
 /// The lookups whose path (argument 1) is copied before anything else, once, into
@@ -779,14 +832,13 @@ fn lookup_path(n: u32) -> bool {
     matches!(n, nr::OPENAT | nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT)
 }
 
-/// A served call: answered from the failed-lookup cache, by the native lookup, or by
-/// the server. Each function with a request's buffer (8.8 KiB; exec's two) has a
-/// frame of its own, entered from frames without one: the handler may run on a
+/// A served call; `path`: argument 1's path, copied already ([`lookup`]). Each
+/// function with a request's buffer (8.8 KiB; exec's two) has a frame of its own,
+/// entered from frames without one but [`lookup`]'s 4 KiB: the handler may run on a
 /// small stack (Go's signal stacks, glibc's `posix_spawn` child: 32 KiB), so no two
-/// of them may ever be on it at once. The native lookup's frame (8 KiB at most, its
-/// `readlink` buffers) goes on top of this one's: ~17 KiB in all.
+/// of them may ever be on it at once.
 #[inline(never)]
-unsafe fn ask_server(n: u32, a: [u64; 6]) -> i64 {
+unsafe fn ask_server(n: u32, a: [u64; 6], path: Option<&[u8]>) -> i64 {
     let mut buf = Buf::uninit();
     let mut r = Req::new(n, a, &mut buf);
     if n == nr::GETCWD {
@@ -794,21 +846,10 @@ unsafe fn ask_server(n: u32, a: [u64; 6]) -> i64 {
         if let Some(v) = unsafe { crate::lookup::try_native(n, a, b"\0") } {
             return v;
         }
-    } else if lookup_path(n) {
-        // A bad pointer or an overlong path: the kernel's answer, as the request's
-        // own copy would give it below.
-        // SAFETY: the program's path argument.
-        if let Err(e) = unsafe { r.path1(a[1]) } {
+    }
+    if let Some(p) = path {
+        if let Err(e) = r.path1_copied(a[1], p) {
             return e;
-        }
-        if let Some(p) = r.path1_nul() {
-            if let Some(v) = known_missing_path(n, a, &p[..p.len() - 1]) {
-                return v;
-            }
-            // SAFETY: as dispatch's; p is the NUL-terminated copy of a[1].
-            if let Some(v) = unsafe { crate::lookup::try_native(n, a, p) } {
-                return v;
-            }
         }
     }
     // SAFETY: as dispatch's.
