@@ -844,7 +844,7 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             raw(libc::SYS_inotify_add_watch, [fdl(fd), cs(&p), (a[2] | 0x0200_0000) as _, 0, 0, 0])
         })()),
         nr::GETDENTS | nr::GETDENTS64 => listing(s, h.op, fd_of[0], a[2]),
-        nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
+        nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra, || umask(req, pid))),
         nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID
         | nr::SETREUID
@@ -1392,15 +1392,24 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
 /// `connect`/`bind` on the program's socket: a path of an `AF_UNIX` address is
 /// resolved in the view (and reached through the parent directory's descriptor, so
 /// host paths longer than `sun_path` work); other families only with the network on.
-fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[u8]) -> Res<i64> {
+fn sock_addr_call(
+    s: &Session,
+    pid: i32,
+    op: u32,
+    fd: Option<&OwnedFd>,
+    addr: &[u8],
+    umask: impl FnOnce() -> u32,
+) -> Res<i64> {
     let fd = fd.ok_or(errno::EBADF)?;
     let call = if op == nr::CONNECT { libc::SYS_connect } else { libc::SYS_bind };
     let (sun, _dir) = host_address(s, pid, addr, op == nr::BIND)?;
+    let call_it = || raw(call, [fdl(fd), sun.as_ptr() as _, sun.len() as _, 0, 0, 0]);
     if op == nr::BIND {
-        // The socket file is created with the program's umask.
-        let _ = sys::umask_of(pid);
+        // The kernel makes the socket file with the caller's umask: the program's,
+        // for the call (this worker's umask is its own, 0 otherwise).
+        return sys::with_umask(umask(), call_it);
     }
-    raw(call, [fdl(fd), sun.as_ptr() as _, sun.len() as _, 0, 0, 0])
+    call_it()
 }
 
 /// The address the server uses for the program's `addr` (`connect`, `bind`, a

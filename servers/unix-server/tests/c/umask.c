@@ -1,6 +1,7 @@
 /* The modes of what a program creates follow its umask as it changes: in the
  * process, in a vfork child that shares its memory but not its umask, in a fork
- * child, in a thread (threads share the umask), after a signal handler changed it.
+ * child, in a thread (threads share the umask), after a signal handler changed it;
+ * and a socket file made by bind (the kernel applies the binder's umask).
  * Prints each name with its mode; the test compares with the native run's.
  * argv[1]: an empty scratch directory. */
 #define _GNU_SOURCE
@@ -8,7 +9,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,8 +81,13 @@ int main(int argc, char **argv) {
     umask(022);
     long fd = syscall(SYS_creat, "raw", 0777);
     if (fd >= 0) close((int)fd);
+    /* A socket file: the kernel applies the umask of whoever binds. */
+    umask(027);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX, .sun_path = "sock"};
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (s < 0 || bind(s, (struct sockaddr *)&sun, sizeof sun) != 0) printf("bind failed\n");
     const char *names[] = {"start", "set", "vfork-child", "after-vfork", "set-again", "fork-child", "fork-child-set",
-                           "after-fork", "thread", "after-thread", "after-handler", "raw"};
+                           "after-fork", "thread", "after-thread", "after-handler", "raw", "sock"};
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++) show(names[i]);
     return 0;
 }
