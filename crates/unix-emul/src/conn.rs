@@ -136,9 +136,17 @@ fn while_dumpable<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// Receive one message; returns (bytes, descriptors received).
-fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_REPLY_FDS], cloexec: bool) -> Result<(usize, usize), i64> {
-    let iov = Iovec { base: buf.as_mut_ptr(), len: buf.len() };
+/// Receive one message into the `cap` bytes at `buf` (which need not be
+/// initialized: the kernel writes the bytes it returns); returns (bytes, descriptors
+/// received).
+fn recv(
+    fd: i32,
+    buf: *mut u8,
+    cap: usize,
+    fds: &mut [i32; MAX_REPLY_FDS],
+    cloexec: bool,
+) -> Result<(usize, usize), i64> {
+    let iov = Iovec { base: buf, len: cap };
     let mut cmsg = Cmsg([0; CMSG_ROOM]);
     let mut msg = Msghdr {
         name: core::ptr::null_mut(),
@@ -527,24 +535,42 @@ pub struct Answer {
 /// than SIGSYS and the synchronous ones wait until the reply is in, so that a
 /// handler's own calls never cross this one's.
 pub fn call(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
+    // SAFETY: buf is a live slice: its first len bytes (len <= its length, checked)
+    // are initialized, and all of it is writable.
+    unsafe { call_raw(buf.as_mut_ptr(), buf.len(), len.min(buf.len()), cloexec) }
+}
+
+/// [`call`] on a buffer that need not be initialized past the request: the reply is
+/// received into the `cap` bytes at `buf` and only the bytes the kernel wrote are
+/// read. The library's request buffers (8.8 KiB) are not zeroed per call.
+///
+/// # Safety
+/// `buf` is valid for writing `cap` bytes, and its first `len` (`<= cap`) are
+/// initialized.
+pub unsafe fn call_raw(buf: *mut u8, cap: usize, len: usize, cloexec: bool) -> Result<Answer, CallError> {
     let mut old = 0u64;
     let block = BLOCK_DURING_CALL;
     // SAFETY: both pointers are to live u64s; sigsetsize 8 (rt_sigprocmask(2)).
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 0, &block as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0) };
-    let result = while_dumpable(|| call_blocked(buf, len, cloexec));
+    // SAFETY: as the caller's.
+    let result = while_dumpable(|| unsafe { call_blocked(buf, cap, len, cloexec) });
     // SAFETY: as above.
     unsafe { syscall6(sys::SYS_RT_SIGPROCMASK, 2, &old as *const u64 as u64, 0, 8, 0, 0) };
     result
 }
 
-fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
-    let conn = acquire(!wire::names_descriptors(&buf[..len]))?;
+/// # Safety
+/// As [`call_raw`]'s.
+unsafe fn call_blocked(buf: *mut u8, cap: usize, len: usize, cloexec: bool) -> Result<Answer, CallError> {
+    // SAFETY: the first len bytes are initialized (the caller's promise).
+    let conn = acquire(!wire::names_descriptors(unsafe { core::slice::from_raw_parts(buf, len) }))?;
     let (fd, pending) = match conn {
         Conn::Slot(s, fd) => (fd, s.pending.load(Ordering::Acquire)),
         Conn::Borrowed(_, fd) => (fd, -1),
         Conn::Temporary(fd, pending) => (fd, pending),
     };
-    let sent = send(fd, &buf[..len]);
+    // SAFETY: the first len bytes are initialized (the caller's promise).
+    let sent = send(fd, unsafe { core::slice::from_raw_parts(buf, len) });
     if sent < 0 {
         release(conn);
         sys::fatal(&[b"lost the connection to the Unix server"], 127);
@@ -566,13 +592,15 @@ fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, Cal
         }
     }
     let mut got = [-1i32; MAX_REPLY_FDS];
-    let r = recv(fd, buf, &mut got, cloexec);
+    let r = recv(fd, buf, cap, &mut got, cloexec);
     release(conn);
     let (n, nfds) = match r {
         Ok(x) => x,
         Err(_) => sys::fatal(&[b"the Unix server hung up"], 127),
     };
-    match wire::parse_reply(&buf[..n], nfds) {
+    // SAFETY: recvmsg wrote the first n bytes (n <= cap: a longer datagram is cut to
+    // the iovec's length).
+    match wire::parse_reply(unsafe { core::slice::from_raw_parts(buf, n) }, nfds) {
         Some((result, data)) => {
             let data_len = data.len();
             Ok(Answer { result, data_at: wire::REPLY_HEADER, data_len, fds: got, nfds })

@@ -11,7 +11,7 @@
 //! under any policy (see `doc/unix.md`, *Trust boundary*).
 
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::conn::{self, CallError};
 use crate::sys::{self, syscall6};
@@ -71,8 +71,57 @@ extern "C" {
     fn ictus_unix_restorer();
 }
 
+/// The process's umask as the library knows it: `pid << 32 | UMASK_SET | mask`, 0
+/// when not known. Learned when each image starts (one thread then, nothing can
+/// change it meanwhile), kept by the trapped `umask` calls, sent with every request
+/// ([`wire::fd_args_word`]) so that the server need not read `/proc/PID/status` for
+/// a create. Keyed by pid: a fork child, or a `vfork` child sharing this memory (not
+/// its umask), lets the server read it. A thread made without `CLONE_FS` has a
+/// umask of its own that this does not follow: its creates get the process's.
+static UMASK: AtomicU64 = AtomicU64::new(0);
+const UMASK_SET: u64 = 1 << 31;
+/// `umask` calls under way; two at once (threads, a signal handler's) make the
+/// kept mask unknown for the rest of the image (`UMASK_LOST`): which ended last is
+/// not known.
+static UMASK_CALLS: AtomicU64 = AtomicU64::new(0);
+static UMASK_LOST: AtomicBool = AtomicBool::new(false);
+
+/// Learn the umask (each new image, from [`install`]): `umask` sets and returns, so
+/// it is set twice, back to what it was.
+fn learn_umask() {
+    // SAFETY: no pointers (umask(2)).
+    let old = unsafe { syscall6(nr::UMASK, 0, 0, 0, 0, 0, 0) };
+    // SAFETY: as above.
+    unsafe { syscall6(nr::UMASK, old as u64, 0, 0, 0, 0, 0) };
+    UMASK.store((sys::getpid() as u64) << 32 | UMASK_SET | (old as u64 & 0o777), Ordering::Release);
+}
+
+/// `umask(mask)` trapped: made, and kept.
+fn umask_call(mask: u64) -> i64 {
+    if UMASK_CALLS.fetch_add(1, Ordering::AcqRel) != 0 {
+        UMASK_LOST.store(true, Ordering::Release);
+    }
+    // SAFETY: no pointers (umask(2)).
+    let old = unsafe { syscall6(nr::UMASK, mask, 0, 0, 0, 0, 0) };
+    let pid = state::answer(nr::GETPID) as u64;
+    UMASK.store(pid << 32 | UMASK_SET | (mask & 0o777), Ordering::Release);
+    UMASK_CALLS.fetch_sub(1, Ordering::AcqRel);
+    old
+}
+
+/// The umask to send, if known for this process.
+fn known_umask() -> Option<u32> {
+    let w = UMASK.load(Ordering::Acquire);
+    let ok = w & UMASK_SET != 0
+        && w >> 32 == state::answer(nr::GETPID) as u64
+        && UMASK_CALLS.load(Ordering::Acquire) == 0
+        && !UMASK_LOST.load(Ordering::Acquire);
+    ok.then_some(w as u32 & 0o777)
+}
+
 /// Install the SIGSYS and SIGTRAP handlers (each new image, by the loader).
 pub fn install() -> i64 {
+    learn_umask();
     let flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTORER;
     let restorer = ictus_unix_restorer as *const () as usize as u64;
     let sys_act: [u64; 4] = [sigsys as *const () as usize as u64, flags, restorer, 0];
@@ -308,6 +357,7 @@ pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
                 r
             }
             Class::Library if state::is_state_call(n) => state::answer(n),
+            Class::Library if n == nr::UMASK => umask_call(a[0]),
             // Made on the trap path only (clone_trap), never from here.
             Class::Library if matches!(n, nr::VFORK | nr::CLONE3) => -(errno::ENOSYS as i64),
             Class::Library => {
@@ -435,109 +485,148 @@ unsafe fn sigaction(a: [u64; 6]) -> i64 {
 /// Bytes for one request or reply: the header, two paths and a little extra.
 const BUF: usize = wire::REQUEST_HEADER + 2 * (wire::PATH_MAX + 1) + 512;
 
-/// A request being built.
+/// A buffer for one request, then its reply. Not zeroed (every served call has one):
+/// the request's parts are copied into place after the header, the header written
+/// before them, and the reply read only as far as the kernel wrote it.
+type Buf = MaybeUninit<[u8; BUF]>;
+
+/// A request being built in place, in a [`Buf`]: the first path, the second and the
+/// extra bytes follow the header in that order, each copied straight from the
+/// program into its place on the wire (no second copy to encode it).
 struct Req {
     op: u32,
     args: [u64; 6],
     fd_args: u32,
-    p1: (usize, usize),
-    p2: (usize, usize),
-    has1: bool,
-    has2: bool,
-    extra: (usize, usize),
-    /// Copied paths and extra bytes: only the ranges recorded in `p1`, `p2` and
-    /// `extra` are written (and ever read). Not zeroed: every served call makes one.
-    store: MaybeUninit<[u8; BUF]>,
-    used: usize,
+    base: *mut u8,
+    /// The first path: the program's pointer it was copied from, and its length.
+    p1: Option<(u64, usize)>,
+    p2: Option<usize>,
+    extra: usize,
     /// The "not a link" generation read before asking ([`Req::missing_before`]).
     not_link_gen: Option<u64>,
 }
 
 impl Req {
-    fn new(op: u32, args: [u64; 6]) -> Req {
+    fn new(op: u32, args: [u64; 6], buf: &mut Buf) -> Req {
         Req {
             op,
             args,
             fd_args: 0,
-            p1: (0, 0),
-            p2: (0, 0),
-            has1: false,
-            has2: false,
-            extra: (0, 0),
-            store: MaybeUninit::uninit(),
-            used: 0,
+            base: buf.as_mut_ptr() as *mut u8,
+            p1: None,
+            p2: None,
+            extra: 0,
             not_link_gen: None,
         }
     }
 
-    /// Copy a NUL-terminated path from the program: `EFAULT` for memory it cannot
-    /// read (as the kernel), `ENAMETOOLONG` past `PATH_MAX`.
-    unsafe fn path(&mut self, ptr: u64) -> Result<(usize, usize), i64> {
+    /// Bytes of parts written after the header.
+    fn used(&self) -> usize {
+        self.p1.map_or(0, |p| p.1) + self.p2.unwrap_or(0) + self.extra
+    }
+
+    /// Copy a NUL-terminated path from the program to the end of the parts:
+    /// `EFAULT` for memory it cannot read (as the kernel), `ENAMETOOLONG` past
+    /// `PATH_MAX`.
+    unsafe fn path(&mut self, ptr: u64) -> Result<usize, i64> {
         if ptr == 0 {
             return Err(-(errno::EFAULT as i64));
         }
-        let start = self.used;
+        let start = wire::REQUEST_HEADER + self.used();
+        // Room for the path and a NUL after it (a native lookup passes it on).
         if start + wire::PATH_MAX + 1 > BUF {
             return Err(-(errno::ENAMETOOLONG as i64));
         }
-        // SAFETY: start + PATH_MAX + 1 <= BUF: the copy stays inside the store.
-        let len = unsafe { sys::copy_str_raw(self.base().add(start), wire::PATH_MAX + 1, ptr)? };
-        self.used += len;
-        Ok((start, len))
+        // SAFETY: start + PATH_MAX + 1 <= BUF: the copy stays inside the buffer.
+        unsafe { sys::copy_str_raw(self.base.add(start), wire::PATH_MAX + 1, ptr) }
     }
 
-    fn base(&mut self) -> *mut u8 {
-        self.store.as_mut_ptr() as *mut u8
-    }
-
-    /// The bytes of a range recorded by [`Req::path`] or [`Req::extra`].
-    fn bytes(&self, (at, len): (usize, usize)) -> &[u8] {
-        // SAFETY: the recorded ranges are inside the store and were written before
-        // they were recorded (a path copy, the kernel's read of the extra part).
-        unsafe { core::slice::from_raw_parts((self.store.as_ptr() as *const u8).add(at), len) }
-    }
-
+    /// The first path, copied once: a second call with the same pointer (the native
+    /// lookup and the failed-lookup cache had it copied already) does nothing.
     unsafe fn path1(&mut self, ptr: u64) -> Result<(), i64> {
+        if self.p1.is_some_and(|(p, _)| p == ptr) {
+            return Ok(());
+        }
+        if self.used() != 0 {
+            return Err(-(errno::EINVAL as i64));
+        }
         // SAFETY: as path's.
-        self.p1 = unsafe { self.path(ptr)? };
-        self.has1 = true;
+        let len = unsafe { self.path(ptr)? };
+        self.p1 = Some((ptr, len));
         Ok(())
     }
 
     unsafe fn path2(&mut self, ptr: u64) -> Result<(), i64> {
+        if self.p2.is_some() || self.extra != 0 {
+            return Err(-(errno::EINVAL as i64));
+        }
         // SAFETY: as path's.
-        self.p2 = unsafe { self.path(ptr)? };
-        self.has2 = true;
+        self.p2 = Some(unsafe { self.path(ptr)? });
         Ok(())
+    }
+
+    /// The first path, already copied from the program's `ptr` into `bytes`: put in
+    /// its place (a copy of ours, no second read of the program's memory).
+    fn path1_copied(&mut self, ptr: u64, bytes: &[u8]) -> Result<(), i64> {
+        if self.used() != 0 || bytes.len() > wire::PATH_MAX {
+            return Err(-(errno::EINVAL as i64));
+        }
+        // SAFETY: HEADER + PATH_MAX + 1 <= BUF: inside the buffer; ours, apart from
+        // bytes.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(wire::REQUEST_HEADER), bytes.len()) };
+        self.p1 = Some((ptr, bytes.len()));
+        Ok(())
+    }
+
+    /// The first path's bytes, and a NUL written after them: the NUL-terminated
+    /// string (the NUL's place belongs to the next part, not copied yet).
+    fn path1_nul(&mut self) -> Option<&[u8]> {
+        let (_, len) = self.p1?;
+        // SAFETY: the path was copied at the header's end and len + 1 bytes from
+        // there are inside the buffer (Req::path's room check).
+        unsafe {
+            let at = self.base.add(wire::REQUEST_HEADER);
+            at.add(len).write(0);
+            Some(core::slice::from_raw_parts(at, len + 1))
+        }
     }
 
     /// Copy `len` bytes from the program as the extra part.
     unsafe fn extra(&mut self, ptr: u64, len: usize) -> Result<(), i64> {
-        if len > 512 {
+        if len > 512 || self.extra != 0 {
             return Err(-(errno::EINVAL as i64));
         }
         if ptr == 0 {
             return Err(-(errno::EFAULT as i64));
         }
-        let start = self.used;
+        let start = wire::REQUEST_HEADER + self.used();
         if start + len > BUF {
             return Err(-(errno::EINVAL as i64));
         }
-        // SAFETY: start + len <= BUF: the read stays inside the store.
-        if unsafe { sys::read_own_raw(self.base().add(start), len, ptr) } != len as i64 {
+        // SAFETY: start + len <= BUF: the read stays inside the buffer.
+        if unsafe { sys::read_own_raw(self.base.add(start), len, ptr) } != len as i64 {
             return Err(-(errno::EFAULT as i64));
         }
-        self.used += len;
-        self.extra = (start, len);
+        self.extra = len;
         Ok(())
     }
 
-    /// Argument `i` is a directory descriptor for the path `p` (`which` 1 or 2):
-    /// attach it unless the path is absolute or it is `AT_FDCWD`.
+    /// The bytes of a part copied in: the first path (`which` 1) or the second (2).
+    fn bytes(&self, which: u8) -> &[u8] {
+        let (at, len) = match which {
+            1 => (0, self.p1.map_or(0, |p| p.1)),
+            _ => (self.p1.map_or(0, |p| p.1), self.p2.unwrap_or(0)),
+        };
+        // SAFETY: the parts are inside the buffer and were written before they were
+        // recorded (a path copy).
+        unsafe { core::slice::from_raw_parts(self.base.add(wire::REQUEST_HEADER + at), len) }
+    }
+
+    /// Argument `i` is a directory descriptor for the path `which` (1 or 2): attach
+    /// it unless the path is absolute or it is `AT_FDCWD`.
     fn dirfd(&mut self, i: usize, which: u8) {
-        let (at, len, has) =
-            if which == 1 { (self.p1.0, self.p1.1, self.has1) } else { (self.p2.0, self.p2.1, self.has2) };
-        let absolute = has && len > 0 && self.bytes((at, 1)) == b"/";
+        let has = if which == 1 { self.p1.is_some() } else { self.p2.is_some() };
+        let absolute = has && self.bytes(which).first() == Some(&b'/');
         if self.args[i] as i32 as i64 != AT_FDCWD && !absolute {
             self.fd_args |= 1 << i;
         }
@@ -548,10 +637,10 @@ impl Req {
     /// `None` if it cannot be cached (a directory descriptor attached, `/proc`, no
     /// generation page).
     fn missing_before(&mut self, follow: bool) -> Option<(u64, Option<u64>)> {
-        if !self.has1 || self.fd_args != 0 {
+        if self.p1.is_none() || self.fd_args != 0 {
             return None;
         }
-        let path = self.bytes(self.p1);
+        let path = self.bytes(1);
         let key = crate::cache::key(path, follow)?;
         let generation = crate::cache::generation_for(path)?;
         self.not_link_gen = crate::cache::not_link_generation();
@@ -580,27 +669,54 @@ impl Req {
         }
     }
 
-    /// Send it; the reply lands in `buf`.
-    fn send(&self, buf: &mut [u8; BUF], cloexec: bool) -> Result<conn::Answer, i64> {
-        let p1 = if self.has1 { Some(self.bytes(self.p1)) } else { None };
-        let p2 = if self.has2 { Some(self.bytes(self.p2)) } else { None };
-        let extra = self.bytes(self.extra);
-        let len =
-            wire::encode_request(buf, self.op, crate::cache::cwd_generation(), self.fd_args, self.args, p1, p2, extra)
-                .ok_or(-(errno::ENAMETOOLONG as i64))?;
+    /// Send it (the header is written before the parts now); the reply lands in
+    /// `reply` — the request's own buffer, or another one where the request's parts
+    /// are still needed after the answer (exec's path).
+    fn send_into(&self, reply: *mut u8, cloexec: bool) -> Result<conn::Answer, i64> {
+        let len = wire::REQUEST_HEADER + self.used();
+        // SAFETY: the header's place at the buffer's start is BUF >= REQUEST_HEADER
+        // bytes of ours; a u8 array has no alignment.
+        let header = unsafe { &mut *(self.base as *mut [u8; wire::REQUEST_HEADER]) };
+        wire::encode_request_header(
+            header,
+            self.op,
+            crate::cache::cwd_generation(),
+            wire::fd_args_word(self.fd_args, known_umask()),
+            self.args,
+            self.p1.map(|p| p.1),
+            self.p2,
+            self.extra,
+        );
+        if reply != self.base {
+            // SAFETY: both buffers are BUF bytes; the request's first len are written.
+            unsafe { core::ptr::copy_nonoverlapping(self.base, reply, len) };
+        }
         // The descriptors named go as numbers: the server takes them from this process.
-        conn::call(buf, len, cloexec).map_err(|e| match e {
+        // SAFETY: reply is a BUF-byte buffer whose first len bytes are the request.
+        unsafe { conn::call_raw(reply, BUF, len, cloexec) }.map_err(|e| match e {
             CallError::NoConnection => -(errno::EMFILE as i64),
         })
+    }
+
+    /// [`Req::send_into`] the request's own buffer.
+    fn send(&self, cloexec: bool) -> Result<conn::Answer, i64> {
+        self.send_into(self.base, cloexec)
+    }
+
+    /// The reply's data (after [`Req::send`]).
+    fn data(&self, ans: &conn::Answer) -> &[u8] {
+        // SAFETY: call_raw checked the reply: its data lies inside the bytes the
+        // kernel wrote into the buffer.
+        unsafe { core::slice::from_raw_parts(self.base.add(ans.data_at), ans.data_len) }
     }
 }
 
 /// Ask the server about a call the library does not serve (a refusal, counted).
 #[inline(never)]
 unsafe fn ask(n: u32, a: [u64; 6]) -> i64 {
-    let req = Req::new(n, a);
-    let mut buf = [0u8; BUF];
-    match req.send(&mut buf, false) {
+    let mut buf = Buf::uninit();
+    let req = Req::new(n, a, &mut buf);
+    match req.send(false) {
         Ok(ans) => {
             close_all(&ans);
             ans.result
@@ -617,9 +733,9 @@ fn close_all(ans: &conn::Answer) {
 
 /// Copy the reply's data to the program's buffer `ptr` of `cap` bytes; returns the
 /// number of bytes copied, or `-EFAULT` if the program's buffer is not writable.
-fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> i64 {
-    let n = ans.data_len.min(cap);
-    if n > 0 && sys::write_own(ptr, &buf[ans.data_at..ans.data_at + n]) != n as i64 {
+fn copy_out(data: &[u8], ptr: u64, cap: usize) -> i64 {
+    let n = data.len().min(cap);
+    if n > 0 && sys::write_own(ptr, &data[..n]) != n as i64 {
         return -(errno::EFAULT as i64);
     }
     n as i64
@@ -632,10 +748,10 @@ fn copy_out(buf: &[u8; BUF], ans: &conn::Answer, ptr: u64, cap: usize) -> i64 {
 #[inline(never)]
 fn listing(n: u32, a: [u64; 6]) -> i64 {
     let cap = (a[2] as u32 as usize).min(BUF - wire::REPLY_HEADER);
-    let mut r = Req::new(n, [a[0], 0, cap as u64, 0, 0, 0]);
+    let mut buf = Buf::uninit();
+    let mut r = Req::new(n, [a[0], 0, cap as u64, 0, 0, 0], &mut buf);
     r.fd_args |= 1;
-    let mut buf = [0u8; BUF];
-    let ans = match r.send(&mut buf, false) {
+    let ans = match r.send(false) {
         Ok(ans) => ans,
         Err(e) => return e,
     };
@@ -646,7 +762,7 @@ fn listing(n: u32, a: [u64; 6]) -> i64 {
     if ans.result as usize != ans.data_len || ans.data_len > cap {
         return -(errno::EIO as i64);
     }
-    copy_out(&buf, &ans, a[1], cap)
+    copy_out(r.data(&ans), a[1], cap)
 }
 
 unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
@@ -656,42 +772,96 @@ unsafe fn serve(n: u32, a: [u64; 6]) -> i64 {
         Ok(x) => x,
         Err(e) => return e,
     };
-    // The native lookup answers from the failed-lookup cache first (one copy of
-    // the path for both).
-    // SAFETY: as dispatch's.
-    if let Some(r) = unsafe { crate::lookup::try_native(n, a) } {
-        return r;
-    }
-    if let Some(r) = known_missing(n, a) {
-        return r;
-    }
     if n == nr::EXECVEAT {
+        if let Some(r) = known_missing(n, a) {
+            return r;
+        }
         // SAFETY: as dispatch's.
         return match unsafe { exec(a) } {
             Ok(r) | Err(r) => r,
         };
     }
+    if lookup_path(n) {
+        // SAFETY: as dispatch's.
+        return unsafe { lookup(n, a) };
+    }
     // SAFETY: as dispatch's.
-    unsafe { ask_server(n, a) }
+    unsafe { ask_server(n, a, None) }
 }
 
-/// The request to the server. Each function with a request's buffers (~18 KiB) has
-/// a frame of its own, entered from frames without them: the handler may run on a
-/// small stack (Go's signal stacks, glibc's `posix_spawn` child: 32 KiB), so no two
-/// of them may ever be on it at once, nor one with the native lookup's.
+/// A lookup: its path copied from the program once, here; answered from the
+/// failed-lookup cache, by the native lookup, or by the server (the request takes
+/// this copy, no second read of the program's memory). The path's buffer is a
+/// frame of its own (4 KiB): the native lookup's (8 KiB at most) goes on top of it,
+/// or the request's (8.8 KiB), never both.
 #[inline(never)]
-unsafe fn ask_server(n: u32, a: [u64; 6]) -> i64 {
-    let mut r = Req::new(n, a);
-    let mut buf = [0u8; BUF];
+unsafe fn lookup(n: u32, a: [u64; 6]) -> i64 {
+    // Not zeroed: only the copied path and its NUL are read.
+    let mut buf = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
+    let base = buf.as_mut_ptr() as *mut u8;
+    // A bad pointer or an overlong path: the kernel's answer, as the request's own
+    // copy gave it before.
+    // SAFETY: buf has PATH_MAX + 1 bytes; the copy writes at most PATH_MAX (one
+    // more without a NUL is ENAMETOOLONG).
+    let len = match unsafe { sys::copy_str_raw(base, wire::PATH_MAX + 1, a[1]) } {
+        Ok(len) => len,
+        Err(e) => return e,
+    };
+    // SAFETY: len <= PATH_MAX: the NUL goes inside buf; the first len + 1 bytes are
+    // written now.
+    let path_nul = unsafe {
+        base.add(len).write(0);
+        core::slice::from_raw_parts(base as *const u8, len + 1)
+    };
+    let path = &path_nul[..len];
+    if let Some(v) = known_missing_path(n, a, path) {
+        return v;
+    }
+    // SAFETY: as dispatch's; path_nul is the NUL-terminated copy of a[1].
+    if let Some(v) = unsafe { crate::lookup::try_native(n, a, path_nul) } {
+        return v;
+    }
     // SAFETY: as dispatch's.
-    match unsafe { serve_one(&mut r, &mut buf) } {
+    unsafe { ask_server(n, a, Some(path)) }
+}
+
+/// The lookups whose path (argument 1) is copied before anything else, once, into
+/// the request's place: the failed-lookup cache, the native lookup and the request
+/// all read that copy.
+fn lookup_path(n: u32) -> bool {
+    matches!(n, nr::OPENAT | nr::NEWFSTATAT | nr::STATX | nr::FACCESSAT2 | nr::READLINKAT)
+}
+
+/// A served call; `path`: argument 1's path, copied already ([`lookup`]). Each
+/// function with a request's buffer (8.8 KiB; exec's two) has a frame of its own,
+/// entered from frames without one but [`lookup`]'s 4 KiB: the handler may run on a
+/// small stack (Go's signal stacks, glibc's `posix_spawn` child: 32 KiB), so no two
+/// of them may ever be on it at once.
+#[inline(never)]
+unsafe fn ask_server(n: u32, a: [u64; 6], path: Option<&[u8]>) -> i64 {
+    let mut buf = Buf::uninit();
+    let mut r = Req::new(n, a, &mut buf);
+    if n == nr::GETCWD {
+        // SAFETY: as dispatch's (no path).
+        if let Some(v) = unsafe { crate::lookup::try_native(n, a, b"\0") } {
+            return v;
+        }
+    }
+    if let Some(p) = path {
+        if let Err(e) = r.path1_copied(a[1], p) {
+            return e;
+        }
+    }
+    // SAFETY: as dispatch's.
+    match unsafe { serve_one(&mut r) } {
         Ok(r) | Err(r) => r,
     }
 }
 
-/// The failed-lookup cache's fast path: a lookup already known to fail under the
-/// current generation answers `ENOENT` (or `readlink`'s `EINVAL`) here, before any request is built (the path
-/// copied once, one probe of its page: no trap, no round trip). `None`: not known.
+/// The failed-lookup cache's fast path for `execve`'s program path (`execvp`'s
+/// search of `$PATH`): a lookup already known to fail under the current generation
+/// answers `ENOENT` here, before any request is built. Other lookups are checked on
+/// the request's own copy of the path ([`ask_server`]). `None`: not known.
 #[inline(never)]
 fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
     let (path, _, _) = cached_lookup(n, a)?;
@@ -789,7 +959,7 @@ unsafe fn normalize(n: u32, a: [u64; 6], ts: &mut [i64; 4]) -> Result<(u32, [u64
     })
 }
 
-unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
+unsafe fn serve_one(r: &mut Req) -> Result<i64, i64> {
     let n = r.op;
     let a = r.args;
     // SAFETY: every pointer read below is one the program passed for that purpose.
@@ -803,7 +973,8 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
             | nr::LSETXATTR
             | nr::REMOVEXATTR
             | nr::LREMOVEXATTR => Ok(-(errno::ENOTSUP as i64)),
-            nr::NEWFSTATAT if a[3] & AT_EMPTY_PATH != 0 && a[1] != 0 && *(a[1] as *const u8) == 0 => {
+            // The path was copied first (ask_server): an empty one is fstat.
+            nr::NEWFSTATAT if a[3] & AT_EMPTY_PATH != 0 && r.p1.is_some_and(|p| p.1 == 0) => {
                 // fstat in disguise (glibc's fstat is this): the kernel's, on the
                 // program's own descriptor.
                 Ok(native(nr::FSTAT, [a[0], a[2], 0, 0, 0, 0]))
@@ -817,7 +988,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 if let Some((_, None)) = cached {
                     return Ok(-(errno::ENOENT as i64));
                 }
-                let ans = r.send(buf, a[2] & O_CLOEXEC != 0)?;
+                let ans = r.send(a[2] & O_CLOEXEC != 0)?;
                 r.missing_after(cached, ans.result, ans.data_len == 0);
                 Ok(fd_result(&ans))
             }
@@ -829,7 +1000,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 }
                 r.extra(a[2], 24)?;
                 let flags = core::ptr::read_unaligned(a[2] as *const u64);
-                let ans = r.send(buf, flags & O_CLOEXEC != 0)?;
+                let ans = r.send(flags & O_CLOEXEC != 0)?;
                 Ok(fd_result(&ans))
             }
             nr::NEWFSTATAT | nr::STATX | nr::READLINKAT | nr::STATFS | nr::GETCWD => {
@@ -865,14 +1036,14 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 if let Some((_, None)) = cached {
                     return Ok(-(errno::ENOENT as i64));
                 }
-                let ans = r.send(buf, false)?;
+                let ans = r.send(false)?;
                 r.missing_after(cached, ans.result, ans.data_len == 0);
                 if n == nr::READLINKAT {
                     r.not_link_after(cached, ans.result, a[3]);
                 }
                 close_all(&ans);
                 if ans.result >= 0 {
-                    let copied = copy_out(buf, &ans, out, cap);
+                    let copied = copy_out(r.data(&ans), out, cap);
                     if copied < 0 || n == nr::READLINKAT || n == nr::GETCWD {
                         return Ok(copied);
                     }
@@ -881,7 +1052,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
             }
             nr::CHDIR => {
                 r.path1(a[0])?;
-                let ans = r.send(buf, true)?;
+                let ans = r.send(true)?;
                 if ans.result < 0 || ans.nfds != 1 {
                     close_all(&ans);
                     return Ok(if ans.result < 0 { ans.result } else { -(errno::EIO as i64) });
@@ -900,7 +1071,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 if let Some((_, None)) = cached {
                     return Ok(-(errno::ENOENT as i64));
                 }
-                let ans = r.send(buf, false)?;
+                let ans = r.send(false)?;
                 close_all(&ans);
                 r.missing_after(cached, ans.result, ans.data_len == 0);
                 Ok(ans.result)
@@ -908,7 +1079,7 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
             nr::MKDIRAT | nr::MKNODAT | nr::UNLINKAT | nr::FCHMODAT2 | nr::FCHOWNAT => {
                 r.path1(a[1])?;
                 r.dirfd(0, 1);
-                plain(r, buf)
+                plain(r)
             }
             nr::UTIMENSAT => {
                 if a[1] != 0 {
@@ -920,29 +1091,29 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 if a[2] != 0 {
                     r.extra(a[2], 32)?;
                 }
-                plain(r, buf)
+                plain(r)
             }
             nr::RENAMEAT2 | nr::LINKAT => {
                 r.path1(a[1])?;
                 r.path2(a[3])?;
                 r.dirfd(0, 1);
                 r.dirfd(2, 2);
-                plain(r, buf)
+                plain(r)
             }
             nr::SYMLINKAT => {
                 r.path1(a[0])?;
                 r.path2(a[2])?;
                 r.dirfd(1, 2);
-                plain(r, buf)
+                plain(r)
             }
             nr::TRUNCATE => {
                 r.path1(a[0])?;
-                plain(r, buf)
+                plain(r)
             }
             nr::INOTIFY_ADD_WATCH => {
                 r.path1(a[1])?;
                 r.fd_args |= 1;
-                plain(r, buf)
+                plain(r)
             }
             nr::CONNECT | nr::BIND => {
                 let len = a[2] as usize;
@@ -951,15 +1122,15 @@ unsafe fn serve_one(r: &mut Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
                 }
                 r.extra(a[1], len)?;
                 r.fd_args |= 1;
-                plain(r, buf)
+                plain(r)
             }
-            _ => plain(r, buf),
+            _ => plain(r),
         }
     }
 }
 
-fn plain(r: &Req, buf: &mut [u8; BUF]) -> Result<i64, i64> {
-    let ans = r.send(buf, false)?;
+fn plain(r: &Req) -> Result<i64, i64> {
+    let ans = r.send(false)?;
     close_all(&ans);
     Ok(ans.result)
 }
@@ -988,19 +1159,23 @@ pub const LOADER_ARGV0: &[u8] = b"ictus-unix-loader\0";
 #[inline(never)]
 unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
     const AT_EMPTY: u64 = AT_EMPTY_PATH;
-    let mut r = Req::new(nr::EXECVEAT, a);
+    let mut req = Buf::uninit();
+    let mut r = Req::new(nr::EXECVEAT, a, &mut req);
     // SAFETY: the program's path.
     unsafe { r.path1(a[1])? };
     r.dirfd(0, 1);
-    let mut buf = [0u8; BUF];
-    let ans = r.send(&mut buf, true)?;
+    // The reply in a buffer of its own: the path is needed after it.
+    let mut reply = Buf::uninit();
+    let reply = reply.as_mut_ptr() as *mut u8;
+    let ans = r.send_into(reply, true)?;
     if ans.result < 0 {
         close_all(&ans);
         return Ok(ans.result);
     }
     // The argv prefix: a count byte (with EXEC_HANDS_CONNECTION), then
     // NUL-terminated strings.
-    let data = &buf[ans.data_at..ans.data_at + ans.data_len];
+    // SAFETY: call_raw checked the reply: its data lies inside what the kernel wrote.
+    let data = unsafe { core::slice::from_raw_parts(reply.add(ans.data_at), ans.data_len) };
     let handed = data.first().is_some_and(|c| c & wire::EXEC_HANDS_CONNECTION != 0);
     let nfds = ans.nfds - usize::from(handed);
     if ans.nfds < 2 + usize::from(handed) {
@@ -1042,18 +1217,20 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         return Ok(-(errno::ENOMEM as i64));
     }
     let v = mem as *mut u64;
+    // The path, NUL-terminated in the request's buffer (the reply went elsewhere).
+    let (path, path_len) = match r.path1_nul() {
+        Some(p) => (p.as_ptr(), p.len() - 1),
+        None => (LOADER_ARGV0.as_ptr(), 0),
+    };
     // SAFETY: v has room for `total` pointers; the strings live until execveat copies
-    // them (the prefix in buf, the path in r.store, the rest in the program's memory).
+    // them (the prefix in the reply, the path in the request, the rest in the
+    // program's memory).
     unsafe {
         let mut k = 0;
         // The loader's own argv[0] is the path the program exec'd: the loader names
         // the process after it, as the kernel would have (`/proc/PID/comm`, what
         // `ps` and `pgrep` show), and drops it.
-        // The path's NUL: inside the store (a path takes at most PATH_MAX of its
-        // PATH_MAX + 1 bytes).
-        let path = r.base().add(r.p1.0);
-        path.add(r.p1.1).write(0);
-        *v.add(k) = if r.p1.1 > 0 { path as u64 } else { LOADER_ARGV0.as_ptr() as u64 };
+        *v.add(k) = if path_len > 0 { path as u64 } else { LOADER_ARGV0.as_ptr() as u64 };
         k += 1;
         for p in prefix.iter().take(np) {
             *v.add(k) = *p;

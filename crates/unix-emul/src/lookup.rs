@@ -178,12 +178,14 @@ fn cwd_on_proc() -> Option<bool> {
 }
 
 /// A lookup the server would answer as the kernel does, done here: `Some(result)`,
-/// or `None` to serve it.
+/// or `None` to serve it. `path_nul` is the library's copy of the path argument
+/// (`a[1]`), with its NUL (the request's own copy: the path is copied from the
+/// program once per call).
 ///
 /// # Safety
 /// `a` are the program's arguments to `n` (normalized to the `*at` form).
 #[inline(never)]
-pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
+pub unsafe fn try_native(n: u32, a: [u64; 6], path_nul: &[u8]) -> Option<i64> {
     let counts = enabled()?;
     if n == nr::GETCWD {
         // The view's root is the host's: the kernel's answer is the view's.
@@ -193,35 +195,20 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
         unsafe { (*counts.add(Kind::Getcwd as usize)).fetch_add(1, Ordering::Relaxed) };
         return Some(r);
     }
-    let (kind, path_arg) = match n {
-        nr::OPENAT if a[2] & NATIVE_OPEN_WRITE_BITS == 0 => (Kind::Open, a[1]),
-        nr::NEWFSTATAT => (Kind::Stat, a[1]),
-        nr::STATX => (Kind::Statx, a[1]),
+    let kind = match n {
+        nr::OPENAT if a[2] & NATIVE_OPEN_WRITE_BITS == 0 => Kind::Open,
+        nr::NEWFSTATAT => Kind::Stat,
+        nr::STATX => Kind::Statx,
         nr::FACCESSAT2
             if a[2] & NATIVE_ACCESS_WRITE_BIT == 0
                 || crate::cache::flags() & wire::GEN_FLAG_NATIVE_WRITE_ACCESS != 0 =>
         {
-            (Kind::Access, a[1])
+            Kind::Access
         }
-        nr::READLINKAT if a[3] as i32 > 0 => (Kind::Readlink, a[1]),
+        nr::READLINKAT if a[3] as i32 > 0 => Kind::Readlink,
         _ => return None,
     };
-    // Not zeroed: this runs for every read-only lookup (thousands per compile), and
-    // only the copied path and its NUL are ever read.
-    let mut buf = MaybeUninit::<[u8; wire::PATH_MAX + 1]>::uninit();
-    let base = buf.as_mut_ptr() as *mut u8;
-    // Errors in the path itself are the server's to answer (as the kernel would).
-    // SAFETY: buf has PATH_MAX + 1 bytes; the copy writes at most PATH_MAX.
-    let len = unsafe { sys::copy_str_raw(base, wire::PATH_MAX, path_arg) }.ok()?;
-    // SAFETY: len <= PATH_MAX: the NUL goes inside buf, and the first len + 1 bytes
-    // are written now.
-    let path = unsafe {
-        base.add(len).write(0);
-        core::slice::from_raw_parts(base as *const u8, len)
-    };
-    if let Some(r) = crate::handler::known_missing_path(n, a, path) {
-        return Some(r);
-    }
+    let (&0, path) = path_nul.split_last()? else { return None };
     if path.split(|&b| b == b'/').any(|c| c == b"proc") || !known() {
         return None;
     }
@@ -243,7 +230,7 @@ pub unsafe fn try_native(n: u32, a: [u64; 6]) -> Option<i64> {
             return None;
         }
     }
-    let p = base as u64;
+    let p = path_nul.as_ptr() as u64;
     let d = dirfd as u64;
     // SAFETY: our copy of the path, our buffers, the program's other arguments; the
     // filter lets exactly these read-only forms through from the library's code.

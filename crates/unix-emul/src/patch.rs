@@ -500,10 +500,17 @@ pub fn maybe_patch(rip: u64, n: u32) -> Option<u64> {
     if find(site).is_some() {
         return None;
     }
-    let mut code = [0u8; 7];
-    if sys::read_own(&mut code, site) != 7 {
+    // The seven bytes before `rip`: its page held the `syscall` just made, but the
+    // `mov` may begin on the page before, and code may be execute-only (protection
+    // keys): each page is probed before it is read (one cheap call, where
+    // process_vm_readv cost several times more on every trap).
+    if !sys::page_readable(site) || ((rip - 1) >> 12 != site >> 12 && !sys::page_readable(rip - 1)) {
         return None;
     }
+    // SAFETY: both pages the seven bytes lie on were just found readable (another
+    // thread of the program may unmap them meanwhile: its own doing, as under the
+    // kernel's copy).
+    let code: [u8; 7] = core::array::from_fn(|i| unsafe { core::ptr::read_volatile((site + i as u64) as *const u8) });
     let want = [0xb8, n as u8, (n >> 8) as u8, (n >> 16) as u8, (n >> 24) as u8, 0x0f, 0x05];
     if code != want {
         return None;

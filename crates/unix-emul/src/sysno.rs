@@ -59,6 +59,7 @@ pub const GETDENTS64: u32 = 217;
 pub const GETCWD: u32 = 79;
 pub const CHDIR: u32 = 80;
 pub const FCHDIR: u32 = 81;
+pub const UMASK: u32 = 95;
 pub const RENAME: u32 = 82;
 pub const MKDIR: u32 = 83;
 pub const RMDIR: u32 = 84;
@@ -313,7 +314,8 @@ pub const fn class(nr: u32) -> Class {
         // working directory. The getters: answered from the library's state page.
         // vfork and clone3 (whose flags the filter cannot read): the library counts
         // the children that share the memory.
-        RT_SIGSUSPEND | FCHDIR | GETPID | GETUID | GETEUID | GETGID | GETEGID | VFORK | CLONE3 => Library,
+        // umask: the library keeps the process's mask, to send it with creates.
+        RT_SIGSUSPEND | FCHDIR | UMASK | GETPID | GETUID | GETEUID | GETGID | GETEGID | VFORK | CLONE3 => Library,
         // Every call that names a path, and exec.
         OPEN | STAT | LSTAT | ACCESS | EXECVE | TRUNCATE | GETCWD | CHDIR | RENAME | MKDIR | RMDIR | CREAT | LINK
         | UNLINK | SYMLINK | READLINK | CHMOD | CHOWN | LCHOWN | UTIME | MKNOD | STATFS | SETXATTR | LSETXATTR
@@ -491,6 +493,7 @@ mod tests {
         // getters from its state page.
         assert_eq!(class(CLONE3), Class::Library);
         assert_eq!(class(VFORK), Class::Library);
+        assert_eq!(class(UMASK), Class::Library);
         assert_eq!(class(CLONE), Class::NativeIf(ArgCheck::CloneVm));
         for nr in [GETPID, GETUID, GETEUID, GETGID, GETEGID] {
             assert_eq!(class(nr), Class::Library, "{nr}");

@@ -206,7 +206,8 @@ pub struct RequestHeader {
     /// The system call number.
     pub op: u32,
     /// Bit `i` set: argument `i` is a descriptor of the sender, which the server takes
-    /// with `pidfd_getfd` (at most [`MAX_FDS`] of them).
+    /// with `pidfd_getfd` (at most [`MAX_FDS`] of them). On the wire the word also
+    /// carries the sender's umask ([`UMASK_KNOWN`]); parsed, only the six bits.
     pub fd_args: u32,
     /// Length of the first path (no NUL); `u32::MAX` if there is none.
     pub len1: u32,
@@ -226,6 +227,24 @@ pub struct RequestHeader {
 
 /// Size of [`RequestHeader`] on the wire.
 pub const REQUEST_HEADER: usize = 80;
+
+/// The descriptor bits of the `fd_args` word.
+pub const FD_ARG_BITS: u32 = 0x3f;
+/// Set in the `fd_args` word when the library knows the process's umask: then it is
+/// in bits [`UMASK_SHIFT`].. (nine bits), and the server applies it to what the
+/// request creates instead of reading `/proc/PID/status`. A lie costs nothing: any
+/// mode the program may ask for is reachable with `umask(0)` anyway.
+pub const UMASK_KNOWN: u32 = 1 << 15;
+/// Where the umask's nine bits start in the `fd_args` word.
+pub const UMASK_SHIFT: u32 = 16;
+
+/// The `fd_args` word for descriptor bits `fds` and umask `umask` (if known).
+pub const fn fd_args_word(fds: u32, umask: Option<u32>) -> u32 {
+    match umask {
+        Some(m) => fds | UMASK_KNOWN | (m & 0o777) << UMASK_SHIFT,
+        None => fds,
+    }
+}
 const _: () = assert!(core::mem::size_of::<RequestHeader>() == REQUEST_HEADER);
 
 /// Reply header.
@@ -286,6 +305,8 @@ pub struct Request<'a> {
     pub path2: Option<&'a [u8]>,
     /// Extra bytes.
     pub extra: &'a [u8],
+    /// The sender's umask, when its library said it ([`UMASK_KNOWN`]).
+    pub umask: Option<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -323,9 +344,15 @@ impl<'a> Request<'a> {
         if header.magic != MAGIC {
             return Err(WireError::Magic);
         }
-        if header.fd_args & !0x3f != 0 || header.fd_args.count_ones() as usize > MAX_FDS {
+        let word = header.fd_args;
+        if word & !(FD_ARG_BITS | UMASK_KNOWN | 0o777 << UMASK_SHIFT) != 0
+            || (word & FD_ARG_BITS).count_ones() as usize > MAX_FDS
+            || (word & UMASK_KNOWN == 0 && word >> UMASK_SHIFT != 0)
+        {
             return Err(WireError::Fds);
         }
+        let umask = (word & UMASK_KNOWN != 0).then_some(word >> UMASK_SHIFT);
+        let header = RequestHeader { fd_args: word & FD_ARG_BITS, ..header };
         let body = &bytes[REQUEST_HEADER..];
         let mut at = 0usize;
         let mut take = |len: u32, is_path: bool| -> Result<Option<&'a [u8]>, WireError> {
@@ -350,7 +377,7 @@ impl<'a> Request<'a> {
         if at != body.len() {
             return Err(WireError::Length);
         }
-        Ok(Request { header, path1, path2, extra })
+        Ok(Request { header, path1, path2, extra, umask })
     }
 }
 
@@ -375,27 +402,46 @@ pub fn encode_request(
     path2: Option<&[u8]>,
     extra: &[u8],
 ) -> Option<usize> {
-    let len = |p: Option<&[u8]>| p.map_or(NONE, |p| p.len() as u32);
+    let len = |p: Option<&[u8]>| p.map(|p| p.len());
     let total = REQUEST_HEADER + path1.map_or(0, |p| p.len()) + path2.map_or(0, |p| p.len()) + extra.len();
     if total > out.len() {
         return None;
     }
-    out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    out[4..8].copy_from_slice(&op.to_le_bytes());
-    out[8..12].copy_from_slice(&fd_args.to_le_bytes());
-    out[12..16].copy_from_slice(&len(path1).to_le_bytes());
-    out[16..20].copy_from_slice(&len(path2).to_le_bytes());
-    out[20..24].copy_from_slice(&(extra.len() as u32).to_le_bytes());
-    out[24..32].copy_from_slice(&cwd.to_le_bytes());
-    for (i, a) in args.iter().enumerate() {
-        out[32 + 8 * i..40 + 8 * i].copy_from_slice(&a.to_le_bytes());
-    }
+    let header: &mut [u8; REQUEST_HEADER] = (&mut out[..REQUEST_HEADER]).try_into().ok()?;
+    encode_request_header(header, op, cwd, fd_args, args, len(path1), len(path2), extra.len());
     let mut at = REQUEST_HEADER;
     for part in [path1.unwrap_or(&[]), path2.unwrap_or(&[]), extra] {
         out[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     }
     Some(at)
+}
+
+/// Write a request's header, for parts of the lengths given (a path's `None`: no
+/// such path) that follow it in that order: path 1, path 2, extra bytes. The
+/// library copies the parts into place itself, then writes the header before them.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_request_header(
+    out: &mut [u8; REQUEST_HEADER],
+    op: u32,
+    cwd: u64,
+    fd_args: u32,
+    args: [u64; 6],
+    len1: Option<usize>,
+    len2: Option<usize>,
+    len3: usize,
+) {
+    let len = |l: Option<usize>| l.map_or(NONE, |l| l as u32);
+    out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    out[4..8].copy_from_slice(&op.to_le_bytes());
+    out[8..12].copy_from_slice(&fd_args.to_le_bytes());
+    out[12..16].copy_from_slice(&len(len1).to_le_bytes());
+    out[16..20].copy_from_slice(&len(len2).to_le_bytes());
+    out[20..24].copy_from_slice(&(len3 as u32).to_le_bytes());
+    out[24..32].copy_from_slice(&cwd.to_le_bytes());
+    for (i, a) in args.iter().enumerate() {
+        out[32 + 8 * i..40 + 8 * i].copy_from_slice(&a.to_le_bytes());
+    }
 }
 
 /// Write a reply header into `out[..REPLY_HEADER]`.
@@ -435,6 +481,24 @@ mod tests {
         assert_eq!(r.extra, b"xy");
         assert_eq!(r.header.args[3], 0o644);
         assert_eq!(r.header.cwd, 7);
+        assert_eq!(r.umask, None);
+    }
+
+    #[test]
+    fn a_umask_rides_in_the_descriptor_word_and_nothing_else_does() {
+        let mut buf = [0u8; 512];
+        let word = fd_args_word(1, Some(0o027));
+        let n = encode_request(&mut buf, 257, 0, word, [3, 0, 0o100, 0o666, 0, 0], Some(b"f"), None, b"").unwrap();
+        let r = Request::parse(&buf[..n]).unwrap();
+        assert_eq!((r.header.fd_args, r.umask), (1, Some(0o027)));
+        // Umask 0 is a umask too.
+        let n = encode_request(&mut buf, 257, 0, fd_args_word(0, Some(0)), [0; 6], Some(b"f"), None, b"").unwrap();
+        assert_eq!(Request::parse(&buf[..n]).map(|r| (r.header.fd_args, r.umask)), Ok((0, Some(0))));
+        // Mask bits without the flag, bits above the mask's nine, bits between: refused.
+        for bad in [0o022 << UMASK_SHIFT, UMASK_KNOWN | 1 << 25, 1 << 6, 1 << 14, 1 << 31] {
+            let n = encode_request(&mut buf, 257, 0, bad, [0; 6], Some(b"f"), None, b"").unwrap();
+            assert_eq!(Request::parse(&buf[..n]), Err(WireError::Fds), "{bad:#x}");
+        }
     }
 
     #[test]

@@ -539,6 +539,14 @@ fn keep_failure(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>) -> boo
     matches!(sys::openat2(dir.as_deref().map(|d| d.as_fd()), &c, fl, 0, sys::NO_LINKS), Err(errno::ENOENT))
 }
 
+/// The umask of the process making `req`: the one its library sent, else read from
+/// `/proc/PID/status`. Taking the library's word gives a program nothing: any mode
+/// it may ask for is reachable with `umask(0)` anyway, and the view's rules (which
+/// paths are writable at all) are the server's.
+fn umask(req: &Request<'_>, pid: i32) -> u32 {
+    req.umask.map_or_else(|| sys::umask_of(pid), |m| m & 0o777)
+}
+
 fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[Option<&OwnedFd>; 6]) -> Reply {
     let h = &req.header;
     let a = h.args;
@@ -560,6 +568,12 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
                 (w(0), w(1), w(2))
             } else {
                 (a[2] & 0xffff_ffff, a[3] & 0o7777, 0)
+            };
+            // The mode a create gets, the umask applied.
+            let mode = if flags & O_CREAT != 0 || flags & O_TMPFILE == O_TMPFILE {
+                mode & !(umask(req, pid) as u64) & 0o7777
+            } else {
+                0
             };
             open(s, pid, &arg1(0), flags, mode, resolve_flags, h.op == nr::OPENAT2).with_fd()
         }
@@ -693,7 +707,7 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             let p = locate(s, pid, &arg1(0), false)?;
             p.writable()?;
             let (dir, name) = (p.fd(), &p.name);
-            let mode = (a[2] as u32 & !sys::umask_of(pid)) as libc::c_long;
+            let mode = (a[2] as u32 & !umask(req, pid)) as libc::c_long;
             if h.op == nr::MKDIRAT {
                 raw(libc::SYS_mkdirat, [dir, cs(name), mode & 0o7777, 0, 0, 0])
             } else {
@@ -830,7 +844,7 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             raw(libc::SYS_inotify_add_watch, [fdl(fd), cs(&p), (a[2] | 0x0200_0000) as _, 0, 0, 0])
         })()),
         nr::GETDENTS | nr::GETDENTS64 => listing(s, h.op, fd_of[0], a[2]),
-        nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
+        nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra, || umask(req, pid))),
         nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID
         | nr::SETREUID
@@ -992,7 +1006,6 @@ fn open(
     }
     let creat = flags & O_CREAT != 0;
     let follow = flags & O_NOFOLLOW == 0 && !(creat && flags & O_EXCL != 0) && resolve_flags & 0x04 == 0;
-    let mode = if creat || flags & O_TMPFILE == O_TMPFILE { mode & !(sys::umask_of(pid) as u64) & 0o7777 } else { 0 };
     if identity_view(s) {
         // The kernel walks, with the program's own flags and resolve flags — but not
         // through /proc magic links, unless the path names the caller's own
@@ -1383,15 +1396,24 @@ fn exec(s: &Session, pid: i32, a: &Arg<'_>, flags: u64) -> Res<Reply> {
 /// `connect`/`bind` on the program's socket: a path of an `AF_UNIX` address is
 /// resolved in the view (and reached through the parent directory's descriptor, so
 /// host paths longer than `sun_path` work); other families only with the network on.
-fn sock_addr_call(s: &Session, pid: i32, op: u32, fd: Option<&OwnedFd>, addr: &[u8]) -> Res<i64> {
+fn sock_addr_call(
+    s: &Session,
+    pid: i32,
+    op: u32,
+    fd: Option<&OwnedFd>,
+    addr: &[u8],
+    umask: impl FnOnce() -> u32,
+) -> Res<i64> {
     let fd = fd.ok_or(errno::EBADF)?;
     let call = if op == nr::CONNECT { libc::SYS_connect } else { libc::SYS_bind };
     let (sun, _dir) = host_address(s, pid, addr, op == nr::BIND)?;
+    let call_it = || raw(call, [fdl(fd), sun.as_ptr() as _, sun.len() as _, 0, 0, 0]);
     if op == nr::BIND {
-        // The socket file is created with the program's umask.
-        let _ = sys::umask_of(pid);
+        // The kernel makes the socket file with the caller's umask: the program's,
+        // for the call (this worker's umask is its own, 0 otherwise).
+        return sys::with_umask(umask(), call_it);
     }
-    raw(call, [fdl(fd), sun.as_ptr() as _, sun.len() as _, 0, 0, 0])
+    call_it()
 }
 
 /// The address the server uses for the program's `addr` (`connect`, `bind`, a

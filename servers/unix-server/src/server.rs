@@ -302,6 +302,14 @@ fn spawn_worker(shared: &Arc<Shared>) {
 }
 
 fn worker(s: &Arc<Shared>) {
+    // Creates apply the program's umask (ops.rs), and only it. Where the thread
+    // cannot have a context of its own, the server's umask narrows modes further.
+    if !sys::private_umask_zero() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!("ictus unix-server: unshare(CLONE_FS) refused: created files also get the server's umask")
+        });
+    }
     let mut buf = vec![0u8; wire::MAX_REQUEST];
     while !s.stop.load(Ordering::Acquire) {
         let ev = match sys::epoll_wait_one(s.ep.as_fd(), 1000) {

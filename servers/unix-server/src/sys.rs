@@ -145,6 +145,42 @@ pub unsafe fn raw(nr: libc::c_long, a: [libc::c_long; 6]) -> Res<libc::c_long> {
     check(unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) })
 }
 
+/// Give this thread a file-system context of its own (`unshare(CLONE_FS)`: working
+/// directory, root and umask, copied) with umask 0, so that what it creates for a
+/// program gets the mode the program's umask says, not also the server's own.
+/// Whether it could (`unshare` of `CLONE_FS` needs no privilege).
+pub fn private_umask_zero() -> bool {
+    // SAFETY: no pointers (unshare(2)).
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return false;
+    }
+    // SAFETY: no pointers (umask(2)), on this thread's own context now.
+    unsafe { libc::umask(0) };
+    PRIVATE_FS.set(true);
+    true
+}
+
+thread_local! {
+    /// This thread has a file-system context of its own ([`private_umask_zero`]).
+    static PRIVATE_FS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with this thread's umask `mask`, for a call whose kernel side applies the
+/// caller's umask and takes no mode (`bind` of a socket path), then back to 0. Only
+/// on a thread with a context of its own; elsewhere `f` runs with the umask it has
+/// (changing it would change it for every thread of the server).
+pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+    if !PRIVATE_FS.get() {
+        return f();
+    }
+    // SAFETY: no pointers (umask(2)); this thread's own context.
+    unsafe { libc::umask(mask & 0o777) };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { libc::umask(0) };
+    r
+}
+
 /// The umask of process `pid` (from `/proc/PID/status`), 0o022 if unreadable.
 pub fn umask_of(pid: i32) -> u32 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -109,6 +109,72 @@ fn threads_signals_fork_vfork_exec_and_the_new_calls_match_native() {
     }
 }
 
+/// Bad pointers to every call whose path or buffer the library copies
+/// (`tests/c/badptr.c`): NULL, wild, unreadable, a string running into an
+/// inaccessible page, one too long, one ending at its page's end — each three times
+/// (trap, patch, patched path). The answers are the kernel's (`EFAULT`,
+/// `ENAMETOOLONG`), under the view the library looks up in and under one the server
+/// walks, and the library lives on.
+#[test]
+fn bad_pointers_get_the_kernels_answers_and_harm_nothing() {
+    let d = scratch();
+    let hidden = d.join("hidden");
+    std::fs::create_dir_all(&hidden).unwrap();
+    for static_ in [false, true] {
+        let p = c_program(&d, "badptr", static_);
+        let work = d.join("work");
+        let fresh = || {
+            let _ = std::fs::remove_dir_all(&work);
+            std::fs::create_dir_all(&work).unwrap();
+        };
+        fresh();
+        let n = d.join("native.txt");
+        assert_eq!(native(&format!("{} {} > {}", p.display(), work.display(), n.display())), 0);
+        let native_text = read(&n);
+        assert!(native_text.contains("open straddle: EFAULT"), "{native_text}");
+        assert!(native_text.contains("stat at page end: ENOENT"), "{native_text}");
+        for policy in [None, Some(format!("hide {}\n", hidden.display()))] {
+            fresh();
+            let i = d.join("ictus.txt");
+            let (ended, _) =
+                sh_under(policy.as_deref(), &d, &format!("{} {} > {}", p.display(), work.display(), i.display()));
+            assert_eq!(ended, Ended::Code(0), "static {static_}, policy {policy:?}:\n{}", read(&i));
+            assert_eq!(native_text, read(&i), "static {static_}, policy {policy:?}");
+        }
+    }
+}
+
+/// What a program creates gets the mode its umask says (`tests/c/umask.c`): the
+/// library sends the umask it keeps, learned at each image's start and followed
+/// through `umask` calls; a vfork child's, a fork child's, a thread's and a signal
+/// handler's changes included. Compared with the native run, under the view the
+/// kernel walks and one the server walks.
+#[test]
+fn created_files_get_the_modes_the_umask_says() {
+    let d = scratch();
+    let hidden = d.join("hidden");
+    std::fs::create_dir_all(&hidden).unwrap();
+    let p = c_program(&d, "umask", false);
+    let work = d.join("work");
+    let fresh = || {
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).unwrap();
+    };
+    fresh();
+    let n = d.join("native.txt");
+    let run = format!("umask 0022; {} {}", p.display(), work.display());
+    assert_eq!(native(&format!("{run} > {}", n.display())), 0);
+    let native_text = read(&n);
+    assert!(native_text.contains("vfork-child 666") && native_text.contains("after-vfork 640"), "{native_text}");
+    for policy in [None, Some(format!("hide {}\n", hidden.display()))] {
+        fresh();
+        let i = d.join("ictus.txt");
+        let (ended, _) = sh_under(policy.as_deref(), &d, &format!("{run} > {}", i.display()));
+        assert_eq!(ended, Ended::Code(0), "policy {policy:?}");
+        assert_eq!(native_text, read(&i), "policy {policy:?}");
+    }
+}
+
 /// Patched call sites, from the program's side (`tests/c/patch.c`): registers, flags,
 /// red zone and SSE state kept through the trap that patches and the patched path;
 /// threads running sites while they are patched; a site met in the middle of its
