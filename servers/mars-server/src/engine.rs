@@ -16,10 +16,11 @@
 //!   piece is queued in the device's DRR scheduler in the non-real-time class like any
 //!   read; when DRR dispatches it, it goes with the pieces queued behind it as one job
 //!   to the download thread (`crate::sender`: `splice(2)` file → pipe → non-blocking
-//!   socket, `epoll`), or, with [`EngineConfig::sendfile`] off, as one chain of linked
-//!   `IORING_OP_SPLICE` file → pipe → socket in io_uring's workers; either way the
-//!   kernel passes page references from the page cache to the socket as `sendfile`
-//!   does. A bounded number of lanes ([`EngineConfig::splice_pipes`]) bounds the
+//!   socket, `epoll`; two jobs of a connection in flight, the second started by the
+//!   thread when the first ends whole), or, with [`EngineConfig::sendfile`] off, as one
+//!   chain of linked `IORING_OP_SPLICE` file → pipe → socket in io_uring's workers;
+//!   either way the kernel passes page references from the page cache to the socket
+//!   as `sendfile` does. A bounded number of lanes ([`EngineConfig::splice_pipes`]) bounds the
 //!   downloads spliced at once; a download that finds none, and every paced stream,
 //!   takes the registered-buffer path above.
 //! - **HTTP** connections are read with a poll and non-blocking `recv` into one scratch
