@@ -16,10 +16,11 @@
 //!   piece is queued in the device's DRR scheduler in the non-real-time class like any
 //!   read; when DRR dispatches it, it goes with the pieces queued behind it as one job
 //!   to the download thread (`crate::sender`: `splice(2)` file → pipe → non-blocking
-//!   socket, `epoll`), or, with [`EngineConfig::sendfile`] off, as one chain of linked
-//!   `IORING_OP_SPLICE` file → pipe → socket in io_uring's workers; either way the
-//!   kernel passes page references from the page cache to the socket as `sendfile`
-//!   does. A bounded number of lanes ([`EngineConfig::splice_pipes`]) bounds the
+//!   socket, `epoll`; two jobs of a connection in flight, the second started by the
+//!   thread when the first ends whole), or, with [`EngineConfig::sendfile`] off, as one
+//!   chain of linked `IORING_OP_SPLICE` file → pipe → socket in io_uring's workers;
+//!   either way the kernel passes page references from the page cache to the socket
+//!   as `sendfile` does. A bounded number of lanes ([`EngineConfig::splice_pipes`]) bounds the
 //!   downloads spliced at once; a download that finds none, and every paced stream,
 //!   takes the registered-buffer path above.
 //! - **HTTP** connections are read with a poll and non-blocking `recv` into one scratch
@@ -226,6 +227,14 @@ pub struct EngineStats {
     /// Download jobs handed back by the download thread because their client took no
     /// byte for a while (the rest waits for the socket to be writable, out of DRR).
     pub parked: u64,
+    /// Jobs handed to the download thread.
+    pub jobs: u64,
+    /// Of those, jobs handed over while an earlier job of the same connection was
+    /// still out (the thread starts them without a round trip through the engine).
+    pub jobs_behind: u64,
+    /// Jobs the thread handed back unsent because the job before them of their
+    /// connection was parked or failed (their bytes must not pass its rest).
+    pub jobs_skipped: u64,
     /// The `stream=N` tags of HTTP requests whose response is being sent (a director's
     /// stream ids, which a cluster node reports so that streams whose player stopped
     /// are closed there).
@@ -460,9 +469,13 @@ struct Conn {
     failed: bool,
     /// While a download is spliced: its pipe.
     pipe: Option<Pipe>,
-    /// Its chain is a job of the download thread (not io_uring operations).
-    job: bool,
-    /// The reads of its chain of linked fills and drains in the kernel, in order.
+    /// The reads of each of its jobs with the download thread, in order: at most
+    /// two (the second is started by the thread as soon as the first ends whole).
+    jobs: VecDeque<Vec<u32>>,
+    /// A job came back parked or failed while a later one was still out: what to do
+    /// once every job is back (the later ones come back skipped).
+    hold: Option<Outcome>,
+    /// The reads of its io_uring chain of linked fills and drains, in order.
     chain: Vec<u32>,
     /// Bytes the peer had acknowledged at the last tick, while a splice to it is in
     /// flight (a blocking splice reports progress only when it is done).
@@ -509,7 +522,8 @@ impl Conn {
             sent: 0,
             failed: false,
             pipe: None,
-            job: false,
+            jobs: VecDeque::new(),
+            hold: None,
             chain: Vec::new(),
             acked: None,
             tag: None,
@@ -941,14 +955,16 @@ impl Engine {
         // The download thread first (joined): its jobs end here, as failed.
         if self.sender.take().is_some() {
             self.jobs_done();
-            let keys: Vec<u64> = self
+            let keys: Vec<(u64, usize)> = self
                 .conns
                 .iter()
                 .enumerate()
-                .filter_map(|(i, c)| c.as_ref().filter(|c| c.job).map(|c| stream_id(i as u32, c.gen)))
+                .filter_map(|(i, c)| c.as_ref().map(|c| (stream_id(i as u32, c.gen), c.jobs.len())))
                 .collect();
-            for key in keys {
-                self.job_done(Done { key, sent: 0, outcome: Outcome::Failed });
+            for (key, n) in keys {
+                for _ in 0..n {
+                    self.job_done(Done { key, sent: 0, outcome: Outcome::Failed });
+                }
             }
         }
         for slot in 0..self.conns.len() as u32 {
@@ -1332,7 +1348,10 @@ impl Engine {
             let rt_floor = self.rt_hold;
             let free = self.pool.free_count();
             let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
-            if c.items.len() >= c.window.max(1) {
+            // Pieces out with the download thread do not count: the window is what
+            // waits for the next job.
+            let out: usize = c.jobs.iter().map(Vec::len).sum();
+            if c.items.len() - out.min(c.items.len()) >= c.window.max(1) {
                 return;
             }
             let Some((pos, end)) = c.cursor else {
@@ -1507,6 +1526,10 @@ impl Engine {
 
     fn submit_read(&mut self, mut r: ReadReq) {
         r.submitted = self.now_ns();
+        if r.splice && self.sender.is_some() {
+            self.submit_job(r);
+            return;
+        }
         if r.splice {
             self.submit_chain(r);
             return;
@@ -1562,10 +1585,9 @@ impl Engine {
             None => (-1, -1),
         };
         let sock = c.sock.as_raw_fd();
-        let job = self.sender.is_some();
         match c.items.front_mut() {
             Some(Item::Splice { ops, queued, .. }) => {
-                *ops = if job { 1 } else { 2 };
+                *ops = 2;
                 *queued = false;
             }
             _ => return,
@@ -1583,28 +1605,12 @@ impl Engine {
             if pieces.len() >= CHAIN_MAX || *ops > 0 || self.inflight[d] + extra[d] >= limit {
                 break;
             }
-            *ops = if job { 1 } else { 2 };
+            *ops = 2;
             extra[d] += 1;
             pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..r });
         }
         let class = c.class;
-        // The download thread's job owns a duplicate of the socket (the connection's
-        // descriptor is closed only when the job is back, but a duplicate makes that
-        // not matter to the thread).
-        let dup = if job { Some(c.sock.try_clone()) } else { None };
-        if let Some(Err(_)) = &dup {
-            // No descriptor to spare (EMFILE): the download fails, as a failed splice.
-            for item in c.items.iter_mut().take(pieces.len()) {
-                if let Item::Splice { ops, failed, .. } = item {
-                    *ops = 0;
-                    *failed = true;
-                }
-            }
-            self.dirty.push(slot);
-            return;
-        }
-        c.ops += if job { 1 } else { 2 * pieces.len() as u32 };
-        c.job = job;
+        c.ops += 2 * pieces.len() as u32;
         c.send_busy = true;
         c.acked = None;
         let mut chain = Vec::with_capacity(pieces.len());
@@ -1615,14 +1621,6 @@ impl Engine {
             let idx = self.alloc_read(*p);
             self.read_started(p);
             chain.push(idx);
-        }
-        if let (Some(Ok(sock)), Some(sender)) = (dup, self.sender.as_ref()) {
-            let pieces = pieces.iter().map(|p| Piece { dev: p.dev, offset: p.offset, len: p.len }).collect();
-            sender.submit(Job { key: stream_id(slot, gen), sock, pieces });
-            if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
-                c.chain = chain;
-            }
-            return;
         }
         let n = chain.len();
         let mut entries = Vec::with_capacity(2 * n);
@@ -1652,6 +1650,101 @@ impl Engine {
         }
         for e in entries {
             self.push(e);
+        }
+    }
+
+    /// DRR dispatched a download's next piece, with the download thread: it goes to
+    /// the thread as a **job** with the fresh pieces queued behind it (charged to the
+    /// class in DRR as if dispatched with it), up to half the device's queue limit, so
+    /// that a connection can have a second job in flight behind its first — the thread
+    /// starts it the moment the first ends whole, while the engine is told of the first
+    /// and queues the third (double buffering: no wake-up of the engine or of the
+    /// thread between two jobs of a download). A job's pieces are the items after those
+    /// of the jobs still out (which stay at the front of the queue until they are back).
+    fn submit_job(&mut self, r: ReadReq) {
+        let (slot, gen) = r.owner;
+        // The devices' queue limits, as `kick_devices` keeps them.
+        let limit = if r.rt { self.cfg.device_depth + self.rt_need } else { self.cfg.device_depth };
+        let most = CHAIN_MAX.min((limit / 2).max(1));
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if c.gen != gen || c.phase != Phase::Sending || c.jobs.len() >= 2 || c.hold.is_some() {
+            return;
+        }
+        let first: usize = c.jobs.iter().map(Vec::len).sum();
+        match c.items.get_mut(first) {
+            Some(Item::Splice { ops, queued: queued @ true, .. }) => {
+                *ops = 1;
+                *queued = false;
+            }
+            _ => return,
+        }
+        let mut pieces = vec![r];
+        let mut extra = vec![0usize; self.inflight.len()];
+        extra[usize::from(r.dev)] += 1;
+        for item in c.items.iter_mut().skip(first + 1) {
+            let Item::Splice { dev, offset, len, filled: 0, drained: 0, ops, queued: false, failed: false } = item
+            else {
+                break;
+            };
+            let d = usize::from(*dev);
+            if pieces.len() >= most || *ops > 0 || self.inflight[d] + extra[d] >= limit {
+                break;
+            }
+            *ops = 1;
+            extra[d] += 1;
+            pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..r });
+        }
+        // The job owns a duplicate of the socket (the connection's descriptor is closed
+        // only when its jobs are back, but a duplicate makes that not matter to the
+        // thread).
+        let Ok(sock) = c.sock.try_clone() else {
+            // No descriptor to spare (EMFILE): the download fails, as a failed splice
+            // (after the bytes of the job before it, if one is out).
+            for item in c.items.iter_mut().skip(first).take(pieces.len()) {
+                if let Item::Splice { ops, failed, .. } = item {
+                    *ops = 0;
+                    *failed = true;
+                }
+            }
+            self.dirty.push(slot);
+            return;
+        };
+        let after = !c.jobs.is_empty();
+        self.stats.jobs += 1;
+        self.stats.jobs_behind += u64::from(after);
+        let class = c.class;
+        c.ops += 1;
+        c.send_busy = true;
+        c.acked = None;
+        let mut chain = Vec::with_capacity(pieces.len());
+        for (j, p) in pieces.iter().enumerate() {
+            if j > 0 {
+                let _ = self.drr[usize::from(p.dev)].charge(class, p.len.div_ceil(SECTOR as u32));
+            }
+            let idx = self.alloc_read(*p);
+            self.read_started(p);
+            chain.push(idx);
+        }
+        if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+            c.jobs.push_back(chain);
+        }
+        if let Some(sender) = self.sender.as_ref() {
+            let pieces = pieces.iter().map(|p| Piece { dev: p.dev, offset: p.offset, len: p.len }).collect();
+            sender.submit(Job { key: stream_id(slot, gen), sock, pieces, after });
+        }
+        // The next piece waits its turn in DRR for the second job.
+        self.dirty.push(slot);
+    }
+
+    /// Queues a spliced piece's fill in its device's DRR queue (or submits it at once
+    /// where the queue refuses it).
+    fn enqueue_splice(&mut self, owner: (u32, u32), class: ClassId, dev: u16, offset: u64, len: u32) {
+        let req =
+            ReadReq { splice: true, rt: class == self.rt_class, buf: 0, owner, dev, offset, len, at: 0, submitted: 0 };
+        let sectors = req.len.div_ceil(SECTOR as u32);
+        let position = req.offset;
+        if let Err((_, r)) = self.drr[usize::from(dev)].enqueue(class, Request { position, sectors, payload: req }) {
+            self.submit_read(r.payload);
         }
     }
 
@@ -1781,17 +1874,22 @@ impl Engine {
     /// bytes went out, in the order of its pieces; the pieces not sent whole are the
     /// connection's again — queued in DRR anew (and charged anew: a parked client's
     /// class pays twice for what it did not take, never less), after the socket is
-    /// writable if the job was parked, or failed if the job did.
+    /// writable if the job was parked, or failed if the job did. Jobs come back in the
+    /// order they were handed over; a job behind one that was parked or failed comes
+    /// back skipped, and the connection goes on only when all are back.
     fn job_done(&mut self, d: Done) {
         let (slot, gen) = ((d.key & 0xffff_ffff) as u32, (d.key >> 32) as u32);
         let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
-        if c.gen != gen || !c.job {
+        if c.gen != gen {
             return;
         }
-        c.job = false;
-        let chain = std::mem::take(&mut c.chain);
+        let Some(chain) = c.jobs.pop_front() else { return };
         c.ops -= 1;
-        c.send_busy = false;
+        self.stats.jobs_skipped += u64::from(d.outcome == Outcome::Skipped);
+        let more = !c.jobs.is_empty();
+        if !more {
+            c.send_busy = false;
+        }
         let closing = c.phase == Phase::Closing;
         self.end_reads(&chain);
         if closing {
@@ -1799,9 +1897,12 @@ impl Engine {
             return;
         }
         let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        // Its pieces: the first of the items still out (those of the jobs back before
+        // it and not sent whole are out no more).
         let mut left = d.sent;
         let mut blamed = false;
-        for item in c.items.iter_mut().take(chain.len()) {
+        let mine = c.items.iter_mut().filter(|i| matches!(i, Item::Splice { ops, .. } if *ops > 0)).take(chain.len());
+        for item in mine {
             let Item::Splice { len, filled, drained, ops, failed, .. } = item else { break };
             *ops = 0;
             let n = u64::from(*len - *drained).min(left) as u32;
@@ -1823,7 +1924,26 @@ impl Engine {
             c.progress = Instant::now();
         }
         self.stats.bytes_spliced += sent;
-        if d.outcome == Outcome::Parked {
+        if matches!(d.outcome, Outcome::Parked | Outcome::Failed) {
+            if c.hold.is_none() {
+                c.hold = Some(d.outcome);
+            }
+            if !more {
+                // No job of it is on its way to the thread: its note of this one goes.
+                if let Some(sender) = self.sender.as_ref() {
+                    sender.forget(d.key);
+                }
+            }
+        }
+        let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if more {
+            if c.hold.is_none() {
+                // The next job is running: the one after it may queue.
+                self.dirty.push(slot);
+            }
+            return;
+        }
+        if c.hold.take() == Some(Outcome::Parked) {
             // The client took nothing for a while: the rest waits, out of DRR, until
             // its socket is writable (the send timeout still runs).
             self.stats.parked += 1;
@@ -1956,10 +2076,32 @@ impl Engine {
     }
 
     fn start_send(&mut self, slot: u32) {
-        let rt_class = self.rt_class;
         let zero_copy = self.zero_copy;
         let registered = self.registered;
+        let thread = self.sender.is_some();
         let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        if thread && c.jobs.len() == 1 && c.hold.is_none() && c.phase == Phase::Sending {
+            // One job out with the download thread: the piece after it waits its turn
+            // in DRR for the second.
+            let first = c.jobs[0].len();
+            if let Some(Item::Splice {
+                dev,
+                offset,
+                len,
+                filled: 0,
+                drained: 0,
+                ops: 0,
+                queued: queued @ false,
+                failed: false,
+            }) = c.items.get_mut(first)
+            {
+                *queued = true;
+                let (dev, offset, len) = (*dev, *offset, *len);
+                let (class, owner) = (c.class, (slot, c.gen));
+                self.enqueue_splice(owner, class, dev, offset, len);
+            }
+            return;
+        }
         if c.send_busy || c.phase != Phase::Sending {
             return;
         }
@@ -2006,24 +2148,7 @@ impl Engine {
                         *queued = true;
                     }
                     let (class, owner) = (c.class, (slot, gen));
-                    let req = ReadReq {
-                        splice: true,
-                        rt: class == rt_class,
-                        buf: 0,
-                        owner,
-                        dev,
-                        offset: offset + u64::from(filled),
-                        len: len - filled,
-                        at: 0,
-                        submitted: 0,
-                    };
-                    let sectors = req.len.div_ceil(SECTOR as u32);
-                    let position = req.offset;
-                    if let Err((_, r)) =
-                        self.drr[usize::from(dev)].enqueue(class, Request { position, sectors, payload: req })
-                    {
-                        self.submit_read(r.payload);
-                    }
+                    self.enqueue_splice(owner, class, dev, offset + u64::from(filled), len - filled);
                 }
                 return;
             }

@@ -23,7 +23,7 @@
 //! descriptor shares) for the job only, and put back before the result is handed back:
 //! the engine's own sends on it never see the flag.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,13 +42,21 @@ pub(crate) struct Piece {
     pub len: u32,
 }
 
-/// What the engine hands over: its key for the result, the socket (a duplicate the job
-/// owns), the pieces in order.
+/// What the engine hands over: its key for the result (one key per connection), the
+/// socket (a duplicate the job owns), the pieces in order.
+///
+/// A connection may have a second job in flight behind its first (double buffering:
+/// the thread starts it the moment the first ends, without waiting for the engine).
+/// Such a job says so (`after`): it runs only if the job before it of the same key
+/// ended [`Outcome::Whole`], and is handed back [`Outcome::Skipped`] otherwise — its
+/// bytes must never reach the socket ahead of the earlier job's unsent rest.
 #[derive(Debug)]
 pub(crate) struct Job {
     pub key: u64,
     pub sock: OwnedFd,
     pub pieces: Vec<Piece>,
+    /// It follows an earlier job of its key that the engine has not had back yet.
+    pub after: bool,
 }
 
 /// How a job ended.
@@ -61,6 +69,8 @@ pub(crate) enum Outcome {
     /// The socket failed (the client is gone, or the connection was shut down), or the
     /// device ended before a piece did.
     Failed,
+    /// Not started: the job before it of its key did not end whole (nothing sent).
+    Skipped,
 }
 
 /// A job's result: its key, the bytes sent from its first piece on, how it ended.
@@ -71,8 +81,17 @@ pub(crate) struct Done {
     pub outcome: Outcome,
 }
 
+/// What the engine posts to the thread.
+#[derive(Debug)]
+enum Msg {
+    Job(Job),
+    /// The engine has had back every job of this key and the last did not end whole:
+    /// the thread's note of that (kept for a job `after` it that never came) goes.
+    Forget(u64),
+}
+
 struct Shared {
-    inbox: Mutex<Vec<Job>>,
+    inbox: Mutex<Vec<Msg>>,
     stop: AtomicBool,
 }
 
@@ -113,16 +132,40 @@ impl Sender {
         let shared = Arc::new(Shared { inbox: Mutex::new(Vec::new()), stop: AtomicBool::new(false) });
         let (s, w) = (Arc::clone(&shared), Arc::clone(&wake));
         let thread = std::thread::Builder::new().name("ictus-mars-dl".into()).spawn(move || {
-            Loop { ep, wake: w, shared: s, devices, park, done, jobs: HashMap::new(), next: 0, pipes: Vec::new() }.run()
+            Loop {
+                ep,
+                wake: w,
+                shared: s,
+                devices,
+                park,
+                done,
+                jobs: HashMap::new(),
+                next: 0,
+                pipes: Vec::new(),
+                busy: HashSet::new(),
+                waiting: HashMap::new(),
+                broken: HashSet::new(),
+            }
+            .run()
         })?;
         Ok(Sender { shared, wake, thread: Some(thread) })
     }
 
     /// Hands a job over.
     pub(crate) fn submit(&self, job: Job) {
+        self.post(Msg::Job(job));
+    }
+
+    /// Says that the engine has had back every job of `key` and the last one did not
+    /// end whole (see [`Msg::Forget`]).
+    pub(crate) fn forget(&self, key: u64) {
+        self.post(Msg::Forget(key));
+    }
+
+    fn post(&self, msg: Msg) {
         let first = match self.shared.inbox.lock() {
             Ok(mut q) => {
-                q.push(job);
+                q.push(msg);
                 q.len() == 1
             }
             Err(_) => return,
@@ -175,6 +218,13 @@ struct Loop {
     next: u64,
     /// Empty pipes for the next jobs.
     pipes: Vec<Pipe>,
+    /// Engine keys with a job running.
+    busy: HashSet<u64>,
+    /// Jobs waiting for the running job of their key.
+    waiting: HashMap<u64, VecDeque<Job>>,
+    /// Keys whose last job did not end whole and had no job waiting behind it: a job
+    /// `after` it, still on its way, is skipped (until the engine says to forget).
+    broken: HashSet<u64>,
 }
 
 impl Loop {
@@ -200,12 +250,17 @@ impl Loop {
                 if key == WAKE {
                     let mut b = [0u8; 8];
                     let _ = rustix::io::read(&*self.wake, &mut b);
-                    let jobs: Vec<Job> = match self.shared.inbox.lock() {
+                    let msgs: Vec<Msg> = match self.shared.inbox.lock() {
                         Ok(mut q) => std::mem::take(&mut *q),
                         Err(_) => Vec::new(),
                     };
-                    for job in jobs {
-                        self.begin(job, &mut out);
+                    for msg in msgs {
+                        match msg {
+                            Msg::Job(job) => self.arrive(job, &mut out),
+                            Msg::Forget(key) => {
+                                self.broken.remove(&key);
+                            }
+                        }
                     }
                 } else {
                     self.progress(key, &mut out);
@@ -232,7 +287,24 @@ impl Loop {
         }
     }
 
+    /// A job from the engine: run now, wait behind its key's running job, or skipped
+    /// if the job before it did not end whole.
+    fn arrive(&mut self, job: Job, out: &mut Vec<Done>) {
+        if !job.after {
+            // The engine had every earlier job of the key back before it sent this one.
+            self.broken.remove(&job.key);
+            self.begin(job, out);
+        } else if self.busy.contains(&job.key) {
+            self.waiting.entry(job.key).or_default().push_back(job);
+        } else if self.broken.remove(&job.key) {
+            out.push(Done { key: job.key, sent: 0, outcome: Outcome::Skipped });
+        } else {
+            self.begin(job, out);
+        }
+    }
+
     fn begin(&mut self, job: Job, out: &mut Vec<Done>) {
+        self.busy.insert(job.key);
         let k = self.next;
         self.next = self.next.wrapping_add(1) % WAKE;
         let flags = rustix::fs::fcntl_getfl(&job.sock).unwrap_or(rustix::fs::OFlags::empty());
@@ -336,7 +408,30 @@ impl Loop {
         if let (Some(p), 0) = (a.pipe, a.in_pipe) {
             self.pipes.push(p);
         }
-        out.push(Done { key: a.job.key, sent: a.sent, outcome });
+        let key = a.job.key;
+        self.busy.remove(&key);
+        out.push(Done { key, sent: a.sent, outcome });
+        let next = self.waiting.get_mut(&key).and_then(VecDeque::pop_front);
+        if self.waiting.get(&key).is_some_and(VecDeque::is_empty) {
+            self.waiting.remove(&key);
+        }
+        match next {
+            // The next job of the connection goes on at once: no wake-up of the engine
+            // between the two.
+            Some(job) if outcome == Outcome::Whole => self.begin(job, out),
+            // Its bytes would pass the earlier job's unsent rest: back, unsent, with
+            // every job behind it.
+            Some(job) => {
+                let rest = self.waiting.remove(&key).into_iter().flatten();
+                for job in std::iter::once(job).chain(rest) {
+                    out.push(Done { key: job.key, sent: 0, outcome: Outcome::Skipped });
+                }
+            }
+            None if outcome != Outcome::Whole => {
+                self.broken.insert(key);
+            }
+            None => {}
+        }
     }
 }
 
@@ -400,11 +495,11 @@ mod tests {
         let (stalled_s, stalled_c) = pair();
         rustix::net::sockopt::set_socket_send_buffer_size(&stalled_s, 64 << 10).unwrap();
         let pieces = vec![Piece { dev: 0, offset: 0, len: 16 << 20 }];
-        sender.submit(Job { key: 1, sock: stalled_s.try_clone().unwrap().into(), pieces });
+        sender.submit(Job { key: 1, sock: stalled_s.try_clone().unwrap().into(), pieces, after: false });
         // A reading client, pieces out of file order.
         let (s, mut c) = pair();
         let pieces = vec![Piece { dev: 0, offset: 2 << 20, len: 100_000 }, Piece { dev: 0, offset: 5, len: 70_000 }];
-        sender.submit(Job { key: 2, sock: s.try_clone().unwrap().into(), pieces });
+        sender.submit(Job { key: 2, sock: s.try_clone().unwrap().into(), pieces, after: false });
         let mut got = vec![0u8; 170_000];
         c.read_exact(&mut got).unwrap();
         assert_eq!(&got[..100_000], &data[2 << 20..(2 << 20) + 100_000]);
@@ -421,12 +516,112 @@ mod tests {
         // A job on a shut-down socket fails.
         stalled_s.shutdown(std::net::Shutdown::Both).unwrap();
         let pieces = vec![Piece { dev: 0, offset: 0, len: 1 << 20 }];
-        sender.submit(Job { key: 3, sock: stalled_s.try_clone().unwrap().into(), pieces });
+        sender.submit(Job { key: 3, sock: stalled_s.try_clone().unwrap().into(), pieces, after: false });
         let d = rx.recv_timeout(Duration::from_secs(60)).unwrap();
         assert_eq!((d.key, d.outcome), (3, Outcome::Failed));
         drop(stalled_c);
         let mut c2 = c;
         c2.write_all(b"x").unwrap();
+        drop(sender);
+    }
+
+    /// Two jobs of one connection: the second starts when the first ends whole (bytes
+    /// in order); behind a parked job it comes back skipped and none of its bytes reach
+    /// the socket; a job `after` a parked one with nothing waiting is skipped when it
+    /// comes, unless the engine said to forget.
+    #[test]
+    fn second_job_of_a_connection_waits_or_is_skipped() {
+        let (path, data) = file(16 << 20);
+        let start = |park: Duration| {
+            let dev: OwnedFd = std::fs::File::open(&path.0).unwrap().into();
+            let (tx, rx) = mpsc::channel();
+            let sender = Sender::start(
+                vec![dev],
+                park,
+                Box::new(move |d| {
+                    for x in d {
+                        let _ = tx.send(x);
+                    }
+                }),
+            )
+            .unwrap();
+            (sender, rx)
+        };
+        // Whole, then the next: in order (a park time no load reaches).
+        let (patient, rx) = start(Duration::from_secs(3600));
+        let (s, mut c) = pair();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let first = vec![Piece { dev: 0, offset: 3 << 20, len: 3 << 20 }];
+        let second = vec![Piece { dev: 0, offset: 7, len: 2 << 20 }];
+        patient.submit(Job { key: 10, sock: s.try_clone().unwrap().into(), pieces: first, after: false });
+        patient.submit(Job { key: 10, sock: s.try_clone().unwrap().into(), pieces: second, after: true });
+        let mut got = vec![0u8; 5 << 20];
+        c.read_exact(&mut got).unwrap();
+        assert!(got[..3 << 20] == data[3 << 20..6 << 20]);
+        assert!(got[3 << 20..] == data[7..(2 << 20) + 7]);
+        let next = || rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(next(), Done { key: 10, sent: 3 << 20, outcome: Outcome::Whole });
+        assert_eq!(next(), Done { key: 10, sent: 2 << 20, outcome: Outcome::Whole });
+        drop(patient);
+        let (sender, rx) = start(Duration::from_millis(200));
+        let next = || rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        // Behind a parked job: skipped, nothing of it sent.
+        let (s, mut c) = pair();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        rustix::net::sockopt::set_socket_send_buffer_size(&s, 64 << 10).unwrap();
+        let big = vec![Piece { dev: 0, offset: 0, len: 16 << 20 }];
+        let marker = vec![Piece { dev: 0, offset: 9 << 20, len: 1 << 20 }];
+        sender.submit(Job { key: 11, sock: s.try_clone().unwrap().into(), pieces: big.clone(), after: false });
+        sender.submit(Job { key: 11, sock: s.try_clone().unwrap().into(), pieces: marker.clone(), after: true });
+        let a = next();
+        assert_eq!((a.key, a.outcome), (11, Outcome::Parked));
+        assert_eq!(next(), Done { key: 11, sent: 0, outcome: Outcome::Skipped });
+        // The client reads what was sent: the first job's bytes and nothing after them.
+        let sent = a.sent as usize;
+        let mut got = vec![0u8; sent];
+        c.read_exact(&mut got).unwrap();
+        assert!(got == data[..sent]);
+        c.set_nonblocking(true).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut b = [0u8; 1];
+        assert!(c.read(&mut b).is_err(), "nothing of the skipped job was sent");
+        // A job `after` a parked one that had nothing waiting: skipped when it comes.
+        let (s2, _c2) = pair();
+        rustix::net::sockopt::set_socket_send_buffer_size(&s2, 64 << 10).unwrap();
+        sender.submit(Job { key: 12, sock: s2.try_clone().unwrap().into(), pieces: big.clone(), after: false });
+        assert_eq!(next().outcome, Outcome::Parked);
+        sender.submit(Job { key: 12, sock: s2.try_clone().unwrap().into(), pieces: marker.clone(), after: true });
+        assert_eq!(next(), Done { key: 12, sent: 0, outcome: Outcome::Skipped });
+        // ... unless the engine said to forget (it had every job back).
+        let (s3, mut c3) = pair();
+        c3.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        rustix::net::sockopt::set_socket_send_buffer_size(&s3, 64 << 10).unwrap();
+        sender.submit(Job { key: 13, sock: s3.try_clone().unwrap().into(), pieces: big, after: false });
+        let parked = next();
+        assert_eq!(parked.outcome, Outcome::Parked);
+        sender.forget(13);
+        let mut got = vec![0u8; parked.sent as usize];
+        c3.read_exact(&mut got).unwrap();
+        sender.submit(Job { key: 13, sock: s3.try_clone().unwrap().into(), pieces: marker, after: true });
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut b = vec![0u8; 64 << 10];
+            while got.len() < 1 << 20 {
+                match c3.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                }
+            }
+            got
+        });
+        // It runs (whole, or parked if this machine starved the reader for the park
+        // time): what was sent is the marker's first bytes.
+        let d = next();
+        assert_eq!(d.key, 13);
+        assert!(d.outcome != Outcome::Skipped && d.sent > 0, "{d:?}");
+        let got = reader.join().unwrap();
+        assert!(got.len() as u64 >= d.sent);
+        assert!(got[..d.sent as usize] == data[9 << 20..(9 << 20) + d.sent as usize]);
         drop(sender);
     }
 }

@@ -484,3 +484,62 @@ fn a_client_that_stops_reading_stalls_no_other_download() {
     assert_eq!(s.buffers_free, s.buffers);
     r.stop();
 }
+
+/// A download whose client pauses past the park time again and again, with two jobs
+/// in flight on the download thread (double buffering): every pause parks the job
+/// being sent, the job behind it comes back unsent, and the client still gets every
+/// byte in order.
+#[test]
+fn a_pausing_client_gets_every_byte_in_order_with_two_jobs_in_flight() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("pausing");
+    let comps: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("p{i}.img"))).collect();
+    let mut v = ictus_mars_server::Volume::create(&comps, 64 << 10, Some(40 << 20)).unwrap();
+    let big = pattern(48 << 20, 13);
+    std::fs::write(dir.path().join("big.src"), &big).unwrap();
+    v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
+    drop(v);
+    let cfg = EngineConfig { send_timeout: Duration::from_secs(3600), device_depth: 8, ..EngineConfig::default() };
+    let r = start(&comps, cfg, false);
+    let h = r.handle.clone().unwrap();
+    if !h.stats().unwrap().sendfile {
+        r.stop();
+        return; // no page-cache path here: the buffered path is tested elsewhere
+    }
+    let mut s = small_window_client(r.addr.unwrap(), "GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut got = Vec::new();
+    let mut b = vec![0u8; 256 << 10];
+    let mut pauses = 0;
+    while got.len() < big.len() + 4096 {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+        }
+        // A pause at each 6 MiB read while more than the socket buffers hold is left:
+        // the job being sent is parked.
+        if got.len() < 36 << 20 && got.len() / (6 << 20) > pauses {
+            pauses += 1;
+            let parked = h.stats().unwrap().parked;
+            assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().parked > parked), "{:?}", h.stats());
+        }
+        let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
+        if head_end.is_some_and(|e| got.len() >= e + big.len()) {
+            break;
+        }
+    }
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4).unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(got.len() - head_end, big.len());
+    assert!(got[head_end..] == big[..], "every byte, in order");
+    let st = h.stats().unwrap();
+    assert!(st.parked >= 5, "{st:?}");
+    assert!(st.jobs_behind >= 1, "a second job was in flight: {st:?}");
+    drop(s);
+    assert!(eventually(Duration::from_secs(60), || h.stats().unwrap().connections == 0), "{:?}", h.stats());
+    let st = h.stats().unwrap();
+    assert_eq!(st.buffers_free, st.buffers);
+    eprintln!("pausing client: {st:?}");
+    r.stop();
+}

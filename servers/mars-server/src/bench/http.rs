@@ -108,6 +108,29 @@ impl Sender {
 /// One measured download: bytes/s and CPU-seconds per GB.
 type Run = (f64, f64);
 
+/// Where ours' CPU and wake-ups went in one download (the download thread's path):
+/// CPU-seconds of the engine's threads and of the download threads, their wake-ups
+/// (voluntary context switches), jobs handed to the thread and those handed over while
+/// an earlier job of the connection was still out — per GB.
+#[derive(Clone, Copy, Debug, Default)]
+struct Split {
+    engine_cpu: f64,
+    thread_cpu: f64,
+    engine_wakes: f64,
+    thread_wakes: f64,
+    jobs: f64,
+    jobs_behind: f64,
+}
+
+/// The counters [`Split`] is taken from.
+fn split_now(h: Option<&crate::EngineHandle>) -> [u64; 6] {
+    let (ec, ew) = rig::threads_cpu_ns("ictus-mars");
+    let (tc, tw) = rig::threads_cpu_ns("ictus-mars-dl");
+    let s = h.and_then(|h| h.stats());
+    let (jobs, behind) = s.map_or((0, 0), |s| (s.jobs, s.jobs_behind));
+    [ec, tc, ew, tw, jobs, behind]
+}
+
 /// The HTTP comparison, on plain files in the rig's directory (no throttle).
 pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError> {
     if !rig::have("curl", "--version") {
@@ -181,6 +204,8 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
     // (sender, warm) → runs
     let mut runs: Vec<((Sender, bool), Vec<Run>)> = Vec::new();
     let mut not_cold = 0;
+    // (warm) → ours' splits
+    let mut splits: Vec<(bool, Split)> = Vec::new();
     for round in 0..rounds {
         for warm in [false, true] {
             let n = senders.len();
@@ -206,8 +231,28 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
                             Sender::OursUring => uring_port,
                             _ => direct_port,
                         };
+                        let h = if who == Sender::Ours { server.handle.as_ref() } else { None };
+                        let s0 = split_now(h);
                         let c0 = rig::self_cpu_ns();
-                        curl(&format!("http://127.0.0.1:{port}/clip.bin")).map(|d| (d, rig::self_cpu_ns() - c0))
+                        let r =
+                            curl(&format!("http://127.0.0.1:{port}/clip.bin")).map(|d| (d, rig::self_cpu_ns() - c0));
+                        if let (Some(_), Ok(((bytes, _), _))) = (h, &r) {
+                            let s1 = split_now(h);
+                            let d: Vec<f64> = (0..6).map(|i| s1[i].saturating_sub(s0[i]) as f64).collect();
+                            let gb = *bytes as f64 / 1e9;
+                            splits.push((
+                                warm,
+                                Split {
+                                    engine_cpu: d[0] / 1e9 / gb,
+                                    thread_cpu: d[1] / 1e9 / gb,
+                                    engine_wakes: d[2] / gb,
+                                    thread_wakes: d[3] / gb,
+                                    jobs: d[4] / gb,
+                                    jobs_behind: d[5] / gb,
+                                },
+                            ));
+                        }
+                        r
                     }
                     Sender::Nginx => {
                         let Some((port, pid)) = nginx else { continue };
@@ -261,6 +306,17 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
             }
             let mbs: Vec<f64> = r.iter().map(|x| x.0).collect();
             let cpu: Vec<f64> = r.iter().map(|x| x.1).collect();
+            if who == Sender::Ours {
+                let sp: Vec<Split> = splits.iter().filter(|(w, _)| *w == warm).map(|(_, s)| *s).collect();
+                let m = |f: fn(&Split) -> f64| med(&sp.iter().map(f).collect::<Vec<_>>());
+                out.rows.push(json!({
+                    "case": format!("HTTP {}: ictus mars, where it goes (per GB, medians)", if warm { "warm" } else { "cold" }),
+                    "table": "http_split", "cache": if warm { "warm" } else { "cold" },
+                    "engine_cpu_s_per_gb": m(|s| s.engine_cpu), "download_thread_cpu_s_per_gb": m(|s| s.thread_cpu),
+                    "engine_wakes_per_gb": m(|s| s.engine_wakes), "download_thread_wakes_per_gb": m(|s| s.thread_wakes),
+                    "jobs_per_gb": m(|s| s.jobs), "jobs_behind_per_gb": m(|s| s.jobs_behind), "runs": sp.len(),
+                }));
+            }
             out.rows.push(json!({
                 "case": format!("HTTP {}: {}", if warm { "warm" } else { "cold" }, who.name()),
                 "table": "http", "implementation": who.name(), "cache": if warm { "warm" } else { "cold" },
@@ -299,7 +355,7 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
         .with_target(1.0),
     );
     out.notes.push(format!(
-        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds rotating the order; cold = the file's pages dropped before each download (all read the VM's disk, same file system), warm = the file read once before; sender CPU = getrusage of this process for ours (io_uring's workers included) and the splice thread (curl is another process), schedstat of nginx's one process; ours: sendfile(2) volume file → non-blocking socket on the download thread (epoll), each piece (up to 1 MiB, up to 8 per job) when DRR dispatches it; ours io_uring splice: IORING_OP_SPLICE volume file → 1 MiB pipe → socket, linked chains, queued by DRR; ours O_DIRECT buffers: 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
+        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds rotating the order; cold = the file's pages dropped before each download (all read the VM's disk, same file system), warm = the file read once before; sender CPU = getrusage of this process for ours (io_uring's workers included) and the splice thread (curl is another process), schedstat of nginx's one process; ours: splice(2) volume file → its own 1 MiB pipe → non-blocking socket on the download thread (epoll), each piece (up to 1 MiB, up to 4 per job: half the device queue of 8) when DRR dispatches it, a second job of the connection in flight behind the first (the thread starts it when the first ends whole); the engine, the download thread, nginx and the splice loop all timesharing (serve runs its engine at SCHED_FIFO 50: see doc/mars.md); ours io_uring splice: IORING_OP_SPLICE volume file → 1 MiB pipe → socket, linked chains, queued by DRR; ours O_DIRECT buffers: 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
         len >> 20
     ));
     if not_cold > 0 {

@@ -547,6 +547,32 @@ pub fn schedstat_ns(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU nanoseconds and voluntary context switches (the times it slept: its wake-ups)
+/// of this process's living threads named `name` (`/proc/self/task/*/schedstat` and
+/// `status`).
+pub fn threads_cpu_ns(name: &str) -> (u64, u64) {
+    let Ok(dir) = fs::read_dir("/proc/self/task") else { return (0, 0) };
+    let (mut cpu, mut wakes) = (0, 0);
+    for t in dir.flatten() {
+        let p = t.path();
+        if fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim_end() == name) {
+            cpu += fs::read_to_string(p.join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()))
+                .unwrap_or(0);
+            wakes += fs::read_to_string(p.join("status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+        }
+    }
+    (cpu, wakes)
+}
+
 /// CPU nanoseconds of every thread this process has had, living and exited
 /// (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`).
 pub fn self_cpu_ns() -> u64 {
