@@ -24,7 +24,12 @@ pub fn http_request(data: &[u8]) {
     };
     match http::parse(bytes) {
         Parsed::Partial => assert!(bytes.len() < http::MAX_HEAD),
-        Parsed::Refuse(status) => assert!((400..=505).contains(&status)),
+        Parsed::Refuse(status) => {
+            assert!((400..=505).contains(&status));
+            let plan = http::refusal(bytes, status);
+            assert!(!plan.keep_alive, "a refusal closes");
+            assert!(plan.body.is_empty() || !bytes.trim_ascii_start().starts_with(b"HEAD "), "no body to a HEAD");
+        }
         Parsed::Request(req, n) => {
             assert!(n <= bytes.len() && n <= http::MAX_HEAD);
             let plan = http::respond(&req, &One(len), "BOUNDARY");
