@@ -714,6 +714,11 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             writable(&r2)?;
             if h.op == nr::RENAMEAT2 {
                 writable(&r1)?;
+            } else if r1.readonly {
+                // A read-only view path is a read-only mount of its own: a link out of
+                // it crosses mounts, as the kernel answers for a read-only bind mount
+                // (else the new, writable name would write the read-only file).
+                return Err(libc::EXDEV);
             }
             let (d1, n1) = parent(&r1)?;
             let (d2, n2) = parent(&r2)?;

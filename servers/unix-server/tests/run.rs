@@ -270,6 +270,45 @@ fn the_policy_hides_makes_read_only_closes_the_network_and_refuses() {
     assert!(!ro.join("x").exists());
 }
 
+/// A hard link is a second name of the same file: one made from a read-only path
+/// into a writable directory would let the program write the read-only file through
+/// it. Under an `ro` line and a read-only bind mount, every way of naming the source
+/// (its path, a directory descriptor, `/proc/self/fd` and `/dev/fd` of a descriptor
+/// opened for reading, with `AT_SYMLINK_FOLLOW`) is refused as the kernel refuses a
+/// link out of a read-only bind mount (`EXDEV`); links inside writable paths work.
+#[test]
+fn no_hard_link_out_of_a_read_only_path() {
+    let d = scratch();
+    let (ro, w) = (d.join("ro"), d.join("w"));
+    for dir in [&ro, &w] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(ro.join("f"), "ro\n").unwrap();
+    std::fs::write(w.join("mine"), "w\n").unwrap();
+    let out = d.join("out.txt");
+    for (policy, src) in [
+        (format!("ro {}\n", ro.display()), ro.clone()),
+        (format!("bind {} /mnt/robind ro\n", ro.display()), PathBuf::from("/mnt/robind")),
+    ] {
+        let script = format!(
+            "{{ exec 3<{src}/f; cd {src}; \
+             for from in {src}/f f /proc/self/fd/3 /dev/fd/3; do \
+               ln -L $from {w}/l 2>{w}/err && echo linked || grep -c 'cross-device' {w}/err; done; \
+             ln {w}/mine {w}/mine2 && echo own; ln {w}/mine {src}/in 2>/dev/null || echo into-ro; \
+             cat {src}/f; rm -f {w}/err; }} > {out}",
+            src = src.display(),
+            w = w.display(),
+            out = out.display()
+        );
+        let (ended, _) = sh_under(Some(&policy), &d, &script);
+        assert_eq!(ended, Ended::Code(0), "{policy}");
+        assert_eq!(read(&out), "1\n1\n1\n1\nown\ninto-ro\nro\n", "{policy}");
+        assert!(!w.join("l").exists(), "{policy}");
+        assert_eq!(std::fs::read_to_string(ro.join("f")).unwrap(), "ro\n", "{policy}");
+        std::fs::remove_file(w.join("mine2")).unwrap();
+    }
+}
+
 /// A datagram's destination path would be resolved by the kernel in `sendto`, past
 /// the view: under a policy that hides a directory, a datagram socket bound there (by
 /// a process outside the session) must not be reachable. Addressed sends are served
