@@ -852,6 +852,16 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             raw(libc::SYS_inotify_add_watch, [fdl(fd), cs(&p), (a[2] | 0x0200_0000) as _, 0, 0, 0])
         })()),
         nr::GETDENTS | nr::GETDENTS64 => listing(s, h.op, fd_of[0], a[2]),
+        // Served where the policy makes paths read-only (the filter traps them there).
+        nr::FCHMOD | nr::FCHOWN => res((|| {
+            let fd = fd_of[0].ok_or(errno::EBADF)?;
+            fd_writable(s, fd)?;
+            if h.op == nr::FCHMOD {
+                raw(libc::SYS_fchmod, [fdl(fd), (a[1] as u32 & 0o7777) as _, 0, 0, 0, 0])
+            } else {
+                raw(libc::SYS_fchown, [fdl(fd), a[1] as u32 as _, a[2] as u32 as _, 0, 0, 0])
+            }
+        })()),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra)),
         nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID
