@@ -552,7 +552,7 @@ mod tests {
             let e = Volume::create(&[a.clone(), d.join("b"), second.clone()], 8192, size).err();
             assert!(matches!(&e, Some(VolumeError::Mismatch(m)) if m.contains("the same file")), "{second:?}: {e:?}");
         }
-        assert!(Volume::open(&[a.clone()]).is_err(), "no label written");
+        assert!(Volume::open(std::slice::from_ref(&a)).is_err(), "no label written");
         Volume::create(&[a, d.join("b")], 8192, size).unwrap();
         let _ = std::fs::remove_dir_all(&d);
     }
