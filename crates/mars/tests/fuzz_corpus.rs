@@ -47,6 +47,8 @@ fn http_seeds() -> Vec<(&'static str, Vec<u8>)> {
             "seed-percent-and-minor",
             with_len(16, "GET /cl%69p%2Ets%2F HTTP/1.2\r\nHost: [::1]:8\r\nContent-Length: 00\r\n\r\n"),
         ),
+        // Found by the fuzzer: a space before HEAD is no request line (a body is fine).
+        ("seed-space-before-head", with_len(7, " HEAD /] H")),
         (
             "seed-refused-head",
             with_len(16, "HEAD /clip.ts?rate=0 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n"),
