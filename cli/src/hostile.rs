@@ -314,6 +314,9 @@ fn arguments_that_contradict_each_other_are_refused() {
         (&["mars", "serve", "--volume", "a", "--no-ports", "--name-server", "x"][..], "cannot be used"),
         (&["mars", "serve", "--volume", "a", "--no-ports", "--control-socket", "x"][..], "cannot be used"),
         (&["mars", "serve", "--volume", "a", "--fifo", "10", "--timesharing"][..], "cannot be used"),
+        // Settings of a cluster node, given to a node of a local volume (they were ignored).
+        (&["mars", "serve", "--volume", "a", "--cache", "16777216"][..], "cannot be used"),
+        (&["mars", "serve", "--volume", "a", "--ahead", "1048576"][..], "cannot be used"),
         (&["bench", "mars", "--only", "table9"][..], "table9"),
         (&["unix", "run", "--server", "--stats", "true"][..], "cannot be used"),
         (&["unix", "run", "--server", "--policy", "p", "true"][..], "cannot be used"),

@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,13 @@ use crate::{Config, Director, NodeId, Refused, StreamId};
 pub use crate::wire::MAX_LINE;
 /// Longest HTTP request head.
 const MAX_HEAD: usize = 16 << 10;
+/// A client's whole request head must arrive within this (a slowloris client that
+/// sends a byte now and then is cut off here, not at each read), else 408.
+const HEAD_DEADLINE: Duration = Duration::from_secs(10);
+/// Most connections of each port served at once (one thread each); past it a client is
+/// answered 503 at once and a node connection is closed, so many idle or slow peers
+/// cost bounded threads and memory.
+pub const MAX_CONNECTIONS: usize = 1024;
 
 /// What the director needs of the store: a clip's length, or none if not there.
 pub trait Catalog: Send + Sync + 'static {
@@ -87,6 +94,10 @@ struct Shared {
     catalog: Box<dyn Catalog>,
     opts: DirectorOptions,
     stop: AtomicBool,
+    /// Connections being served: clients', nodes'.
+    serving: [AtomicUsize; 2],
+    /// Most of each.
+    max_connections: usize,
 }
 
 impl Shared {
@@ -139,6 +150,17 @@ impl RunningDirector {
         catalog: Box<dyn Catalog>,
         opts: DirectorOptions,
     ) -> std::io::Result<RunningDirector> {
+        Self::start_bounded(http, nodes, catalog, opts, MAX_CONNECTIONS)
+    }
+
+    /// [`RunningDirector::start`] serving at most `max_connections` of each port at once.
+    fn start_bounded(
+        http: TcpListener,
+        nodes: TcpListener,
+        catalog: Box<dyn Catalog>,
+        opts: DirectorOptions,
+        max_connections: usize,
+    ) -> std::io::Result<RunningDirector> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 core: Director::new(opts.config),
@@ -156,12 +178,14 @@ impl RunningDirector {
             catalog,
             opts,
             stop: AtomicBool::new(false),
+            serving: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            max_connections,
         });
         let (http_addr, nodes_addr) = (http.local_addr()?, nodes.local_addr()?);
         let mut threads = Vec::new();
         let sh = Arc::clone(&shared);
         threads.push(std::thread::Builder::new().name("director-http".into()).spawn(move || {
-            accept_loop(&sh, &http, |sh, s| {
+            accept_loop(&sh, &http, Port::Clients, |sh, s| {
                 let _ = serve_client(sh, s);
             })
         })?);
@@ -169,7 +193,7 @@ impl RunningDirector {
         threads.push(
             std::thread::Builder::new()
                 .name("director-nodes".into())
-                .spawn(move || accept_loop(&sh, &nodes, serve_node))?,
+                .spawn(move || accept_loop(&sh, &nodes, Port::Nodes, serve_node))?,
         );
         let sh = Arc::clone(&shared);
         threads.push(std::thread::Builder::new().name("director-tick".into()).spawn(move || {
@@ -227,18 +251,46 @@ fn snapshot(st: &State) -> Snapshot {
     }
 }
 
-fn accept_loop(sh: &Arc<Shared>, l: &TcpListener, f: fn(&Arc<Shared>, TcpStream)) {
+/// The director's two ports.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Port {
+    Clients = 0,
+    Nodes = 1,
+}
+
+/// One connection counted in [`Shared::serving`] while it lives.
+struct Serving(Arc<Shared>, Port);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving[self.1 as usize].fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn accept_loop(sh: &Arc<Shared>, l: &TcpListener, port: Port, f: fn(&Arc<Shared>, TcpStream)) {
     for s in l.incoming() {
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
-        let Ok(s) = s else {
+        let Ok(mut s) = s else {
             // EMFILE and the like: do not spin.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        let sh = Arc::clone(sh);
-        let _ = std::thread::Builder::new().name("director-conn".into()).spawn(move || f(&sh, s));
+        if sh.serving[port as usize].fetch_add(1, Ordering::AcqRel) >= sh.max_connections {
+            sh.serving[port as usize].fetch_sub(1, Ordering::AcqRel);
+            if port == Port::Clients {
+                // A few hundred bytes into an empty socket buffer: this does not block.
+                let _ = s.set_nonblocking(true);
+                let _ = respond(&mut s, "503 Service Unavailable", "Retry-After: 1\r\n", "busy\n", false);
+            }
+            continue;
+        }
+        let guard = Serving(Arc::clone(sh), port);
+        let _ = std::thread::Builder::new().name("director-conn".into()).spawn(move || {
+            f(&guard.0, s);
+            drop(guard);
+        });
     }
 }
 
@@ -372,38 +424,67 @@ fn close_gone(st: &mut State, node: NodeId, open: &[StreamId], now: u64, grace: 
 /// The most of a stream a resume catches up at once (seconds of it).
 const MAX_LEAD_S: u64 = 2;
 
-fn query_param<'a>(q: Option<&'a str>, key: &str) -> Option<&'a str> {
-    q?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-}
+use ictus_mars::http::query_param;
 
-fn respond(s: &mut TcpStream, status: &str, headers: &str, body: &str) -> std::io::Result<()> {
+/// Answers and closes; a HEAD's answer has the head a GET's would, without the body
+/// (RFC 9110 §9.3.2).
+fn respond(s: &mut TcpStream, status: &str, headers: &str, body: &str, head_only: bool) -> std::io::Result<()> {
+    let body_sent = if head_only { "" } else { body };
     write!(
         s,
-        "HTTP/1.1 {status}\r\n{headers}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\n{headers}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body_sent}",
         body.len()
     )
 }
 
+/// Refuses a request head the parser refused (its status; `Allow` with a 405; no body
+/// to a HEAD), and closes.
+fn refuse(s: &mut TcpStream, head: &[u8], status: u16) -> std::io::Result<()> {
+    let plan = ictus_mars::http::refusal(head, status);
+    s.write_all(&plan.head)?;
+    for seg in &plan.body {
+        if let ictus_mars::range::Segment::Bytes(b) = seg {
+            s.write_all(b)?;
+        }
+    }
+    Ok(())
+}
+
 /// One client request (then the connection closes).
 fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let deadline = Instant::now() + HEAD_DEADLINE;
+    s.set_write_timeout(Some(HEAD_DEADLINE))?;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let req = loop {
         match ictus_mars::http::parse(&buf) {
             ictus_mars::http::Parsed::Request(r, _) => break r,
-            ictus_mars::http::Parsed::Refuse(code) => return respond(&mut s, &format!("{code} Refused"), "", ""),
+            ictus_mars::http::Parsed::Refuse(code) => return refuse(&mut s, &buf, code),
             ictus_mars::http::Parsed::Partial => {}
         }
         if buf.len() > MAX_HEAD {
-            return respond(&mut s, "431 Request Header Fields Too Large", "", "");
+            return refuse(&mut s, &buf, 431);
         }
-        let n = s.read(&mut chunk)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return refuse(&mut s, &buf, 408);
+        }
+        s.set_read_timeout(Some(left))?;
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return refuse(&mut s, &buf, 408)
+            }
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Ok(());
         }
         buf.extend_from_slice(&chunk[..n]);
     };
+    let head_only = req.method == ictus_mars::http::Method::Head;
+    let respond =
+        |s: &mut TcpStream, status: &str, headers: &str, body: &str| respond(s, status, headers, body, head_only);
     let q = req.query.as_deref();
     if req.path == "_cluster" {
         let snap = snapshot(&sh.lock());
@@ -573,7 +654,11 @@ mod tests {
     }
 
     fn director() -> RunningDirector {
-        RunningDirector::start(
+        director_bounded(MAX_CONNECTIONS)
+    }
+
+    fn director_bounded(max_connections: usize) -> RunningDirector {
+        RunningDirector::start_bounded(
             TcpListener::bind("127.0.0.1:0").unwrap(),
             TcpListener::bind("127.0.0.1:0").unwrap(),
             Box::new(Lengths),
@@ -583,8 +668,58 @@ mod tests {
                 tick: Duration::from_millis(20),
                 close_grace: Duration::from_millis(300),
             },
+            max_connections,
         )
         .unwrap()
+    }
+
+    /// A HEAD is answered without a body, a refused method with `Allow`, a head that
+    /// dribbles in forever with 408, and past the bound on connections a client is
+    /// answered 503 at once while the connections held are idle; others are served as
+    /// soon as those go.
+    #[test]
+    fn hostile_clients_get_correct_answers_and_bounded_threads() {
+        let d = director_bounded(4);
+        let r = ask(&d, "HEAD /b.ts HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 404") && r.ends_with("\r\n\r\n"), "{r:?}");
+        let declared: usize = r.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().parse().unwrap();
+        assert!(declared > 0, "the length a GET's body would have: {r:?}");
+        let r = ask(&d, "HEAD /a.ts?rate=x HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 400") && r.ends_with("\r\n\r\n"), "{r:?}");
+        let r = ask(&d, "DELETE /a.ts HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 405") && r.contains("\r\nAllow: GET, HEAD\r\n"), "{r:?}");
+        // (Exactly what the director reads before it answers: nothing unread, no reset.)
+        let line = format!("GET /{}", "a".repeat(ictus_mars::http::MAX_HEAD - 5));
+        let r = ask(&d, &line);
+        assert!(r.starts_with("HTTP/1.1 414"), "{r:?}");
+        // Four idle connections take every thread allowed; a fifth client is told 503.
+        wait("the answered gone", || d.shared.serving[Port::Clients as usize].load(Ordering::Acquire) == 0);
+        let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(d.http).unwrap()).collect();
+        wait("four served", || d.shared.serving[Port::Clients as usize].load(Ordering::Acquire) == 4);
+        let r = ask(&d, "");
+        assert!(r.starts_with("HTTP/1.1 503") && r.contains("Retry-After"), "{r:?}");
+        // One of them dribbles its head a byte at a time: it gets 408 at the deadline,
+        // not a fresh timeout per byte.
+        let mut slow = idle.into_iter().next().unwrap();
+        let dribble = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            slow.set_read_timeout(Some(Duration::from_millis(250))).unwrap();
+            // A byte each 250 ms, until an answer comes (a head longer than the
+            // deadline allows, whatever the load); then the rest of the answer.
+            for b in b"GET /a.ts HTTP/1.1\r\n".iter().chain(std::iter::repeat(&b'X')).take(4000) {
+                if slow.write_all(&[*b]).is_err() || slow.read_to_end(&mut out).is_ok() || !out.is_empty() {
+                    break;
+                }
+            }
+            slow.set_read_timeout(None).unwrap();
+            let _ = slow.read_to_end(&mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        });
+        let r = dribble.join().unwrap();
+        assert!(r.starts_with("HTTP/1.1 408"), "{r:?}");
+        wait("the dribbler's thread gone", || d.shared.serving[Port::Clients as usize].load(Ordering::Acquire) <= 3);
+        assert!(ask(&d, "GET /b.ts HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 404"));
+        d.stop();
     }
 
     fn ask(d: &RunningDirector, req: &str) -> String {

@@ -24,7 +24,14 @@ pub fn http_request(data: &[u8]) {
     };
     match http::parse(bytes) {
         Parsed::Partial => assert!(bytes.len() < http::MAX_HEAD),
-        Parsed::Refuse(status) => assert!((400..=505).contains(&status)),
+        Parsed::Refuse(status) => {
+            assert!((400..=505).contains(&status));
+            let plan = http::refusal(bytes, status);
+            assert!(!plan.keep_alive, "a refusal closes");
+            // A request line may follow empty lines (RFC 9112 §2.2), nothing else.
+            let line = &bytes[bytes.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(bytes.len())..];
+            assert!(plan.body.is_empty() || !line.starts_with(b"HEAD "), "no body to a HEAD");
+        }
         Parsed::Request(req, n) => {
             assert!(n <= bytes.len() && n <= http::MAX_HEAD);
             let plan = http::respond(&req, &One(len), "BOUNDARY");

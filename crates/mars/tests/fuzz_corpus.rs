@@ -36,6 +36,23 @@ fn http_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("seed-partial", with_len(10, "GET /a HTTP/1.1\r\nHo")),
         ("seed-garbage", vec![0x16, 0x03, 0x01, 0x02, 0x00, 0xff, b'\r', b'\n', b'\r', b'\n']),
         ("seed-pipelined", with_len(64, "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n")),
+        (
+            "seed-absolute-form",
+            with_len(
+                16,
+                "GET http://h:80/clip.ts?rate=500000&stream=3 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9,20-29\r\n\r\n",
+            ),
+        ),
+        (
+            "seed-percent-and-minor",
+            with_len(16, "GET /cl%69p%2Ets%2F HTTP/1.2\r\nHost: [::1]:8\r\nContent-Length: 00\r\n\r\n"),
+        ),
+        // Found by the fuzzer: a space before HEAD is no request line (a body is fine).
+        ("seed-space-before-head", with_len(7, " HEAD /] H")),
+        (
+            "seed-refused-head",
+            with_len(16, "HEAD /clip.ts?rate=0 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n"),
+        ),
     ]
 }
 

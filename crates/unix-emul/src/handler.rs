@@ -371,6 +371,9 @@ pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
             Class::Server => serve(n, a),
             // Trapped only when the policy hides names (the filter serves listings).
             Class::Native if n == nr::GETDENTS64 || n == nr::GETDENTS => listing(n, a),
+            // Trapped only when the policy makes paths read-only (the server checks
+            // the descriptor's file).
+            Class::Native if n == nr::FCHMOD || n == nr::FCHOWN => fd_change(n, a),
             Class::Refused(_) | Class::Native => ask(n, a),
         }
     }
@@ -741,11 +744,26 @@ fn copy_out(data: &[u8], ptr: u64, cap: usize) -> i64 {
     n as i64
 }
 
+/// `fchmod(fd, mode)` / `fchown(fd, uid, gid)` served (trapped only where the policy
+/// has read-only paths): the server refuses a change to a read-only file.
+#[inline(never)]
+fn fd_change(n: u32, a: [u64; 6]) -> i64 {
+    let mut buf = Buf::uninit();
+    let mut r = Req::new(n, [a[0], a[1], a[2], 0, 0, 0], &mut buf);
+    r.fd_args |= 1;
+    match r.send(false) {
+        Ok(ans) => {
+            close_all(&ans);
+            ans.result
+        }
+        Err(e) => e,
+    }
+}
+
 /// `getdents64(fd, dirp, count)` (or `getdents`) served: the server lists the
 /// program's directory on its descriptor (the same open file, so the offset moves as
 /// the kernel's would) and leaves out the names the view hides. At most what fits in
 /// one reply per call; a program reads on until 0 as it would anyway.
-#[inline(never)]
 fn listing(n: u32, a: [u64; 6]) -> i64 {
     let cap = (a[2] as u32 as usize).min(BUF - wire::REPLY_HEADER);
     let mut buf = Buf::uninit();

@@ -113,9 +113,19 @@ struct ClusterArgs {
     /// The Ceph cluster's configuration file (`scripts/ceph.sh up` prints it).
     #[arg(long, value_name = "CONF")]
     cluster: Option<PathBuf>,
-    /// The pool holding the clips.
-    #[arg(long, default_value = "ictus", requires = "cluster")]
-    pool: String,
+    /// The pool holding the clips [default: ictus].
+    // No clap default here and for `cache`/`ahead`, and `serve` checks `--pool`
+    // itself: clap drops a `requires` whose target conflicts with a present argument
+    // (`--cluster` with `--volume`), so `serve --volume V --pool P` was accepted and P
+    // ignored. `cache`/`ahead` conflict with `--volume` instead.
+    #[arg(long, requires = "cluster")]
+    pool: Option<String>,
+}
+
+impl ClusterArgs {
+    fn pool(&self) -> &str {
+        self.pool.as_deref().unwrap_or("ictus")
+    }
 }
 
 #[derive(Args, Debug)]
@@ -163,12 +173,14 @@ struct ServeArgs {
     volume: Vec<PathBuf>,
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// Bytes of the node's stripe cache with `--cluster` (16777216 to 1099511627776).
-    #[arg(long, value_name = "BYTES", default_value = "268435456", requires = "cluster", value_parser = ictus_args::bytes(16 << 20, 1 << 40))]
-    cache: Bytes,
-    /// Bytes read ahead of each stream from the cluster (1048576 to 1073741824).
-    #[arg(long, value_name = "BYTES", default_value = "8388608", requires = "cluster", value_parser = ictus_args::bytes(1 << 20, 1 << 30))]
-    ahead: Bytes,
+    /// Bytes of the node's stripe cache with `--cluster` (16777216 to 1099511627776)
+    /// [default: 268435456, `CephOptions::new`'s].
+    #[arg(long, value_name = "BYTES", requires = "cluster", conflicts_with = "volume", value_parser = ictus_args::bytes(16 << 20, 1 << 40))]
+    cache: Option<Bytes>,
+    /// Bytes read ahead of each stream from the cluster (1048576 to 1073741824)
+    /// [default: 8388608].
+    #[arg(long, value_name = "BYTES", requires = "cluster", conflicts_with = "volume", value_parser = ictus_args::bytes(1 << 20, 1 << 30))]
+    ahead: Option<Bytes>,
     /// Register with the director at this nodes' address (host:port) and report load.
     #[arg(long, value_name = "ADDR", requires = "node_id")]
     director: Option<std::net::SocketAddr>,
@@ -297,6 +309,9 @@ fn volume(cmd: VolumeCommand) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if a.cluster.cluster.is_none() && a.cluster.pool.is_some() {
+        return Err("--pool names the Ceph pool of --cluster; a --volume has none".into());
+    }
     if a.buffer_size.get() % 4096 != 0 {
         return Err(format!("--buffer-size {}: not a multiple of 4096", a.buffer_size.get()).into());
     }
@@ -326,9 +341,13 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let (running, ceph) = match &a.cluster.cluster {
         Some(conf) => {
-            let mut c = crate::ceph::CephOptions::new(conf.clone(), a.cluster.pool.clone());
-            c.cache_bytes = a.cache.get();
-            c.ahead = a.ahead.get();
+            let mut c = crate::ceph::CephOptions::new(conf.clone(), a.cluster.pool().to_string());
+            if let Some(b) = a.cache {
+                c.cache_bytes = b.get();
+            }
+            if let Some(b) = a.ahead {
+                c.ahead = b.get();
+            }
             let (r, s) = crate::start_cluster(&c, &opts)?;
             (r, Some(s))
         }
@@ -410,7 +429,7 @@ pub fn node_report(
 fn connect_cluster(c: &ClusterArgs) -> Result<ictus_objstore::Striper, Box<dyn std::error::Error>> {
     let conf = c.cluster.as_ref().ok_or("--cluster CONF is required")?;
     let rados = ictus_objstore::Rados::connect(conf, 10)?;
-    Ok(rados.striper(&c.pool, ictus_objstore::Layout::default())?)
+    Ok(rados.striper(c.pool(), ictus_objstore::Layout::default())?)
 }
 
 fn put(a: PutArgs) -> Result<(), Box<dyn std::error::Error>> {

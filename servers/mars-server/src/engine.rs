@@ -1139,7 +1139,7 @@ impl Engine {
                 }
             }
             Parsed::Refuse(status) => {
-                let plan = http::error(status, true);
+                let plan = http::refusal(&c.head, status);
                 self.start_plan(slot, plan, None);
             }
             Parsed::Request(req, n) => {

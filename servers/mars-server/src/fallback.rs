@@ -78,7 +78,7 @@ fn connection(storage: &dyn Storage, mut sock: TcpStream, stop: &AtomicBool, buf
                 continue;
             }
             Parsed::Refuse(status) => {
-                let plan = http::error(status, true);
+                let plan = http::refusal(&head, status);
                 sock.write_all(&plan.head)?;
                 for s in &plan.body {
                     if let Segment::Bytes(b) = s {

@@ -10,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ictus_mars::hls::{playlist, TsIndexer};
@@ -106,6 +106,9 @@ impl Volume {
     pub fn create(paths: &[PathBuf], interleave: u64, create_size: Option<u64>) -> Result<Volume, VolumeError> {
         let mut components = Vec::new();
         let mut smallest = u64::MAX;
+        // What each component is, whatever path names it: one file (or device) given
+        // twice would hold two components' labels and stripes at once.
+        let mut seen: Vec<((u64, u64), &PathBuf)> = Vec::new();
         for path in paths {
             let mut file = match (OpenOptions::new().read(true).write(true).open(path), create_size) {
                 (Ok(f), _) => f,
@@ -117,6 +120,17 @@ impl Volume {
                 }
                 (Err(e), _) => return Err(io_at(path)(e)),
             };
+            let meta = file.metadata().map_err(io_at(path))?;
+            let identity = if meta.file_type().is_block_device() { (0, meta.rdev()) } else { (meta.dev(), meta.ino()) };
+            if let Some((_, first)) = seen.iter().find(|(id, _)| *id == identity) {
+                return Err(VolumeError::Mismatch(format!(
+                    "{} and {} are the same {}",
+                    first.display(),
+                    path.display(),
+                    if identity.0 == 0 { "device" } else { "file" }
+                )));
+            }
+            seen.push((identity, path));
             let size = size_of(&mut file).map_err(io_at(path))?;
             smallest = smallest.min(size.saturating_sub(LABEL_BYTES));
             components.push(Component { path: path.clone(), file });
@@ -523,6 +537,23 @@ mod tests {
         v.read_at(s.start, &mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("#EXT-X-BYTERANGE:") && text.contains("\nclip.ts\n"), "{text}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// One file given twice, by one path, another path or a link, is refused before
+    /// any label is written: it would hold two components at once.
+    #[test]
+    fn one_file_twice_is_not_two_components() {
+        let d = tmp("twice");
+        let a = d.join("a");
+        std::os::unix::fs::symlink(&a, d.join("link")).unwrap();
+        let size = Some(LABEL_BYTES + (1 << 20));
+        for second in [a.clone(), d.join(".").join("a"), d.join("link")] {
+            let e = Volume::create(&[a.clone(), d.join("b"), second.clone()], 8192, size).err();
+            assert!(matches!(&e, Some(VolumeError::Mismatch(m)) if m.contains("the same file")), "{second:?}: {e:?}");
+        }
+        assert!(Volume::open(std::slice::from_ref(&a)).is_err(), "no label written");
+        Volume::create(&[a, d.join("b")], 8192, size).unwrap();
         let _ = std::fs::remove_dir_all(&d);
     }
 

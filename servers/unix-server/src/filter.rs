@@ -65,6 +65,10 @@ pub struct FilterPolicy {
     /// Directory listings (`getdents`, `getdents64`) are served, so the names the
     /// view hides are left out of them (the policy hides something).
     pub served_listings: bool,
+    /// `fchmod` and `fchown` (which take only a descriptor) are served, so a file at
+    /// a read-only view path keeps its mode and owner (the policy has read-only
+    /// paths). Trapped from anywhere, the library's code included.
+    pub served_fd_changes: bool,
     /// Read-only lookups (`openat` without a write, create, truncate or `O_TMPFILE`
     /// flag, `newfstatat`, `statx`, `faccessat2` without `W_OK`, `readlinkat`,
     /// `getcwd`) are
@@ -127,6 +131,9 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
     }
     if p.served_listings && (nr == sysno::GETDENTS || nr == sysno::GETDENTS64) {
         // Trapped from anywhere, the library's code included, like every served call.
+        return Act::Trap;
+    }
+    if p.served_fd_changes && (nr == sysno::FCHMOD || nr == sysno::FCHOWN) {
         return Act::Trap;
     }
     if p.native_lookups {
@@ -531,6 +538,7 @@ mod tests {
             network: true,
             unix_datagrams: true,
             served_listings: false,
+            served_fd_changes: false,
             native_lookups: false,
             native_write_access: false,
             served_sends: false,
@@ -622,6 +630,7 @@ mod tests {
                 network,
                 unix_datagrams: false,
                 served_listings: false,
+                served_fd_changes: false,
                 native_lookups: false,
                 native_write_access: false,
                 served_sends: false,
@@ -631,6 +640,7 @@ mod tests {
                 network,
                 unix_datagrams: true,
                 served_listings: false,
+                served_fd_changes: false,
                 native_lookups: false,
                 native_write_access: false,
                 served_sends: false,
@@ -694,6 +704,18 @@ mod tests {
         // Datagram sockets are back.
         assert_eq!(run(&served, nr::SOCKET, PROG, [1, 2, 0, 0, 0, 0]), RET_ALLOW);
         assert_eq!(run(&served, 47, PROG, none), RET_ALLOW);
+    }
+
+    #[test]
+    fn descriptor_changes_are_served_only_where_something_is_read_only() {
+        let plain = build(&FilterPolicy::default());
+        let read_only = build(&FilterPolicy { served_fd_changes: true, ..FilterPolicy::default() });
+        for n in [nr::FCHMOD, nr::FCHOWN] {
+            assert_eq!(run(&plain, n, PROG, [3, 0o600, 0, 0, 0, 0]), RET_ALLOW, "{n}");
+            assert_eq!(run(&read_only, n, PROG, [3, 0o600, 0, 0, 0, 0]), TRAP, "{n}");
+            // Not from the library's code either: a program jumping there gains nothing.
+            assert_eq!(run(&read_only, n, LIB, [3, 0o600, 0, 0, 0, 0]), TRAP, "{n}");
+        }
     }
 
     #[test]
@@ -763,6 +785,7 @@ mod tests {
             network: true,
             unix_datagrams: true,
             served_listings: false,
+            served_fd_changes: false,
             native_lookups: false,
             native_write_access: false,
             served_sends: false,

@@ -297,6 +297,7 @@ pub fn prepare(
         unix_datagrams: !policy.confines_paths() || served_sends(policy),
         served_sends: served_sends(policy),
         served_listings: !policy.hidden.is_empty(),
+        served_fd_changes: !policy.readonly.is_empty() || policy.mounts.iter().any(|m| m.readonly),
         native_lookups: native_lookups(policy),
         native_write_access: native_write_access(policy),
         refused: policy.refused.iter().map(|r| r.0).collect(),

@@ -355,6 +355,22 @@ fn locate(s: &Session, pid: i32, a: &Arg<'_>, follow: bool) -> Res<Place> {
     Ok(Place { dir: Some(Arc::new(dir)), raw_dir: -1, name, nofollow, readonly: r.readonly, walked: Some(r) })
 }
 
+/// A change through a descriptor the program lent (`AT_EMPTY_PATH`, a null path):
+/// refused with `EROFS` if its file is at a read-only view path, as the kernel refuses
+/// a change through a descriptor of a read-only mount. The file is found by the
+/// descriptor's host path, shown in the view.
+fn fd_writable(s: &Session, fd: &OwnedFd) -> Res<()> {
+    if s.policy.readonly.is_empty() && s.policy.mounts.iter().all(|m| !m.readonly) {
+        return Ok(());
+    }
+    let Ok(host) = sys::readlink(Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd()))) else { return Ok(()) };
+    let host = Path::new(OsStr::from_bytes(&host));
+    match s.view.view_of(host).and_then(|v| s.view.host_of(&v)) {
+        Some((_, true)) => Err(errno::EROFS),
+        _ => Ok(()),
+    }
+}
+
 fn writable(r: &Resolved) -> Res<()> {
     if r.readonly {
         Err(errno::EROFS)
@@ -728,6 +744,11 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             writable(&r2)?;
             if h.op == nr::RENAMEAT2 {
                 writable(&r1)?;
+            } else if r1.readonly {
+                // A read-only view path is a read-only mount of its own: a link out of
+                // it crosses mounts, as the kernel answers for a read-only bind mount
+                // (else the new, writable name would write the read-only file).
+                return Err(libc::EXDEV);
             }
             let (d1, n1) = parent(&r1)?;
             let (d2, n2) = parent(&r2)?;
@@ -746,8 +767,10 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
         })()),
         nr::FCHMODAT2 => res((|| {
             if empty_with_fd(0, a[3]) {
+                let fd = fd_of[0].expect("checked");
+                fd_writable(s, fd)?;
                 let e = CString::default();
-                return raw(452, [fdl(fd_of[0].expect("checked")), cs(&e), a[2] as _, AT_EMPTY_PATH as _, 0, 0]);
+                return raw(452, [fdl(fd), cs(&e), a[2] as _, AT_EMPTY_PATH as _, 0, 0]);
             }
             let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
             p.writable()?;
@@ -760,11 +783,10 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
         })()),
         nr::FCHOWNAT => res((|| {
             if empty_with_fd(0, a[4]) {
+                let fd = fd_of[0].expect("checked");
+                fd_writable(s, fd)?;
                 let e = CString::default();
-                return raw(
-                    libc::SYS_fchownat,
-                    [fdl(fd_of[0].expect("checked")), cs(&e), a[2] as _, a[3] as _, AT_EMPTY_PATH as _, 0],
-                );
+                return raw(libc::SYS_fchownat, [fdl(fd), cs(&e), a[2] as _, a[3] as _, AT_EMPTY_PATH as _, 0]);
             }
             let p = locate(s, pid, &arg1(0), a[4] & AT_SYMLINK_NOFOLLOW == 0)?;
             p.writable()?;
@@ -780,14 +802,14 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             let times = if req.extra.len() == 32 { req.extra.as_ptr() as libc::c_long } else { 0 };
             if req.path1.is_none() {
                 let fd = fd_of[0].ok_or(errno::EBADF)?;
+                fd_writable(s, fd)?;
                 return raw(libc::SYS_utimensat, [fdl(fd), 0, times, 0, 0, 0]);
             }
             if empty_with_fd(0, a[3]) {
+                let fd = fd_of[0].expect("checked");
+                fd_writable(s, fd)?;
                 let e = CString::default();
-                return raw(
-                    libc::SYS_utimensat,
-                    [fdl(fd_of[0].expect("checked")), cs(&e), times, AT_EMPTY_PATH as _, 0, 0],
-                );
+                return raw(libc::SYS_utimensat, [fdl(fd), cs(&e), times, AT_EMPTY_PATH as _, 0, 0]);
             }
             let p = locate(s, pid, &arg1(0), a[3] & AT_SYMLINK_NOFOLLOW == 0)?;
             p.writable()?;
@@ -844,6 +866,16 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
             raw(libc::SYS_inotify_add_watch, [fdl(fd), cs(&p), (a[2] | 0x0200_0000) as _, 0, 0, 0])
         })()),
         nr::GETDENTS | nr::GETDENTS64 => listing(s, h.op, fd_of[0], a[2]),
+        // Served where the policy makes paths read-only (the filter traps them there).
+        nr::FCHMOD | nr::FCHOWN => res((|| {
+            let fd = fd_of[0].ok_or(errno::EBADF)?;
+            fd_writable(s, fd)?;
+            if h.op == nr::FCHMOD {
+                raw(libc::SYS_fchmod, [fdl(fd), (a[1] as u32 & 0o7777) as _, 0, 0, 0, 0])
+            } else {
+                raw(libc::SYS_fchown, [fdl(fd), a[1] as u32 as _, a[2] as u32 as _, 0, 0, 0])
+            }
+        })()),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra, || umask(req, pid))),
         nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID

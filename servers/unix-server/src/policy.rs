@@ -14,6 +14,13 @@
 //!
 //! Parsing is pure: [`Policy::parse`] checks every line and says which one is wrong.
 //! Host paths are made canonical by the server when it loads the policy.
+//!
+//! A policy that contradicts itself is refused, naming both lines, rather than read
+//! with the last line winning: the root given twice (`root`, or `bind HOST /`), one
+//! view path bound twice, `network on` and `network off`, a call refused with two
+//! errnos, a view path both hidden and read-only or bound, a bind said `rw` that an
+//! `ro` line makes read-only. Saying the same thing twice is not a contradiction.
+//! Control characters (a NUL in a path would be cut short by the kernel) are refused.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -123,9 +130,14 @@ impl Policy {
     pub fn parse(text: &str) -> Result<Policy, PolicyError> {
         let mut p = Policy::default();
         let mut root_seen = false;
+        // Where each setting was said: (what, line), to name both lines of a contradiction.
+        let mut said: Vec<(Said, usize)> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
             let err = |what: String| PolicyError { line, what };
+            if let Some(c) = raw.chars().find(|c| c.is_control() && *c != '\t') {
+                return Err(err(format!("control character {c:?}")));
+            }
             let content = raw.split('#').next().unwrap_or("");
             let words: Vec<&str> = content.split_whitespace().collect();
             let Some((&verb, rest)) = words.split_first() else { continue };
@@ -184,6 +196,12 @@ impl Policy {
                 }
                 _ => return Err(err(format!("cannot read {:?}", content.trim()))),
             }
+            for new in Said::of(verb, rest, &p) {
+                if let Some((old, at)) = said.iter().find(|(old, _)| old.contradicts(&new)) {
+                    return Err(err(format!("{} contradicts line {at}: {}", new.text(), old.text())));
+                }
+                said.push((new, line));
+            }
         }
         Ok(p)
     }
@@ -191,6 +209,72 @@ impl Policy {
     /// The errno this policy gives a refused call, if it refuses it.
     pub fn refusal(&self, nr: u32) -> Option<i32> {
         self.refused.iter().find(|r| r.0 == nr).map(|r| r.1)
+    }
+}
+
+/// One setting a policy line makes, to find contradictions between lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Said {
+    /// What `/` is (`root`, `bind HOST /`).
+    Root(PathBuf),
+    /// A view path bound (with `rw` said, if it was).
+    Bind { view: PathBuf, host: PathBuf, rw: bool },
+    /// A view path made read-only.
+    Ro(PathBuf),
+    /// A view path hidden.
+    Hide(PathBuf),
+    /// The network on or off.
+    Network(bool),
+    /// A call (its name and number) refused with an errno.
+    Refuse(String, u32, i32),
+}
+
+impl Said {
+    /// What a line (already parsed into `p`) says.
+    fn of(verb: &str, rest: &[&str], p: &Policy) -> Vec<Said> {
+        let view = |s: &str| normalize(Path::new(s)).unwrap_or_default();
+        match (verb, rest) {
+            ("root", [host]) => vec![Said::Root(PathBuf::from(host))],
+            ("bind", [host, v, ..]) if view(v) == Path::new("/") => vec![Said::Root(PathBuf::from(host))],
+            ("bind", [host, v, ..]) => {
+                vec![Said::Bind { view: view(v), host: PathBuf::from(host), rw: rest.get(2) == Some(&"rw") }]
+            }
+            ("ro", [v]) => vec![Said::Ro(view(v))],
+            ("hide", [v]) => vec![Said::Hide(view(v))],
+            ("network", _) => vec![Said::Network(p.network)],
+            ("refuse", [name, ..]) => sysno::number(name)
+                .and_then(|nr| p.refusal(nr).map(|e| Said::Refuse((*name).to_string(), nr, e)))
+                .into_iter()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn contradicts(&self, new: &Said) -> bool {
+        use Said::*;
+        match (self, new) {
+            (Root(_), Root(_)) => true,
+            (Bind { view: v, host: h, .. }, Bind { view: w, host: g, .. }) => v == w && h != g,
+            (Network(a), Network(b)) => a != b,
+            (Refuse(_, n, e), Refuse(_, m, f)) => n == m && e != f,
+            (Hide(v), Ro(w)) | (Ro(w), Hide(v)) => v == w,
+            (Hide(v), Bind { view: w, .. }) | (Bind { view: w, .. }, Hide(v)) => v == w,
+            (Ro(v), Bind { view: w, rw: true, .. }) | (Bind { view: w, rw: true, .. }, Ro(v)) => v == w,
+            _ => false,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Said::Root(h) => format!("/ is {}", h.display()),
+            Said::Bind { view, host, rw } => {
+                format!("{} is {}{}", view.display(), host.display(), if *rw { " rw" } else { "" })
+            }
+            Said::Ro(v) => format!("{} is read-only", v.display()),
+            Said::Hide(v) => format!("{} is hidden", v.display()),
+            Said::Network(on) => format!("network {}", if *on { "on" } else { "off" }),
+            Said::Refuse(name, _, e) => format!("{name} is refused with errno {e}"),
+        }
     }
 }
 
@@ -241,6 +325,44 @@ mod tests {
         ] {
             assert_eq!(Policy::parse(text).unwrap_err().line, line, "{text:?}");
         }
+    }
+
+    /// A policy that says two things of one setting is refused, naming both lines;
+    /// saying one thing twice is not a contradiction.
+    #[test]
+    fn contradictions_are_refused_naming_both_lines() {
+        for (text, line, earlier) in [
+            ("network on\nnetwork off", 2, 1),
+            ("refuse ptrace EPERM\n\nrefuse ptrace EACCES", 3, 1),
+            ("refuse ptrace\nrefuse ptrace 13", 2, 1),
+            ("bind /a /x\nbind /b /x/", 2, 1),
+            ("bind /a /\nbind /b /", 2, 1),
+            ("root /a\nbind /b /.", 2, 1),
+            ("hide /etc\nro /etc/", 2, 1),
+            ("ro /etc\nhide /etc/../etc", 2, 1),
+            ("bind /a /x\nhide /x", 2, 1),
+            ("hide /x\n# comment\nbind /a /x ro", 3, 1),
+            ("bind /a /x rw\nro /x", 2, 1),
+            ("ro /x\nbind /a /x rw", 2, 1),
+        ] {
+            let e = Policy::parse(text).unwrap_err();
+            assert_eq!(e.line, line, "{text:?}: {e}");
+            assert!(e.what.contains(&format!("contradicts line {earlier}")), "{text:?}: {e}");
+        }
+        for same in [
+            "network off\nnetwork off",
+            "refuse ptrace EPERM\nrefuse ptrace",
+            "bind /a /x\nbind /a /x ro",
+            "hide /x\nhide /x",
+            "ro /x\nro /x",
+            "bind /a /x\nro /x",
+            "bind /a /x\nhide /x/secret",
+        ] {
+            assert!(Policy::parse(same).is_ok(), "{same:?}");
+        }
+        let e = Policy::parse("ro /a\0b").unwrap_err();
+        assert!(e.what.contains("control character"), "{e}");
+        assert!(Policy::parse("ro\t/a").is_ok());
     }
 
     #[test]

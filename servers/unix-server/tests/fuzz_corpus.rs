@@ -85,9 +85,14 @@ fn request_seeds_decode_as_intended_and_mutations_never_panic() {
 fn policy_seeds_parse_as_intended_and_mutations_never_panic() {
     let seeds = corpus("unix_policy");
     let got: Vec<(String, Option<usize>)> = seeds.iter().map(|(n, d)| (n.clone(), policy(d))).collect();
-    for (name, want) in
-        [("seed-full", Some(0)), ("seed-bad-bind", Some(1)), ("seed-comment", Some(0)), ("seed-refuse", Some(0))]
-    {
+    for (name, want) in [
+        ("seed-full", Some(0)),
+        ("seed-bad-bind", Some(1)),
+        ("seed-comment", Some(0)),
+        ("seed-refuse", Some(0)),
+        // hide /etc (line 2), then ro /etc/ (line 4): a contradiction, refused at line 4.
+        ("seed-contradiction", Some(4)),
+    ] {
         assert!(got.contains(&(name.to_string(), want)), "{name}: {got:?}");
     }
     for (_, d) in &seeds {
