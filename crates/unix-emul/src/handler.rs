@@ -374,6 +374,7 @@ pub unsafe fn dispatch(n: u32, a: [u64; 6]) -> i64 {
             // Trapped only when the policy makes paths read-only (the server checks
             // the descriptor's file).
             Class::Native if n == nr::FCHMOD || n == nr::FCHOWN => fd_change(n, a),
+            Class::Native if n == nr::FSETXATTR || n == nr::FREMOVEXATTR => fd_xattr(n, a),
             Class::Refused(_) | Class::Native => ask(n, a),
         }
     }
@@ -596,7 +597,13 @@ impl Req {
 
     /// Copy `len` bytes from the program as the extra part.
     unsafe fn extra(&mut self, ptr: u64, len: usize) -> Result<(), i64> {
-        if len > 512 || self.extra != 0 {
+        // SAFETY: as extra_upto's.
+        unsafe { self.extra_upto(ptr, len, 512) }
+    }
+
+    /// Copy `len` (at most `max`) bytes from the program as the extra part.
+    unsafe fn extra_upto(&mut self, ptr: u64, len: usize, max: usize) -> Result<(), i64> {
+        if len > max || self.extra != 0 {
             return Err(-(errno::EINVAL as i64));
         }
         if ptr == 0 {
@@ -759,6 +766,44 @@ fn fd_change(n: u32, a: [u64; 6]) -> i64 {
         Err(e) => e,
     }
 }
+
+/// `fsetxattr(fd, name, value, size, flags)` / `fremovexattr(fd, name)` served
+/// (trapped only where the policy has read-only paths, like [`fd_change`]): the name
+/// and the value are copied into the request, the server refuses a change to a
+/// read-only file. A value larger than a request's room ([`XATTR_VALUE_ROOM`]) gets
+/// `E2BIG` there (the kernel's own limit is 64 KiB).
+#[inline(never)]
+fn fd_xattr(n: u32, a: [u64; 6]) -> i64 {
+    let mut buf = Buf::uninit();
+    let set = n == nr::FSETXATTR;
+    let size = if set { a[3] } else { 0 };
+    let mut r = Req::new(n, [a[0], 0, 0, size, if set { a[4] } else { 0 }, 0], &mut buf);
+    // SAFETY: the program's name pointer; a bad one is EFAULT, as natively.
+    if let Err(e) = unsafe { r.path1(a[1]) } {
+        return e;
+    }
+    if set && size > 0 {
+        if size > XATTR_VALUE_ROOM as u64 {
+            return -(errno::E2BIG as i64);
+        }
+        // SAFETY: the program's value pointer and size; a bad one is EFAULT.
+        if let Err(e) = unsafe { r.extra_upto(a[2], size as usize, XATTR_VALUE_ROOM) } {
+            return e;
+        }
+    }
+    r.fd_args |= 1;
+    match r.send(false) {
+        Ok(ans) => {
+            close_all(&ans);
+            ans.result
+        }
+        Err(e) => e,
+    }
+}
+
+/// The largest attribute value [`fd_xattr`] carries: what a request holds after a
+/// name of `XATTR_NAME_MAX` (255) bytes.
+const XATTR_VALUE_ROOM: usize = 8 * 1024;
 
 /// `getdents64(fd, dirp, count)` (or `getdents`) served: the server lists the
 /// program's directory on its descriptor (the same open file, so the offset moves as

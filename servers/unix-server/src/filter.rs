@@ -65,7 +65,8 @@ pub struct FilterPolicy {
     /// Directory listings (`getdents`, `getdents64`) are served, so the names the
     /// view hides are left out of them (the policy hides something).
     pub served_listings: bool,
-    /// `fchmod` and `fchown` (which take only a descriptor) are served, so a file at
+    /// `fchmod`, `fchown`, `fsetxattr` and `fremovexattr` (which take only a
+    /// descriptor) are served, so a file at
     /// a read-only view path keeps its mode and owner (the policy has read-only
     /// paths). Trapped from anywhere, the library's code included.
     pub served_fd_changes: bool,
@@ -133,7 +134,7 @@ fn action(nr: u32, p: &FilterPolicy) -> Act {
         // Trapped from anywhere, the library's code included, like every served call.
         return Act::Trap;
     }
-    if p.served_fd_changes && (nr == sysno::FCHMOD || nr == sysno::FCHOWN) {
+    if p.served_fd_changes && matches!(nr, sysno::FCHMOD | sysno::FCHOWN | sysno::FSETXATTR | sysno::FREMOVEXATTR) {
         return Act::Trap;
     }
     if p.native_lookups {
@@ -710,7 +711,7 @@ mod tests {
     fn descriptor_changes_are_served_only_where_something_is_read_only() {
         let plain = build(&FilterPolicy::default());
         let read_only = build(&FilterPolicy { served_fd_changes: true, ..FilterPolicy::default() });
-        for n in [nr::FCHMOD, nr::FCHOWN] {
+        for n in [nr::FCHMOD, nr::FCHOWN, nr::FSETXATTR, nr::FREMOVEXATTR] {
             assert_eq!(run(&plain, n, PROG, [3, 0o600, 0, 0, 0, 0]), RET_ALLOW, "{n}");
             assert_eq!(run(&read_only, n, PROG, [3, 0o600, 0, 0, 0, 0]), TRAP, "{n}");
             // Not from the library's code either: a program jumping there gains nothing.

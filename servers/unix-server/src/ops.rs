@@ -876,6 +876,26 @@ fn serve_op(s: &Session, pid: i32, cwd: &CwdCache, req: &Request<'_>, fd_of: &[O
                 raw(libc::SYS_fchown, [fdl(fd), a[1] as u32 as _, a[2] as u32 as _, 0, 0, 0])
             }
         })()),
+        // The same for attributes: the name is the first path part, the value the extra.
+        nr::FSETXATTR | nr::FREMOVEXATTR => res((|| {
+            let fd = fd_of[0].ok_or(errno::EBADF)?;
+            let name = req.path1.ok_or(errno::EFAULT)?;
+            // The kernel's answer to an empty name or one over XATTR_NAME_MAX.
+            if name.is_empty() || name.len() > 255 {
+                return Err(libc::ERANGE);
+            }
+            let name = CString::new(name).map_err(|_| errno::EINVAL)?;
+            fd_writable(s, fd)?;
+            if h.op == nr::FSETXATTR {
+                if req.extra.len() as u64 != a[3] {
+                    return Err(errno::EINVAL);
+                }
+                let value = if req.extra.is_empty() { 0 } else { req.extra.as_ptr() as libc::c_long };
+                raw(libc::SYS_fsetxattr, [fdl(fd), cs(&name), value, a[3] as _, a[4] as i32 as _, 0])
+            } else {
+                raw(libc::SYS_fremovexattr, [fdl(fd), cs(&name), 0, 0, 0, 0])
+            }
+        })()),
         nr::CONNECT | nr::BIND => res(sock_addr_call(s, pid, h.op, fd_of[0], req.extra, || umask(req, pid))),
         nr::SOCKET | nr::SOCKETPAIR => refuse(s, h.op, errno::EACCES),
         nr::SETUID

@@ -28,6 +28,27 @@ int main(int argc, char **argv) {
         struct timespec ts[2] = {{1, 0}, {1, 0}};
         say("utimensat-empty", utimensat(pfd, "", ts, AT_EMPTY_PATH));
         say("utimensat-null", syscall(SYS_utimensat, fd, NULL, ts, 0));
+    } else if (strcmp(mode, "xattr") == 0) {
+        /* Attributes through a descriptor of a writable file: served where the policy
+         * has read-only paths, answered as natively (the output is compared). */
+        int wfd = open(argv[1], O_RDWR);
+        if (wfd < 0) { perror("open rw"); return 1; }
+        char big[9000];
+        memset(big, 'v', sizeof big);
+        say("fsetxattr", fsetxattr(wfd, "user.ictus", "hello", 5, 0));
+        char got[16] = {0};
+        long n = fgetxattr(wfd, "user.ictus", got, sizeof got);
+        printf("fgetxattr %ld %s\n", n, n > 0 ? got : strerror(errno));
+        say("fsetxattr-create-exists", fsetxattr(wfd, "user.ictus", "x", 1, XATTR_CREATE));
+        say("fsetxattr-empty-value", fsetxattr(wfd, "user.empty", NULL, 0, 0));
+        say("fsetxattr-bad-value", syscall(SYS_fsetxattr, wfd, "user.ictus", (void *)8, 5, 0));
+        say("fsetxattr-bad-name", syscall(SYS_fsetxattr, wfd, (void *)8, "1", 1, 0));
+        say("fsetxattr-empty-name", fsetxattr(wfd, "", "1", 1, 0));
+        say("fsetxattr-4k", fsetxattr(wfd, "user.big", big, 4096, 0));
+        say("fremovexattr", fremovexattr(wfd, "user.ictus"));
+        say("fremovexattr-again", fremovexattr(wfd, "user.ictus"));
+        say("fremovexattr-bad-name", syscall(SYS_fremovexattr, wfd, (void *)8));
+        say("fsetxattr-bad-fd", fsetxattr(999, "user.ictus", "1", 1, 0));
     } else {
         /* The descriptor-only calls, which run natively. */
         say("fchmod", fchmod(fd, 0606));
