@@ -13,6 +13,12 @@
 //! through large sizes says little about small ones, the median at 1 B is reported
 //! beside it as `a_small_ns`, the paper's own reading of `a` ("a 1-byte buffer took
 //! 0.160 ms").
+//!
+//! Headlines compare p50s, each side's median of its per-round p50s (a round holds one
+//! batch of each transport, side by side): a batch now and then runs in a slower state
+//! of the machine (on one CPU shared with other work, a lane's batch median sits at one
+//! of two levels ~25 % apart), and the p50 of all samples pooled moved with how many
+//! batches did, where the median of the rounds does not (`doc/ipc.md`, *Quick runs*).
 
 use std::io;
 use std::time::Instant;
@@ -199,6 +205,10 @@ fn method_notes() -> Vec<String> {
              replied KERN_SUCCESS); the receiver touches one byte per 4 KiB page"
         ),
         format!("fit t = a + N/b over p50 at sizes >= {}; a_small_ns is p50 at 1 B", format_size(FIT_FROM)),
+        "headlines: each side's median of its per-round p50s, the ratio of the two medians (a round is one \
+         batch of every transport, side by side in rotating order); rows '…: window k of n' show every round's \
+         pair and ratio, the median row the smallest and largest"
+            .to_string(),
         "seqpacket sends messages as records of at most 64 KiB (the socket buffer \
          limits a record to ~208 KiB); pipes are written and read in 64 KiB pieces"
             .to_string(),
@@ -287,22 +297,33 @@ fn find<'a>(measured: &'a [Measured], name: &str) -> Option<&'a Measured> {
     measured.iter().find(|m| m.name == name)
 }
 
+/// Each round of the lanes as a window: `(ours, peer)` p50s of the batches at `size`
+/// that both ran in that round ([`Windowed`]: each side's median across the windows,
+/// the ratio of the medians). `None` if either lane is missing or has no round.
+pub(crate) fn p50_windows(ours: Option<&Measured>, peer: Option<&Measured>, size: usize) -> Option<Windowed> {
+    let case = SIZES.iter().position(|&s| s == size)?;
+    let (ours, peer) = (ours?, peer?);
+    Windowed::new(ours.round_p50s[case].iter().copied().zip(peer.round_p50s[case].iter().copied()))
+}
+
+/// `port_rtt_64B_vs_uds` and `ool_16MiB_vs_inline_16MiB`: p50 against p50, each side's
+/// median of its per-round p50s ([`p50_windows`]), a row per window.
 fn add_headlines(report: &mut Report, measured: &[Measured]) {
     let specs = [
         ("port_rtt_64B_vs_uds", PORT_INLINE, SEQPACKET, 64, 1.15),
         ("ool_16MiB_vs_inline_16MiB", PORT_OOL, PORT_INLINE, 16 << 20, 0.3),
     ];
     for (name, ours_name, peer_name, size, target) in specs {
-        let ours = find(measured, ours_name).and_then(|m| p50_at(m, size));
         let peer = find(measured, peer_name);
-        match (ours, peer.and_then(|p| p50_at(p, size))) {
-            (Some(ours), Some(peer_value)) => {
+        match p50_windows(find(measured, ours_name), peer, size) {
+            Some(w) => {
                 let description = peer.map_or(peer_name, |p| p.description.as_str());
                 report
                     .headline
-                    .push(Headline::new(name, ours, peer_value, description, "ns", Better::Lower).with_target(target));
+                    .push(Headline::new(name, w.ours, w.peer, description, "ns", Better::Lower).with_target(target));
+                report.rows.extend(w.rows(&format!("{ours_name} vs {peer_name} {} p50", format_size(size)), "ns"));
             }
-            _ => report.notes.push(format!(
+            None => report.notes.push(format!(
                 "headline {name} omitted: needs p50 of {ours_name:?} and {peer_name:?} at {}",
                 format_size(size)
             )),
@@ -410,11 +431,7 @@ fn add_stub_overhead(report: &mut Report, pair: &NullTimes) {
             "stub_rtt_vs_port",
             w.ours,
             w.peer,
-            format!(
-                "hand-written port request/reply (Space::call), same server; each side's median of its p50s over \
-                 {} windows, side by side in alternating order",
-                w.windows.len()
-            ),
+            "hand-written port request/reply (Space::call), same server",
             "ns",
             Better::Lower,
         )
@@ -456,8 +473,9 @@ mod tests {
 
     fn fake(name: &str, p50_of: impl Fn(usize) -> u64) -> Measured {
         let mut m = Lane::new(name, format!("{name} description"), SIZES.len());
-        for (r, &s) in m.cases.iter_mut().zip(SIZES) {
+        for ((r, p), &s) in m.cases.iter_mut().zip(&mut m.round_p50s).zip(SIZES) {
             r.record_all(&[p50_of(s); 3]);
+            p.push(p50_of(s) as f64);
         }
         m
     }

@@ -21,7 +21,6 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use ictus_bench::child::{fd_arg, reap, role_status, spawn_child};
-use ictus_bench::windows::Windowed;
 use ictus_bench::{Role, Transport};
 use ictus_ipc::aio::{AsyncCaller, AsyncReceiver};
 use ictus_ipc::{Disposition, Message, Name, PortArg, ReceiveOptions, Received, RightKind, SendOptions, Space};
@@ -186,18 +185,12 @@ fn serve(args: &[String]) -> io::Result<()> {
 /// The headline [`HEADLINE`]: the async round trip's p50 at [`HEADLINE_SIZE`] over the
 /// blocking transport `blocking`'s, measured in the same lanes. Each round of the lanes
 /// is a window holding one batch of each, side by side; the headline takes each side's
-/// median of its per-window p50s and their ratio ([`Windowed`]), and a row per window
+/// median of its per-window p50s and their ratio (`ictus_bench::windows::Windowed`), and a row per window
 /// shows the spread. Missing either, a note says why.
 pub fn add_headline(report: &mut ictus_bench::Report, measured: &[ictus_bench::rounds::Lane], blocking: &str) {
-    let at = crate::ipc::SIZES.iter().position(|&s| s == HEADLINE_SIZE);
-    let lane = |name: &str| measured.iter().find(|m| m.name == name);
-    let windows = match (lane(PORT_ASYNC), lane(blocking), at) {
-        (Some(ours), Some(peer), Some(at)) => {
-            Windowed::new(ours.round_p50s[at].iter().copied().zip(peer.round_p50s[at].iter().copied()))
-                .map(|w| (w, peer))
-        }
-        _ => None,
-    };
+    let peer = measured.iter().find(|m| m.name == blocking);
+    let ours = measured.iter().find(|m| m.name == PORT_ASYNC);
+    let windows = crate::ipc::p50_windows(ours, peer, HEADLINE_SIZE).zip(peer);
     match windows {
         Some((w, peer)) => {
             report.headline.push(
@@ -205,12 +198,7 @@ pub fn add_headline(report: &mut ictus_bench::Report, measured: &[ictus_bench::r
                     HEADLINE,
                     w.ours,
                     w.peer,
-                    format!(
-                        "{} (the blocking API at both ends); each side's median of its p50s over {} windows, \
-                         side by side in alternating order",
-                        peer.description,
-                        w.windows.len()
-                    ),
+                    format!("{} (the blocking API at both ends)", peer.description),
                     "ns",
                     ictus_bench::Better::Lower,
                 )
@@ -264,7 +252,6 @@ mod tests {
         add_headline(&mut report, &[blocking, ours], "port inline");
         let h = &report.headline[0];
         assert_eq!((h.ours, h.peer), (9_600.0, 8_000.0));
-        assert!(h.peer_name.contains("over 5 windows"), "{}", h.peer_name);
         assert_eq!(report.rows.len(), 6, "a row per window, then the median");
         assert_eq!(report.rows[1]["ratio"], 0.317);
         assert_eq!(report.rows[5]["case"], "port async vs port inline 64 B p50: median of 5 windows");
