@@ -180,19 +180,48 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     Ok(Outcome::new(report, svg))
 }
 
-/// Runs every size, transports interleaved in rounds; the servers stop at the end.
+/// The size of the p50 headlines at small messages (`port_rtt_64B_vs_uds`,
+/// `ipc_async_rtt_vs_blocking`).
+const SPREAD_SIZE: usize = 64;
+
+/// Into how many parts the rounds at [`SPREAD_SIZE`] are cut, spread over the sweep.
+const SPREAD_PARTS: usize = 4;
+
+/// The order of the sweep: `(case, rounds)` steps. Every size is one step of all its
+/// rounds, except [`SPREAD_SIZE`], whose rounds are cut into [`SPREAD_PARTS`] steps
+/// spread evenly over the sweep (before sizes 0, 3, 6, 9 of eleven). This machine has
+/// slow spells lasting a second or more (every round trip ~30 % slower, the async
+/// lane's ~45 %), longer than one block of a quick run's 64 B rounds (~1 s): one block
+/// could fall wholly inside one, and the run's headline with it.
+fn sweep(rounds_of: impl Fn(usize) -> usize) -> Vec<(usize, usize)> {
+    let spread = SIZES.iter().position(|&s| s == SPREAD_SIZE);
+    let step = SIZES.len().div_ceil(SPREAD_PARTS);
+    let mut order = Vec::new();
+    for case in 0..SIZES.len() {
+        if let Some(spread) = spread.filter(|_| case % step == 0) {
+            let (total, part) = (rounds_of(spread), case / step);
+            // Parts as even as the rounds allow, the larger first.
+            let rounds = total / SPREAD_PARTS + usize::from(part < total % SPREAD_PARTS);
+            order.push((spread, rounds));
+        }
+        if Some(case) != spread {
+            order.push((case, rounds_of(case)));
+        }
+    }
+    order
+}
+
+/// Runs every size, transports interleaved in rounds ([`sweep`]); the servers stop at
+/// the end.
 fn measure(transports: Vec<Box<dyn Transport>>, opts: &Options) -> Vec<Measured> {
     let mut lanes = Lanes::new(transports, SIZES.len()).tracking_placement();
-    for (case, &size) in SIZES.iter().enumerate() {
+    for (case, rounds) in sweep(|case| plan(SIZES[case], opts.quick).rounds) {
+        let size = SIZES[case];
         let plan = plan(size, opts.quick);
-        opts.say(format_args!(
-            "ipc: {} x {} round trips per transport",
-            format_size(size),
-            plan.rounds * plan.per_round
-        ));
+        opts.say(format_args!("ipc: {} x {} round trips per transport", format_size(size), rounds * plan.per_round));
         let context = format!("at {}: ", format_size(size));
         lanes.warm_up(size, plan.warmup, &context);
-        lanes.measure(case, size, Schedule::new(plan.rounds, plan.per_round), &context);
+        lanes.measure(case, size, Schedule::new(rounds, plan.per_round), &context);
     }
     lanes.finish()
 }
@@ -456,6 +485,24 @@ mod tests {
             assert!(large.per_round * large.rounds >= 8);
             assert!(small.warmup >= 2);
         }
+    }
+
+    #[test]
+    fn the_sweep_spreads_the_64_byte_rounds_and_keeps_every_round() {
+        for rounds in [20, 50, 3] {
+            let order = sweep(|_| rounds);
+            let at64 = SIZES.iter().position(|&s| s == SPREAD_SIZE).unwrap();
+            let parts: Vec<(usize, usize)> =
+                order.iter().enumerate().filter(|(_, s)| s.0 == at64).map(|(i, s)| (i, s.1)).collect();
+            assert_eq!(parts.len(), SPREAD_PARTS);
+            assert_eq!(parts.iter().map(|p| p.1).sum::<usize>(), rounds, "every round, once");
+            assert!(parts.iter().all(|p| p.1.abs_diff(rounds / SPREAD_PARTS) <= 1), "{parts:?}");
+            assert!(parts.windows(2).all(|w| w[1].0 - w[0].0 >= 3), "spread over the sweep: {parts:?}");
+            for case in (0..SIZES.len()).filter(|&c| c != at64) {
+                assert_eq!(order.iter().filter(|s| s.0 == case).collect::<Vec<_>>(), [&(case, rounds)]);
+            }
+        }
+        assert_eq!(sweep(|_| 20).len(), SIZES.len() - 1 + SPREAD_PARTS);
     }
 
     #[test]
