@@ -45,7 +45,7 @@ pub static DHS: Experiment = Experiment {
     about: "Distributed Hartstone (003 Table 2): breakdown utilization of DHScl and DHSpq on one CPU for plain \
             ports, FIFO/OFF, PRIO/ON and BPI/ON",
     figures: &[14],
-    quick_s: 33.0,
+    quick_s: 27.0,
     full_s: 540.0,
     roles: &[],
     args: no_args,

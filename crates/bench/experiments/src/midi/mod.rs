@@ -109,7 +109,7 @@ pub static MIDI: Experiment = Experiment {
     about: "MIDI latency under load (000 Table 1, Figure 1): 100 messages/s through the output library onto the \
             virtual cable, timesharing / fixed priority / deadline, under loads, beside cyclictest in the same window",
     figures: &[4, 5],
-    quick_s: 35.0,
+    quick_s: 40.0,
     full_s: 575.0,
     roles: &[&receiver::ROLE],
     args: no_args,
