@@ -13,7 +13,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::pin;
-use crate::stats::LatencyRecorder;
+use crate::stats::{median, LatencyRecorder};
 
 /// The order of turns in round `round` among `n` contenders: `round % n` first, then
 /// the others in order, wrapping; so that over the rounds nobody always goes first or
@@ -79,6 +79,9 @@ pub struct Lane {
     pub description: String,
     /// One histogram per case.
     pub cases: Vec<LatencyRecorder>,
+    /// Per case, the median of each round's batch, in the order measured: the windows
+    /// of a headline that compares medians ([`crate::windows::Windowed`]).
+    pub round_p50s: Vec<Vec<f64>>,
     /// Per case: batches after which the server had last run on the client's CPU, and
     /// batches observed (only when placement is tracked).
     pub placement: Vec<(u32, u32)>,
@@ -93,6 +96,7 @@ impl Lane {
             name: name.into(),
             description: description.into(),
             cases: (0..cases).map(|_| LatencyRecorder::new()).collect(),
+            round_p50s: vec![Vec::new(); cases],
             placement: vec![(0, 0); cases],
             failed: None,
         }
@@ -116,6 +120,11 @@ impl Lane {
     fn retire(&mut self, context: &str, e: io::Error) {
         self.failed.get_or_insert_with(|| format!("{context}{e}"));
     }
+}
+
+/// The median of one batch of round-trip times (ns); `None` for an empty batch.
+pub fn batch_p50(samples: &[u64]) -> Option<f64> {
+    median(samples.iter().map(|&ns| ns as f64))
 }
 
 /// Transports measured side by side, and their results.
@@ -182,7 +191,10 @@ impl Lanes {
                     warm => t.round_trips(size, warm).and_then(|_| t.round_trips(size, schedule.per_round)),
                 };
                 match batch {
-                    Ok(samples) => lane.cases[case].record_all(&samples),
+                    Ok(samples) => {
+                        lane.cases[case].record_all(&samples);
+                        lane.round_p50s[case].extend(batch_p50(&samples));
+                    }
                     Err(e) => lane.retire(context, e),
                 }
                 if self.track_placement {
@@ -215,6 +227,13 @@ mod tests {
         assert_eq!(rotation(1, 3).collect::<Vec<_>>(), [1, 2, 0]);
         assert_eq!(rotation(5, 3).collect::<Vec<_>>(), [2, 0, 1]);
         assert_eq!(rotation(4, 0).count(), 0);
+    }
+
+    #[test]
+    fn a_batch_median_is_the_middle_sample() {
+        assert_eq!(batch_p50(&[]), None);
+        assert_eq!(batch_p50(&[30, 10, 20]), Some(20.0));
+        assert_eq!(batch_p50(&[40, 10, 30, 20]), Some(25.0));
     }
 
     /// A transport that answers in a fixed time and fails after `fail_after` batches.
@@ -257,6 +276,9 @@ mod tests {
         assert_eq!(lanes[1].cases[1].count(), 4);
         assert_eq!(lanes[1].failed.as_deref(), Some("at 64 B: gone"));
         assert_eq!(lanes[0].same_cpu(None), None, "placement is not tracked unless asked");
+        assert_eq!(lanes[0].round_p50s[1], [10.0; 3], "a median per round");
+        assert_eq!(lanes[1].round_p50s[1], [20.0], "none for the rounds after it failed");
+        assert!(lanes[0].round_p50s[0].is_empty());
     }
 
     #[test]

@@ -193,6 +193,12 @@ pub(super) fn timer_cpus(sched: Sched) -> Vec<usize> {
     }
 }
 
+/// How long after its output is ready a window's first message is due. The producer
+/// queues each message [`AHEAD`] before it is due from then on; the first ones are queued
+/// at once with this lead (the output library takes them ahead of time all the same).
+/// It was [`AHEAD`] itself, a second of every window measuring nothing.
+const START_LEAD: Duration = Duration::from_millis(200);
+
 /// The producer: keeps `n` messages, due at `t0 + k·INTERVAL`, queued about [`AHEAD`]
 /// ahead, calling `at_start` once just before `t0`; returns when all are queued and
 /// `at_start` has run. Failed puts are noted.
@@ -238,11 +244,19 @@ struct OutputLane {
 }
 
 impl OutputLane {
-    /// A receiver for `n` messages, and an output of class `sched` on its cable.
-    fn open(sched: Sched, n: u64, t0: Time) -> Result<OutputLane, BenchError> {
+    /// A receiver for `n` messages, and an output of class `sched` on its cable; the
+    /// first message will be due [`START_LEAD`] from when both are ready (see
+    /// [`OutputLane::due_from`]).
+    fn open(sched: Sched, n: u64) -> Result<OutputLane, BenchError> {
         let receiver = Receiver::start(n)?;
         let (output, log, granted) = open_output(&receiver.cable, sched, n)?;
+        let t0 = clock::now() + START_LEAD;
         Ok(OutputLane { sched, receiver, output, log, granted, t0, n, faults0: None, failures: Vec::new() })
+    }
+
+    /// The same lane with its first message due at `t0` instead.
+    fn due_from(self, t0: Time) -> OutputLane {
+        OutputLane { t0, ..self }
     }
 
     /// Produces every message ([`produce`]) from the calling thread; `at_start` runs
@@ -323,8 +337,8 @@ fn faults_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, 
 /// beside them.
 pub(super) fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut Notes) -> Result<Window, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
-    let t0 = clock::now() + AHEAD + Duration::from_millis(20);
-    let mut lane = OutputLane::open(sched, n, t0)?;
+    let mut lane = OutputLane::open(sched, n)?;
+    let t0 = lane.t0;
 
     // The producer (this thread) is timesharing in every window, as an application's
     // own thread would be. It shares the output library's lock with the output threads;
@@ -371,9 +385,10 @@ pub(super) fn window(load: &'static str, sched: Sched, secs: u64, notes: &mut No
 /// the fixed-priority output's.
 pub(super) fn side_by_side(load: &'static str, secs: u64, notes: &mut Notes) -> Result<Vec<Window>, BenchError> {
     let n = (secs * RATE_HZ).min(MAX_MESSAGES);
-    let t0 = clock::now() + AHEAD + Duration::from_millis(20);
-    let mut fixed = OutputLane::open(Sched::Fixed, n, t0)?;
-    let mut ts = OutputLane::open(Sched::Timesharing, n, t0 + SIDE_OFFSET)?;
+    let ts = OutputLane::open(Sched::Timesharing, n)?;
+    let mut fixed = OutputLane::open(Sched::Fixed, n)?;
+    let t0 = fixed.t0;
+    let mut ts = ts.due_from(t0 + SIDE_OFFSET);
     let mut steal0 = Vec::new();
     std::thread::scope(|scope| {
         // Both producers timesharing, as in the other windows (see `window`).

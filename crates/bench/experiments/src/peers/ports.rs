@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use ictus_ipc::{Disposition, Message, Name, OolBuffer, PortArg, ReceiveOptions, Received, SendOptions, Space};
 
 use ictus_bench::child::{fd_arg, reap, role_status, spawn_child};
+use ictus_bench::rounds::batch_p50;
 use ictus_bench::{LatencyRecorder, Role, Transport};
 
 use super::REPLY_LEN;
@@ -298,6 +299,10 @@ pub struct NullTimes {
     pub stub: LatencyRecorder,
     /// The same exchange written by hand on the nucleus.
     pub hand: LatencyRecorder,
+    /// The median of each round's batch of stub calls, in order.
+    pub stub_rounds: Vec<f64>,
+    /// The median of each round's batch of hand-written exchanges, in order.
+    pub hand_rounds: Vec<f64>,
 }
 
 /// A null routine through generated stubs and the same exchange by hand, against one
@@ -333,7 +338,12 @@ impl NullPair {
     /// Interleaved rounds of both, after a warm-up.
     pub fn measure(&mut self, quick: bool) -> io::Result<NullTimes> {
         let (rounds, per_round) = if quick { (20, 50) } else { (50, 400) };
-        let mut times = NullTimes { stub: LatencyRecorder::new(), hand: LatencyRecorder::new() };
+        let mut times = NullTimes {
+            stub: LatencyRecorder::new(),
+            hand: LatencyRecorder::new(),
+            stub_rounds: Vec::with_capacity(rounds),
+            hand_rounds: Vec::with_capacity(rounds),
+        };
         for _ in 0..per_round {
             self.client.null().map_err(other)?;
             self.hand()?;
@@ -351,11 +361,13 @@ impl NullPair {
                     }
                     samples.push(t0.elapsed().as_nanos() as u64);
                 }
-                if stub_turn {
-                    times.stub.record_all(&samples);
+                let (all, each) = if stub_turn {
+                    (&mut times.stub, &mut times.stub_rounds)
                 } else {
-                    times.hand.record_all(&samples);
-                }
+                    (&mut times.hand, &mut times.hand_rounds)
+                };
+                all.record_all(&samples);
+                each.extend(batch_p50(&samples));
             }
         }
         Ok(times)
