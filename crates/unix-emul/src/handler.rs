@@ -758,13 +758,7 @@ fn fd_change(n: u32, a: [u64; 6]) -> i64 {
     let mut buf = Buf::uninit();
     let mut r = Req::new(n, [a[0], a[1], a[2], 0, 0, 0], &mut buf);
     r.fd_args |= 1;
-    match r.send(false) {
-        Ok(ans) => {
-            close_all(&ans);
-            ans.result
-        }
-        Err(e) => e,
-    }
+    plain(&r).unwrap_or_else(|e| e)
 }
 
 /// `fsetxattr(fd, name, value, size, flags)` / `fremovexattr(fd, name)` served
@@ -792,13 +786,7 @@ fn fd_xattr(n: u32, a: [u64; 6]) -> i64 {
         }
     }
     r.fd_args |= 1;
-    match r.send(false) {
-        Ok(ans) => {
-            close_all(&ans);
-            ans.result
-        }
-        Err(e) => e,
-    }
+    plain(&r).unwrap_or_else(|e| e)
 }
 
 /// The largest attribute value [`fd_xattr`] carries: what a request holds after a

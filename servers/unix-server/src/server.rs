@@ -384,20 +384,7 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
                         (Ok((pid, _, _)), Ok(p)) if pid > 0 => Some((pid, p)),
                         _ => None,
                     };
-                let ct = s.next.fetch_add(1, Ordering::Relaxed);
-                let conn = Arc::new(Conn {
-                    fd,
-                    maker,
-                    handed: false,
-                    cwd: ops::CwdCache::default(),
-                    session: Arc::clone(session),
-                });
-                s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
-                session.stats.connections.fetch_add(1, Ordering::Relaxed);
-                session.stats.open.fetch_add(1, Ordering::Relaxed);
-                if sys::epoll_add_edge(s.ep.as_fd(), conn.fd.as_fd(), ct).is_err() {
-                    drop_conn(s, ct);
-                }
+                add_conn(s, session, fd, maker, false);
             }
             Err(libc::EAGAIN) => break,
             Err(libc::EINTR) => continue,
@@ -518,22 +505,21 @@ fn hand_over(s: &Arc<Shared>, session: &Arc<Session>, pid: i32) -> Option<OwnedF
     sys::pass_credentials(fd.as_fd()).ok()?;
     sys::pass_credentials(end.as_fd()).ok()?;
     let pidfd = sys::pidfd_open(pid).ok()?;
+    add_conn(s, session, fd, Some((pid, pidfd)), true).then_some(end)
+}
+
+/// Count a connection in and watch it (`false`: it could not be watched and is gone).
+fn add_conn(s: &Arc<Shared>, session: &Arc<Session>, fd: OwnedFd, maker: Option<(i32, OwnedFd)>, handed: bool) -> bool {
     let ct = s.next.fetch_add(1, Ordering::Relaxed);
-    let conn = Arc::new(Conn {
-        fd,
-        maker: Some((pid, pidfd)),
-        handed: true,
-        cwd: ops::CwdCache::default(),
-        session: Arc::clone(session),
-    });
+    let conn = Arc::new(Conn { fd, maker, handed, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
     s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
     session.stats.connections.fetch_add(1, Ordering::Relaxed);
     session.stats.open.fetch_add(1, Ordering::Relaxed);
     if sys::epoll_add_edge(s.ep.as_fd(), conn.fd.as_fd(), ct).is_err() {
         drop_conn(s, ct);
-        return None;
+        return false;
     }
-    Some(end)
+    true
 }
 
 fn drop_conn(s: &Arc<Shared>, token: u64) {
