@@ -153,6 +153,11 @@ impl Plan {
     fn capacity_for(&self, streams: usize) -> u64 {
         (streams as f64 * self.rate as f64 / 0.8 * 1.1) as u64
     }
+
+    /// The plan's streams a node told `capacity` admits (its engine's real-time share).
+    fn streams_admitted(&self, capacity: u64) -> usize {
+        (capacity as f64 * crate::EngineConfig::default().rt_reserve / self.rate.max(1) as f64).ceil() as usize
+    }
 }
 
 /// Deterministic clip bytes.
@@ -448,7 +453,11 @@ fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> R
     )
     .map_err(|e| err("starting the director", e))?;
     for id in 1..=n {
-        let spec = NodeSpec { capacity, ..spec(bed, d.nodes) };
+        let spec = NodeSpec {
+            capacity,
+            buffers: procs::buffers_for(bed.plan.streams_admitted(capacity), bed.plan.rate),
+            ..spec(bed, d.nodes)
+        };
         procs.node(&spec, id, bed.places.get(id as usize - 1), &node_log(bed, id))?;
     }
     wait_nodes(bed, &d, procs, n as usize)?;
@@ -483,6 +492,7 @@ fn spec(bed: &Bed<'_>, director: SocketAddr) -> NodeSpec {
         capacity: bed.plan.capacity(),
         cache: bed.plan.cache,
         ahead: bed.plan.ahead,
+        buffers: procs::buffers_for(bed.plan.streams_admitted(bed.plan.capacity()), bed.plan.rate),
     }
 }
 
@@ -535,12 +545,15 @@ fn play_all(
     let limit = Duration::from_secs_f64(window as f64 / plan.rate as f64 * 3.0 + 20.0);
     // Starts at most 20 ms and 0.5 s in all apart: many short streams must overlap.
     let gap = Duration::from_millis(20).min(Duration::from_millis(500) / n.max(1) as u32);
+    let (pump, pump_loop) = play::pump().map_err(|e| err("players", format!("the players' epoll: {e}")))?;
     std::thread::scope(|s| {
+        let pumping = s.spawn(move || pump_loop.run());
         let handles: Vec<_> = (0..n)
             .map(|i| {
                 let (c, offset) = pick(bed, i, seed, window);
                 let (name, data) = &bed.clips[c];
                 let node = &nodes[i];
+                let pump = pump.clone();
                 std::thread::sleep(gap);
                 s.spawn(move || {
                     let st = Stream {
@@ -554,12 +567,17 @@ fn play_all(
                         limit,
                         after_kill: failover.then_some(plan.after_kill),
                     };
-                    play::play(&st, resume, node)
+                    play::play(&st, resume, node, &pump)
                 })
             })
             .collect();
+        // The pump's loop ends once the players' handles are gone.
+        drop(pump);
         let during = during(&nodes);
         let played: Vec<Played> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+        if pumping.join().is_err() {
+            return Err(err("players", "the players' pump panicked"));
+        }
         during?;
         check_stop()?;
         if played.len() < n {
@@ -893,6 +911,7 @@ fn capacity(
             // the whole machine (other helpers' work included) while the rung ran.
             let osd_cpu = || bed.osd.as_deref().map_or(0, procs::cpu_ns_of);
             let others0 = (osd_cpu(), procs::cpu_ns_of("self"), procs::machine_busy_ns(), Instant::now());
+            let pump0 = play::pump_cpu_ns();
             let played = match who {
                 Who::Ours => {
                     let d = start_ours_with(bed, procs, nodes as u32, plan.capacity_for(top))?;
@@ -952,6 +971,8 @@ fn capacity(
                 "worst_lateness_ns": rung.worst,
                 "nodes_cpu_s": cpu.0 as f64 / 1e9, "front_cpu_s": cpu.1 as f64 / 1e9,
                 "osd_cpu_s": others.0 as f64 / 1e9, "players_director_cpu_s": others.1 as f64 / 1e9,
+                // Of which the players' body reads and checks (their epoll loop's thread).
+                "players_pump_cpu_s": play::pump_cpu_ns().saturating_sub(pump0) as f64 / 1e9,
                 "machine_busy_cores": others.2 as f64 / 1e9 / others.3.as_secs_f64().max(1e-3),
                 "delivered_mb": delivered as f64 / 1e6,
                 "streams_per_node": &on_node[..nodes],
