@@ -16,13 +16,21 @@
 //! A thread is keyed by (pid, tid); a process whose pid is not the table's owner is
 //! a fork child (its memory is its own: it closes the inherited connections and takes
 //! the table over) or a `vfork`/`CLONE_VM` child that shares its parent's memory
-//! (`kcmp(KCMP_VM)` says which): that one must not touch the table, and makes a
-//! connection per call.
+//! (`kcmp(KCMP_VM)` says which): that one must not take the table over. It borrows an
+//! idle connection of the table's owner for a call that names no descriptors (the
+//! `execve` a `vfork` child makes: no socket made, no hello, nothing for the server
+//! to take), and makes a connection for that one call otherwise. A borrowed
+//! connection is safe because the server goes by the pid the kernel stamps on each
+//! request, not by who made the connection, and takes descriptors only from the maker
+//! (hence the exception). The slot is marked lent with the borrower's pid meanwhile;
+//! a borrower killed between its request and the reply leaves that mark, and the
+//! owner, finding it on a process that no longer shares its memory, drops the
+//! connection (a reply may be waiting in it) and makes a new one.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::sys::{self, syscall6};
-use crate::wire::{self, CONN_HI, MAX_FDS, RESERVED_LO, SESSION_FD};
+use crate::wire::{self, CONN_HI, MAX_REPLY_FDS, RESERVED_LO, SESSION_FD};
 
 const SLOTS: usize = (CONN_HI - RESERVED_LO) as usize;
 
@@ -50,6 +58,9 @@ const SCM_RIGHTS: i32 = 1;
 const MSG_CMSG_CLOEXEC: u64 = 0x4000_0000;
 const MSG_NOSIGNAL: u64 = 0x4000;
 const KCMP_VM: u64 = 1;
+/// A slot's `busy` with this bit: lent to the memory-sharing child whose pid is in
+/// the low bits (pids are below 2^22).
+const LENT: u32 = 1 << 31;
 const PR_GET_DUMPABLE: u64 = 3;
 const PR_SET_DUMPABLE: u64 = 4;
 /// Yama's `PR_SET_PTRACER`: which process may ptrace this one when
@@ -80,7 +91,7 @@ struct Msghdr {
 
 /// Room for the control messages of a reply: the server's credentials (the
 /// library's end has `SO_PASSCRED`, so the kernel adds them: 16 + 12, padded to 32)
-/// and [`MAX_FDS`] descriptors (16 + 12, padded to 32).
+/// and [`MAX_REPLY_FDS`] descriptors (16 + 16).
 const CMSG_ROOM: usize = 64;
 
 #[repr(C, align(8))]
@@ -126,7 +137,7 @@ fn while_dumpable<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Receive one message; returns (bytes, descriptors received).
-fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_FDS], cloexec: bool) -> Result<(usize, usize), i64> {
+fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_REPLY_FDS], cloexec: bool) -> Result<(usize, usize), i64> {
     let iov = Iovec { base: buf.as_mut_ptr(), len: buf.len() };
     let mut cmsg = Cmsg([0; CMSG_ROOM]);
     let mut msg = Msghdr {
@@ -162,7 +173,7 @@ fn recv(fd: i32, buf: &mut [u8], fds: &mut [i32; MAX_FDS], cloexec: bool) -> Res
             let count = (len - 16) / 4;
             for i in 0..count {
                 let fd = word(at + 16 + 4 * i);
-                if got < MAX_FDS {
+                if got < MAX_REPLY_FDS {
                     fds[got] = fd;
                     got += 1;
                 } else {
@@ -273,13 +284,39 @@ fn allow_server_to_trace() {
 
 /// `PR_SET_PTRACER` answered `EINVAL`: the kernel has no Yama.
 static NO_YAMA: AtomicBool = AtomicBool::new(false);
+/// This image has a handed connection and has not yet let the server trace it.
+static TRACE_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// The loader, in a new image: the connection the server made for it and handed
+/// over with the exec ([`wire::HANDED_FD`]), if any, becomes the main thread's
+/// (moved into the reserved range, close-on-exec), so its first request needs no
+/// socket made and no hello. The main thread's tid is the pid after an exec.
+pub fn adopt_handed() {
+    // SAFETY: no pointers (fcntl(2)); EBADF if nothing was handed over.
+    let fd = unsafe { syscall6(sys::SYS_FCNTL, wire::HANDED_FD as u64, F_DUPFD_CLOEXEC, RESERVED_LO as u64, 0, 0, 0) };
+    if fd < 0 {
+        return;
+    }
+    sys::close(wire::HANDED_FD);
+    let fd = fd as i32;
+    let pid = crate::state::answer(sys::SYS_GETPID) as i32;
+    if fd >= CONN_HI || pid <= 0 {
+        sys::close(fd);
+        return;
+    }
+    // Yama's exception is asked for at the first call on it (many images make none).
+    TRACE_PENDING.store(true, Ordering::Relaxed);
+    let s = &TABLE[0];
+    s.fd.store(fd, Ordering::Release);
+    s.key.store(((pid as u64) << 32) | pid as u32 as u64, Ordering::Release);
+    OWNER.store(pid, Ordering::Release);
+}
 
 /// Whether this process shares its memory with its parent (a `vfork` child).
 fn shares_parent_memory() -> bool {
     // SAFETY: no pointers.
     let ppid = unsafe { syscall6(sys::SYS_GETPPID, 0, 0, 0, 0, 0, 0) };
-    // SAFETY: no pointers (kcmp(2)).
-    unsafe { syscall6(sys::SYS_KCMP, sys::getpid() as u64, ppid as u64, KCMP_VM, 0, 0, 0) == 0 }
+    shares_memory_with(ppid as i32)
 }
 
 /// Take the table over in a fork child: the connections in it are the parent's,
@@ -324,6 +361,8 @@ fn reclaim(pid: i32) {
 
 enum Conn {
     Slot(&'static Slot, i32),
+    /// A connection of the table's owner, lent to this memory-sharing child.
+    Borrowed(&'static Slot, i32),
     /// A connection for one call, and its pending end.
     Temporary(i32, i32),
 }
@@ -339,7 +378,55 @@ fn in_slot(s: &'static Slot) -> Result<Conn, CallError> {
     Ok(Conn::Slot(s, fd))
 }
 
-fn acquire() -> Result<Conn, CallError> {
+/// Whether `pid` is alive and shares this process's memory (`kcmp(2)`: a process
+/// that has exec'd, exited or gone has another memory, or none).
+fn shares_memory_with(pid: i32) -> bool {
+    // SAFETY: no pointers (kcmp(2)).
+    unsafe { syscall6(sys::SYS_KCMP, sys::getpid() as u64, pid as u64, KCMP_VM, 0, 0, 0) == 0 }
+}
+
+/// In a memory-sharing child `pid`: an idle, established connection of the table's
+/// owner, marked lent to `pid` until [`release`].
+fn borrow(owner: i32, pid: i32) -> Option<Conn> {
+    if pid <= 0 || pid as u32 & LENT != 0 {
+        return None;
+    }
+    let ours = |s: &Slot| {
+        s.key.load(Ordering::Acquire) >> 32 == owner as u64
+            && s.fd.load(Ordering::Acquire) >= 0
+            && s.pending.load(Ordering::Acquire) < 0
+    };
+    for s in &TABLE {
+        if !ours(s) || s.busy.compare_exchange(0, LENT | pid as u32, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            continue;
+        }
+        // Checked again now that nobody else may change it.
+        if ours(s) {
+            return Some(Conn::Borrowed(s, s.fd.load(Ordering::Acquire)));
+        }
+        s.busy.store(0, Ordering::Release);
+    }
+    None
+}
+
+/// The owner's thread finds its slot busy with `mark`: if it is lent to a child that
+/// no longer shares this memory (it was killed between request and reply), take the
+/// slot back with a new connection (the old one may hold that reply).
+fn take_back(s: &'static Slot, mark: u32) -> Option<Result<Conn, CallError>> {
+    if mark & LENT == 0 || shares_memory_with((mark & !LENT) as i32) {
+        return None;
+    }
+    s.busy.compare_exchange(mark, 1, Ordering::AcqRel, Ordering::Relaxed).ok()?;
+    for fd in [s.fd.swap(-1, Ordering::AcqRel), s.pending.swap(-1, Ordering::AcqRel)] {
+        if fd >= 0 {
+            sys::close(fd);
+        }
+    }
+    Some(in_slot(s).inspect_err(|_| s.busy.store(0, Ordering::Release)))
+}
+
+/// A connection for one call; `may_borrow`: the call names no descriptors.
+fn acquire(may_borrow: bool) -> Result<Conn, CallError> {
     // The state page's pid (wiped on fork, not trusted while a child shares this
     // memory): one system call fewer per request. A program that scribbles on it
     // only misleads its own table; the server goes by the kernel's stamp.
@@ -347,16 +434,30 @@ fn acquire() -> Result<Conn, CallError> {
     let owner = OWNER.load(Ordering::Acquire);
     if owner != pid {
         if owner != 0 && shares_parent_memory() {
+            if may_borrow {
+                if let Some(c) = borrow(owner, pid) {
+                    return Ok(c);
+                }
+            }
             return temporary();
         }
         adopt(pid);
     }
+    // The table's own process (not a child borrowing from it: Yama's exception is
+    // per process).
+    if TRACE_PENDING.load(Ordering::Relaxed) && TRACE_PENDING.swap(false, Ordering::Relaxed) {
+        allow_server_to_trace();
+    }
     let key = ((pid as u64) << 32) | sys::gettid() as u32 as u64;
     for s in &TABLE {
         if s.key.load(Ordering::Acquire) == key {
-            if s.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-                // Re-entered on this thread (a signal handler's call): a connection
-                // of its own, so the replies cannot cross.
+            if let Err(mark) = s.busy.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed) {
+                if let Some(c) = take_back(s, mark) {
+                    return c;
+                }
+                // Re-entered on this thread (a signal handler's call), or lent to a
+                // child that may still be in its call: a connection of its own, so
+                // the replies cannot cross.
                 return temporary();
             }
             let fd = s.fd.load(Ordering::Acquire);
@@ -390,7 +491,7 @@ fn acquire() -> Result<Conn, CallError> {
 
 fn release(c: Conn) {
     match c {
-        Conn::Slot(s, _) => s.busy.store(0, Ordering::Release),
+        Conn::Slot(s, _) | Conn::Borrowed(s, _) => s.busy.store(0, Ordering::Release),
         Conn::Temporary(fd, pending) => {
             sys::close(fd);
             if pending >= 0 {
@@ -416,7 +517,7 @@ pub struct Answer {
     /// Bytes of data.
     pub data_len: usize,
     /// Descriptors received (installed in this process).
-    pub fds: [i32; MAX_FDS],
+    pub fds: [i32; MAX_REPLY_FDS],
     /// How many.
     pub nfds: usize,
 }
@@ -437,9 +538,10 @@ pub fn call(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallErr
 }
 
 fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, CallError> {
-    let conn = acquire()?;
+    let conn = acquire(!wire::names_descriptors(&buf[..len]))?;
     let (fd, pending) = match conn {
         Conn::Slot(s, fd) => (fd, s.pending.load(Ordering::Acquire)),
+        Conn::Borrowed(_, fd) => (fd, -1),
         Conn::Temporary(fd, pending) => (fd, pending),
     };
     let sent = send(fd, &buf[..len]);
@@ -463,7 +565,7 @@ fn call_blocked(buf: &mut [u8], len: usize, cloexec: bool) -> Result<Answer, Cal
             sys::close(pending);
         }
     }
-    let mut got = [-1i32; MAX_FDS];
+    let mut got = [-1i32; MAX_REPLY_FDS];
     let r = recv(fd, buf, &mut got, cloexec);
     release(conn);
     let (n, nfds) = match r {

@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::conn::{self, CallError};
 use crate::sys::{self, syscall6};
 use crate::sysno::{self as nr, errno, ArgCheck, Class};
-use crate::wire::{self, CONN_HI, INTERP_FD, PROG_FD, RESERVED_LO};
+use crate::wire::{self, CONN_HI, COUNT_FD, HANDED_FD, INTERP_FD, PROG_FD, RESERVED_LO};
 use crate::{patch, state};
 
 /// `SIGSYS`.
@@ -998,18 +998,22 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         close_all(&ans);
         return Ok(ans.result);
     }
-    if ans.nfds < 2 {
+    // The argv prefix: a count byte (with EXEC_HANDS_CONNECTION), then
+    // NUL-terminated strings.
+    let data = &buf[ans.data_at..ans.data_at + ans.data_len];
+    let handed = data.first().is_some_and(|c| c & wire::EXEC_HANDS_CONNECTION != 0);
+    let nfds = ans.nfds - usize::from(handed);
+    if ans.nfds < 2 + usize::from(handed) {
         close_all(&ans);
         return Ok(-(errno::EIO as i64));
     }
     let (loader, prog) = (ans.fds[0], ans.fds[1]);
-    let interp = if ans.nfds == 3 { ans.fds[2] } else { -1 };
-    // The argv prefix: a count byte, then NUL-terminated strings.
-    let data = &buf[ans.data_at..ans.data_at + ans.data_len];
+    let interp = if nfds == 3 { ans.fds[2] } else { -1 };
+    let conn = if handed { ans.fds[nfds] } else { -1 };
     let mut prefix = [0u64; 8];
     let mut np = 0;
     if let Some((&count, mut rest)) = data.split_first() {
-        while np < (count as usize).min(prefix.len()) {
+        while np < ((count & !wire::EXEC_HANDS_CONNECTION) as usize).min(prefix.len()) {
             let Some(end) = rest.iter().position(|&b| b == 0) else { break };
             prefix[np] = rest.as_ptr() as u64;
             np += 1;
@@ -1080,15 +1084,24 @@ unsafe fn exec(a: [u64; 6]) -> Result<i64, i64> {
         if interp >= 0 {
             sys::close(interp);
         }
+        // The new image's connection, inherited (not close-on-exec) where its loader
+        // looks.
+        if conn >= 0 {
+            syscall6(sys::SYS_DUP2, conn as u64, HANDED_FD as u64, 0, 0, 0, 0);
+            sys::close(conn);
+        }
         let empty = b"\0";
         let res = syscall6(sys::SYS_EXECVEAT, loader as u64, empty.as_ptr() as u64, v as u64, a[3], AT_EMPTY, 0);
         // Only on failure do we get here.
         sys::close(loader);
         sys::close(PROG_FD);
         sys::close(INTERP_FD);
+        if conn >= 0 {
+            sys::close(HANDED_FD);
+        }
         syscall6(sys::SYS_MUNMAP, v as u64, bytes as u64, 0, 0, 0, 0);
         Ok(res)
     }
 }
 
-const _: () = assert!(CONN_HI < PROG_FD && INTERP_FD < PROG_FD);
+const _: () = assert!(CONN_HI < PROG_FD && INTERP_FD < PROG_FD && CONN_HI <= HANDED_FD && HANDED_FD < COUNT_FD);

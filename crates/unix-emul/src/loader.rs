@@ -111,18 +111,31 @@ fn fail(what: &[u8]) -> ! {
     sys::fatal(&[b"cannot load the program: ", what], 127)
 }
 
-/// Map an ELF image from `fd`; `want_interp` says whether its `PT_INTERP` must be
-/// matched by an open [`INTERP_FD`].
-fn map_image(fd: i32) -> (Mapped, bool) {
-    let mut eh = [0u8; elf::EHDR_SIZE];
-    if !pread_exact(fd, &mut eh, 0) {
+/// How much of an image the loader reads at once: the ELF header and, nearly
+/// always, the program headers after it (one `pread` where there were two).
+const HEAD: usize = 1024;
+
+/// Map an ELF image from `fd`, if `fd` is open; the flag says whether it has a
+/// `PT_INTERP` (which an open [`INTERP_FD`] must match).
+fn map_image(fd: i32) -> Option<(Mapped, bool)> {
+    let mut head = [0u8; HEAD];
+    // SAFETY: head is a valid buffer (pread(2)).
+    let n = unsafe { syscall6(sys::SYS_PREAD64, fd as u64, head.as_mut_ptr() as u64, HEAD as u64, 0, 0, 0) };
+    if n == -9 {
+        // EBADF: nothing was opened there.
+        return None;
+    }
+    if n < elf::EHDR_SIZE as i64 {
         fail(b"short ELF header");
     }
-    let h = elf::parse_ehdr(&eh).unwrap_or_else(|_| fail(b"not an x86_64 ELF program"));
+    let got = n as usize;
+    let h = elf::parse_ehdr(&head[..elf::EHDR_SIZE]).unwrap_or_else(|_| fail(b"not an x86_64 ELF program"));
     let mut table = [0u8; elf::MAX_PHNUM * elf::PHDR_SIZE];
     let tlen = h.phnum * elf::PHDR_SIZE;
-    if !pread_exact(fd, &mut table[..tlen], h.phoff) {
-        fail(b"program headers outside the file");
+    match usize::try_from(h.phoff).ok().filter(|&at| at.checked_add(tlen).is_some_and(|end| end <= got)) {
+        Some(at) => table[..tlen].copy_from_slice(&head[at..at + tlen]),
+        None if !pread_exact(fd, &mut table[..tlen], h.phoff) => fail(b"program headers outside the file"),
+        None => {}
     }
     let table = &table[..tlen];
     let (lo, hi) = elf::load_span(table, h.phnum).unwrap_or_else(|_| fail(b"bad segments"));
@@ -189,12 +202,7 @@ fn map_image(fd: i32) -> (Mapped, bool) {
         fail(b"program headers not in memory");
     }
     let m = Mapped { bias, entry: h.entry.wrapping_add(bias), phdr: phdr_addr, phnum: h.phnum as u64 };
-    (m, has_interp)
-}
-
-fn is_open(fd: i32) -> bool {
-    // SAFETY: F_GETFD, no pointers.
-    unsafe { syscall6(sys::SYS_FCNTL, fd as u64, 1, 0, 0, 0, 0) >= 0 }
+    Some((m, has_interp))
 }
 
 /// Name the process after the last component of `path` (a C string), as the kernel
@@ -235,18 +243,15 @@ pub unsafe extern "C" fn start(sp: *mut u64) -> ! {
     crate::lookup::map_counts();
     crate::state::map();
     crate::patch::map_table();
-    if !is_open(PROG_FD) {
+    crate::conn::adopt_handed();
+    let Some((prog, needs_interp)) = map_image(PROG_FD) else {
         sys::fatal(&[b"no program to load: start programs with `ictus unix run`"], 127);
-    }
-    let (prog, needs_interp) = map_image(PROG_FD);
-    sys::close(PROG_FD);
-    let interp = if is_open(INTERP_FD) {
-        let (m, _) = map_image(INTERP_FD);
-        sys::close(INTERP_FD);
-        Some(m)
-    } else {
-        None
     };
+    sys::close(PROG_FD);
+    let interp = map_image(INTERP_FD).map(|(m, _)| {
+        sys::close(INTERP_FD);
+        m
+    });
     if needs_interp && interp.is_none() {
         fail(b"the program needs an interpreter and none was opened");
     }

@@ -78,8 +78,12 @@ pub const FILTER_FD: i32 = 1019;
 pub const COUNT_FD: i32 = 1018;
 /// Lowest descriptor the library reserves; `[RESERVED_LO, 1024)` are its own.
 pub const RESERVED_LO: i32 = 960;
+/// The connection the server made for a new image, handed over in the exec's reply
+/// and left here for the loader, which moves it into its table (see
+/// [`EXEC_HANDS_CONNECTION`]), or closed.
+pub const HANDED_FD: i32 = 1017;
 /// Connections live in `[RESERVED_LO, CONN_HI)`.
-pub const CONN_HI: i32 = 1018;
+pub const CONN_HI: i32 = 1017;
 
 /// The library (the loader image) is linked at a fixed address, the same in every
 /// process, so that one seccomp filter installed once can tell its call sites.
@@ -182,6 +186,12 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const MAX_REPLY: usize = 64 * 1024;
 /// Most descriptors in one message.
 pub const MAX_FDS: usize = 3;
+/// Most descriptors in one reply: an exec's loader, program, interpreter and the new
+/// image's connection.
+pub const MAX_REPLY_FDS: usize = 4;
+/// In an exec reply's first data byte (the count of argv prefix strings): the last
+/// descriptor is a connection made for the new image ([`HANDED_FD`]).
+pub const EXEC_HANDS_CONNECTION: u8 = 0x80;
 /// Most control data a program's send carries to the server (`SENDMSG`: the
 /// kernel's own limit, `optmem_max`, is 20 KiB by default; 253 descriptors —
 /// `SCM_MAX_FD` — take 1,028 bytes). More is `ENOBUFS`, as the kernel answers.
@@ -344,6 +354,15 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Whether the encoded request `req` names descriptors of its sender (arguments
+/// marked in [`RequestHeader::fd_args`], or a `sendmsg`'s `SCM_RIGHTS`): the server
+/// takes those only from the process that made the connection, so such a request
+/// cannot go on a connection borrowed from another process.
+pub fn names_descriptors(req: &[u8]) -> bool {
+    let word = |at: usize| req.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
+    !matches!((word(4), word(8)), (Some(op), Some(0)) if op != crate::sysno::SENDMSG)
+}
+
 /// Write a request into `out`; returns its length, or `None` if it does not fit.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_request(
@@ -416,6 +435,20 @@ mod tests {
         assert_eq!(r.extra, b"xy");
         assert_eq!(r.header.args[3], 0o644);
         assert_eq!(r.header.cwd, 7);
+    }
+
+    #[test]
+    fn requests_that_name_descriptors_are_told_apart() {
+        let mut buf = [0u8; 512];
+        let n = encode_request(&mut buf, crate::sysno::EXECVEAT, 0, 0, [0; 6], Some(b"/bin/true"), None, b"").unwrap();
+        assert!(!names_descriptors(&buf[..n]));
+        let n =
+            encode_request(&mut buf, crate::sysno::EXECVEAT, 0, 1, [3, 0, 0, 0, 0, 0], Some(b"x"), None, b"").unwrap();
+        assert!(names_descriptors(&buf[..n]));
+        let n = encode_request(&mut buf, crate::sysno::SENDMSG, 0, 0, [0; 6], None, None, b"").unwrap();
+        assert!(names_descriptors(&buf[..n]));
+        // Too short to tell: as if it did.
+        assert!(names_descriptors(&buf[..6]));
     }
 
     #[test]

@@ -630,6 +630,8 @@ pub fn spawn_and_wait(p: Prepared, opts: &RunOptions, started: impl FnOnce(i32))
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // Nothing the loader would take for a connection handed over by an exec.
+            libc::close(wire::HANDED_FD);
             if let Some(d) = &chdir_to {
                 if libc::chdir(d.as_ptr()) < 0 {
                     return Err(std::io::Error::last_os_error());

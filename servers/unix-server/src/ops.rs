@@ -1261,12 +1261,16 @@ fn open_exec(s: &Session, pid: i32, a: &Arg<'_>, follow: bool, named: bool) -> R
         Err(libc::ELOOP) if own_proc(pid, p.name.as_bytes()) => sys::openat2(p.borrowed(), &p.name, fl, 0, 0)?,
         r => r?,
     };
-    proc_check(pid, &fd, 0)?;
     // SAFETY: st is plain data the kernel fills.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     raw(libc::SYS_fstat, [fdl(&fd), &mut st as *mut libc::stat as _, 0, 0, 0, 0])?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(errno::EACCES);
+    }
+    // Only a file system without a block device (major 0) can be a procfs: the same
+    // test proc_check starts with, without its fstat again (one per open_exec).
+    if libc::major(st.st_dev) == 0 {
+        proc_check(pid, &fd, 0)?;
     }
     let r = match p.walked {
         Some(r) => r,

@@ -55,6 +55,10 @@ struct Conn {
     /// process sent (the stamped pid says). Once per connection, where a pidfd per
     /// message (`SO_PASSPIDFD`) cost every request a pidfd made and closed.
     maker: Option<(i32, OwnedFd)>,
+    /// Made by the server and handed over in an exec's reply ([`hand_over`]): its
+    /// peer credentials are the server's own, so the maker's pidfd is the only
+    /// process descriptors are ever taken from.
+    handed: bool,
     /// The working directory its relative paths start from.
     cwd: ops::CwdCache,
     /// The session of the program it belongs to (its policy, its counts).
@@ -373,7 +377,13 @@ fn accept_hellos(s: &Arc<Shared>, token: u64, listener: &OwnedFd, session: &Arc<
                         _ => None,
                     };
                 let ct = s.next.fetch_add(1, Ordering::Relaxed);
-                let conn = Arc::new(Conn { fd, maker, cwd: ops::CwdCache::default(), session: Arc::clone(session) });
+                let conn = Arc::new(Conn {
+                    fd,
+                    maker,
+                    handed: false,
+                    cwd: ops::CwdCache::default(),
+                    session: Arc::clone(session),
+                });
                 s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
                 session.stats.connections.fetch_add(1, Ordering::Relaxed);
                 session.stats.open.fetch_add(1, Ordering::Relaxed);
@@ -439,8 +449,8 @@ pub fn pidfd_support() -> bool {
 /// order), taken from the sender with `pidfd_getfd`: the same open files the
 /// program holds. A number that is not a descriptor of the sender, or one of the
 /// library's reserved ones, is `EBADF`; so is every one named by a process other
-/// than the connection's maker (a fork child using its parent's connection: the
-/// library never does).
+/// than the connection's maker (a `vfork` child on its parent's connection: the
+/// library lends one only for calls that name none).
 fn take_fds(m: &sys::Received, conn: &Conn, req: &Request<'_>) -> Result<Vec<OwnedFd>, i32> {
     // Descriptors are ints: the kernel reads the lower half of the register.
     let mut numbers: Vec<i32> =
@@ -473,7 +483,8 @@ fn take_fds(m: &sys::Received, conn: &Conn, req: &Request<'_>) -> Result<Vec<Own
         // hello named it: if that thread is gone (another took over its slot), the
         // process's, as before.
         (Some((maker, pidfd)), Some((pid, _, _))) if *maker == pid => take(pidfd.as_fd()).or_else(|e| {
-            if e == libc::ESRCH {
+            // Never for a handed connection: its peer is this server.
+            if e == libc::ESRCH && !conn.handed {
                 sys::peer_pidfd(conn.fd.as_fd()).and_then(|p| take(p.as_fd()))
             } else {
                 Err(e)
@@ -483,6 +494,38 @@ fn take_fds(m: &sys::Received, conn: &Conn, req: &Request<'_>) -> Result<Vec<Own
         (None, _) => with_sender_pidfd(m, take)?,
     };
     taken.map_err(|e| if e == libc::ESRCH { libc::EBADF } else { e })
+}
+
+/// A connection for the image `pid` is about to exec, made here and handed over in
+/// the exec's reply (the library end): the new image's first request needs no
+/// socket made, no hello and no `pidfd_getfd` of it. Its maker is `pid` (the
+/// kernel's stamp on the exec request), through a pidfd opened now: descriptors a
+/// request names are taken only from a request stamped with that pid, through that
+/// pidfd, so if `pid` died meanwhile and its number was reused, they are taken from
+/// nobody (the pidfd names the dead process). `None`: none could be made; the new
+/// image makes its own as before.
+fn hand_over(s: &Arc<Shared>, session: &Arc<Session>, pid: i32) -> Option<OwnedFd> {
+    let (fd, end) = sys::seqpacket_pair().ok()?;
+    // Credentials on every request, as a connection the library makes has them.
+    sys::pass_credentials(fd.as_fd()).ok()?;
+    sys::pass_credentials(end.as_fd()).ok()?;
+    let pidfd = sys::pidfd_open(pid).ok()?;
+    let ct = s.next.fetch_add(1, Ordering::Relaxed);
+    let conn = Arc::new(Conn {
+        fd,
+        maker: Some((pid, pidfd)),
+        handed: true,
+        cwd: ops::CwdCache::default(),
+        session: Arc::clone(session),
+    });
+    s.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(ct, Arc::clone(&conn));
+    session.stats.connections.fetch_add(1, Ordering::Relaxed);
+    session.stats.open.fetch_add(1, Ordering::Relaxed);
+    if sys::epoll_add_edge(s.ep.as_fd(), conn.fd.as_fd(), ct).is_err() {
+        drop_conn(s, ct);
+        return None;
+    }
+    Some(end)
 }
 
 fn drop_conn(s: &Arc<Shared>, token: u64) {
@@ -508,13 +551,17 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
     };
     // Descriptors come by number (taken from the sender), never attached: a message
     // with any attached is malformed.
-    let reply = match (m.truncated || !m.fds.is_empty(), m.cred) {
+    let mut exec_by = None;
+    let mut reply = match (m.truncated || !m.fds.is_empty(), m.cred) {
         (false, Some((pid, _, _))) if pid > 0 => match Request::parse(&buf[..m.len]) {
             Ok(req) => match take_fds(&m, &conn, &req) {
                 Ok(fds) if req.header.op == nr::SENDMSG => {
                     ops::serve_send(&conn.session, m.cred.unwrap_or_default(), &req, &fds)
                 }
-                Ok(fds) => ops::serve(&conn.session, pid, &conn.cwd, &req, &fds),
+                Ok(fds) => {
+                    exec_by = (req.header.op == nr::EXECVEAT).then_some(pid);
+                    ops::serve(&conn.session, pid, &conn.cwd, &req, &fds)
+                }
                 Err(e) => ops::Reply { result: -(e as i64), ..ops::Reply::default() },
             },
             Err(_) => malformed(&conn.session),
@@ -522,6 +569,14 @@ fn serve_conn(s: &Arc<Shared>, token: u64, buf: &mut [u8]) {
         _ => malformed(&conn.session),
     };
     drop(m);
+    if let (Some(pid), 0, Some(count)) = (exec_by, reply.result, reply.data.first_mut()) {
+        if !reply.fds.is_empty() && reply.fds.len() < wire::MAX_REPLY_FDS {
+            if let Some(end) = hand_over(s, &conn.session, pid) {
+                reply.fds.push(end);
+                *count |= wire::EXEC_HANDS_CONNECTION;
+            }
+        }
+    }
     let mut out = Vec::with_capacity(wire::REPLY_HEADER + reply.data.len());
     out.resize(wire::REPLY_HEADER, 0);
     wire::encode_reply_header(&mut out, reply.result, reply.fds.len() as u32, reply.data.len() as u32);

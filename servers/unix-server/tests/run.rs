@@ -221,9 +221,20 @@ fn exit_codes_and_ending_signals_are_the_programs() {
     };
     assert_eq!(run_session(&opts).unwrap().0, Ended::Signal(15));
     // SIGINT ends the program as natively, though `run` itself ignores it meanwhile.
+    // The program gets SIGINT as this process had it, and a test process started as
+    // a background job of a non-interactive shell (`sh -c 'cargo test … &'`) has it
+    // ignored; a shell started with a signal ignored can neither catch nor reset it
+    // (POSIX), so sh would sleep on and exit 0, natively too (this test failed so
+    // once). `env` puts the default action back first.
     let opts = RunOptions {
         policy: None,
-        argv: vec!["sh".into(), "-c".into(), "kill -INT $$; sleep 5".into()],
+        argv: vec![
+            "env".into(),
+            "--default-signal=INT".into(),
+            "sh".into(),
+            "-c".into(),
+            "kill -INT $$; sleep 5".into(),
+        ],
         quiet: true,
         stdout: None,
     };
@@ -1155,6 +1166,26 @@ fn a_kept_relative_failure_ends_when_the_name_or_the_directory_changes() {
 /// descriptor, served under a confining view, answers as natively (the thread's
 /// first call could not connect, or the descriptor was `EBADF`: the server took
 /// descriptors through the exited thread-group leader).
+/// A `vfork` child borrows its parent's connection for a call that names no
+/// descriptor; killed while the server is still answering it (an open of a FIFO for
+/// writing, waiting for a reader), it leaves the answer on that connection, and the
+/// parent's next calls must not take it for theirs.
+#[test]
+fn a_vfork_child_killed_mid_call_leaves_no_answer_for_its_parent() {
+    let d = scratch();
+    let prog = c_program(&d, "vborrow", false);
+    let (native_dir, ours_dir) = (d.join("native"), d.join("ours"));
+    std::fs::create_dir(&native_dir).unwrap();
+    std::fs::create_dir(&ours_dir).unwrap();
+    let (native_out, ours_out) = (d.join("native.txt"), d.join("ours.txt"));
+    let args = |dir: &Path, o: &Path| format!("{} {} > {}", prog.display(), dir.display(), o.display());
+    assert_eq!(native(&args(&native_dir, &native_out)), 0);
+    assert_eq!(read(&native_out), "child killed\ncreate ok\nmkdir 0\nrename 0\n");
+    let (ended, _) = sh_under(None, &d, &args(&ours_dir, &ours_out));
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&ours_out), read(&native_out));
+}
+
 #[test]
 fn a_process_whose_main_thread_exited_still_lends_descriptors() {
     let d = scratch();
