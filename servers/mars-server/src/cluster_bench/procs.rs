@@ -40,19 +40,37 @@ pub struct NodeSpec {
     pub cache: u64,
     /// Read ahead of each stream.
     pub ahead: u64,
+    /// The engine's buffers ([`EngineConfig::buffers`]): enough for the read-ahead
+    /// floors of the streams its capacity admits ([`buffers_for`]).
+    pub buffers: usize,
+}
+
+/// Engine buffers a node needs so that its pool admits `streams` paced streams at
+/// `rate` (each holds its read-ahead floor; the engine keeps `rt_buffers` and a
+/// download's window spare): never fewer than the default.
+///
+/// *Why*: with the default 256 buffers of 256 KiB, a node's engine refuses the 48th
+/// stream at 2 MB/s (47 × 5 floor buffers + 20 spare ≤ 256), below the capacity the
+/// node tells the director; the 1-node side of the capacity search saw 47 of 48 streams
+/// get a node.
+pub fn buffers_for(streams: usize, rate: u64) -> usize {
+    let e = EngineConfig::default();
+    let floor = e.readahead.floor_window(rate as f64, e.buf_size as u64);
+    (streams * floor + e.rt_buffers + e.window).max(e.buffers)
 }
 
 fn node_main(args: &[String]) -> i32 {
-    let [conf, pool, director, id, cap, cache, ahead, listen] = args else {
-        eprintln!("mars-cluster-node: expected CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD LISTEN_IP");
+    let [conf, pool, director, id, cap, cache, ahead, buffers, listen] = args else {
+        eprintln!("mars-cluster-node: expected CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD BUFFERS LISTEN_IP");
         return 2;
     };
-    let (Ok(director), Ok(id), Ok(cap), Ok(cache), Ok(ahead), Ok(listen)) = (
+    let (Ok(director), Ok(id), Ok(cap), Ok(cache), Ok(ahead), Ok(buffers), Ok(listen)) = (
         director.parse::<SocketAddr>(),
         id.parse::<u32>(),
         cap.parse::<u64>(),
         cache.parse::<u64>(),
         ahead.parse::<u64>(),
+        buffers.parse::<usize>(),
         listen.parse::<std::net::Ipv4Addr>(),
     ) else {
         eprintln!("mars-cluster-node: bad arguments {args:?}");
@@ -67,7 +85,7 @@ fn node_main(args: &[String]) -> i32 {
         listen: Some(format!("{listen}:0")),
         capability: Some(cap as f64),
         // Timesharing, as nginx runs: the comparison is of designs, not of priorities.
-        engine: EngineConfig { fifo: None, ..EngineConfig::default() },
+        engine: EngineConfig { fifo: None, buffers: buffers.clamp(1, 1 << 16), ..EngineConfig::default() },
         force_fallback: false,
     };
     let (running, ceph) = match crate::start_cluster(&c, &opts) {
@@ -117,6 +135,7 @@ impl Procs {
             spec.capacity.to_string(),
             spec.cache.to_string(),
             spec.ahead.to_string(),
+            spec.buffers.to_string(),
             place.map_or("127.0.0.1".to_string(), |p| p.1.to_string()),
         ];
         let mut cmd = match place {
@@ -344,5 +363,29 @@ mod tests {
             "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\n";
         assert_eq!(super::retrans_segs(snmp), Some(17));
         assert_eq!(super::retrans_segs("Tcp: A B\n"), None);
+    }
+
+    use super::{buffers_for, EngineConfig};
+
+    /// The engine's own admission rule (`Engine::make_paced`): the floors of the paced
+    /// streams and the spare buffers fit the pool.
+    fn pool_admits(buffers: usize, streams: usize, rate: u64) -> bool {
+        let e = EngineConfig::default();
+        streams * e.readahead.floor_window(rate as f64, e.buf_size as u64) + e.rt_buffers + e.window <= buffers
+    }
+
+    #[test]
+    fn a_nodes_pool_holds_the_streams_its_capacity_admits() {
+        let default = EngineConfig::default().buffers;
+        // What the 1-node side of the quick search ran into.
+        assert!(!pool_admits(default, 48, 2_000_000), "the default pool refuses the 48th 2 MB/s stream");
+        for rate in [250_000, 2_000_000, 3_000_000, 40_000_000] {
+            for streams in [1, 47, 48, 128, 192] {
+                let b = buffers_for(streams, rate);
+                assert!(pool_admits(b, streams, rate), "{streams} streams at {rate} B/s: {b} buffers");
+                assert!(b >= default);
+            }
+        }
+        assert_eq!(buffers_for(1, 2_000_000), default, "small nodes keep the default pool");
     }
 }
