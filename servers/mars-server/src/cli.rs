@@ -338,7 +338,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         ..EngineConfig::default()
     };
     raise_nofile();
-    let engine_rt_reserve = engine.rt_reserve;
+    let engine_for_capacity = engine.clone();
     let opts = StartOptions {
         volume: a.volume,
         listen: Some(a.listen),
@@ -365,8 +365,9 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         (Some(dir), Some(id), Some(addr)) => {
             let (stop, handle) = (Arc::clone(&agent_stop), running.handle.clone());
             let http = a.advertise.unwrap_or(addr);
-            // The director places paced streams: tell it what the engine admits of them.
-            let cap = (running.capability * engine_rt_reserve) as u64;
+            // The director places paced streams: tell it what the engine admits of them
+            // (the smallest of its limits).
+            let cap = crate::engine::paced_capacity(&engine_for_capacity, running.capability);
             let id = u32::try_from(id.get()).unwrap_or(u32::MAX);
             eprintln!("ictus mars: node {id} reporting to the director at {dir}, clients sent to {http}");
             Some(std::thread::Builder::new().name("ictus-mars-agent".into()).spawn(move || {

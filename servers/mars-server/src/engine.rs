@@ -28,9 +28,12 @@
 //!   bounded ([`ictus_mars::http::MAX_HEAD`]); heads that take too long, idle keep-alive
 //!   connections and sends that make no progress are closed by a once-a-second tick.
 //! - **Streams** (the streams API, and HTTP requests with `?rate=`) send one chunk per
-//!   slot; slots are released by a Real-Time Upcall per stream, whose job only posts
-//!   [`Command::Slot`] and wakes the engine through an eventfd, so all streams due
-//!   together are sent in one submission.
+//!   slot; slots are released by Real-Time Upcalls, one per tick period in use
+//!   ([`tick_level`]: a ladder of periods a factor √2 apart), each of which wakes every
+//!   stream whose own period its period is the longest not above: its job only posts
+//!   [`Command::Tick`] and wakes the engine through an eventfd, so all streams due
+//!   together are sent in one submission. The number of paced streams is thus bounded
+//!   by admission (capability, buffers), not by the runtime's upcall limit.
 //!
 //! Nothing here blocks: every kernel operation is a submission, and the loop waits in
 //! `io_uring_enter` for any completion.
@@ -286,8 +289,8 @@ pub enum Command {
     State(Vec<u64>, mpsc::Sender<Vec<StreamState>>),
     /// `stream_close`: stop, free buffers once the kernel is done with them.
     Close(Vec<u64>),
-    /// A slot of a paced stream is due (from its upcall).
-    Slot(u64),
+    /// The paced streams of one tick level may have slots due (from its upcall).
+    Tick(u8),
     /// Change a class's quantum (sectors), adding the class if new.
     SetQuantum {
         /// Class name.
@@ -462,7 +465,8 @@ struct Conn {
     read_credit: u64,
     send_credit: u64,
     pacer: Option<Pacer>,
-    upcall: Option<UpcallId>,
+    /// The tick level that wakes it, while paced.
+    tick: Option<u8>,
     rate: Option<f64>,
     read: u64,
     sent: u64,
@@ -516,7 +520,7 @@ impl Conn {
             read_credit: UNLIMITED,
             send_credit: UNLIMITED,
             pacer: None,
-            upcall: None,
+            tick: None,
             rate: None,
             read: 0,
             sent: 0,
@@ -561,6 +565,8 @@ pub struct Engine {
     pieces_per_dev: usize,
     /// Slots of the paced (real-time) streams.
     paced: Vec<u32>,
+    /// The tick upcalls in use, by level, with the streams each wakes.
+    ticks: std::collections::BTreeMap<u8, Tick>,
     /// Free buffers downloads must leave: `rt_buffers` and what the paced streams lack
     /// of their read-ahead floors.
     rt_hold: usize,
@@ -786,6 +792,7 @@ impl Engine {
             rt_need: 0,
             pieces_per_dev,
             paced: Vec::new(),
+            ticks: std::collections::BTreeMap::new(),
             rt_hold: 0,
             reads: Vec::new(),
             free_reads: Vec::new(),
@@ -1230,19 +1237,29 @@ impl Engine {
         }
         let chunk = self.cfg.buf_size as f64;
         let period = Duration::from_secs_f64((chunk / rate).clamp(0.001, 60.0));
-        let handle = EngineHandle {
-            queue: Arc::clone(&self.queue),
-            wake: Arc::clone(&self.wake),
-            stopped: Arc::clone(&self.stopped),
-        };
-        let spec = UpcallSpec::periodic(period).with_cost(Duration::from_micros(200).min(period / 2));
-        let upcall = match rt.create(spec, move |_job| handle.post(Command::Slot(id))) {
-            Ok(u) => u,
-            Err(_) => {
-                self.admission.release(id);
-                return false;
-            }
-        };
+        let (level, tick) = tick_level(period);
+        if !self.ticks.contains_key(&level) {
+            let handle = EngineHandle {
+                queue: Arc::clone(&self.queue),
+                wake: Arc::clone(&self.wake),
+                stopped: Arc::clone(&self.stopped),
+            };
+            // The job posts one command whatever the streams it wakes: its cost does
+            // not grow with them (their sends are the engine's work, as before).
+            let spec = UpcallSpec::periodic(tick).with_cost(Duration::from_micros(200).min(tick / 2));
+            let upcall = match rt.create(spec, move |_job| handle.post(Command::Tick(level))) {
+                Ok(u) => u,
+                Err(_) => {
+                    self.admission.release(id);
+                    return false;
+                }
+            };
+            let _ = rt.resume(upcall);
+            self.ticks.insert(level, Tick { upcall, members: Vec::new() });
+        }
+        if let Some(t) = self.ticks.get_mut(&level) {
+            t.members.push(id);
+        }
         let window = self.cfg.readahead.window(rate, chunk as u64, self.latency_high);
         let rt_class = self.rt_class;
         let Some(c) = self.conn(slot) else { return false };
@@ -1253,14 +1270,13 @@ impl Engine {
         // A catch-up of at most two read-ahead windows: a resumed stream, not a
         // download in disguise.
         c.lead = c.lead.min(2 * window as u64 * chunk as u64);
-        c.upcall = Some(upcall);
+        c.tick = Some(level);
         // The pacer's clock starts when the pre-roll is read (`maybe_start_pacer`): a
         // player starts its clock at the first byte, and the first read may wait behind
         // a busy device for longer than a period.
         c.pacer = None;
         c.preroll_since = None;
         self.paced.push(slot);
-        let _ = rt.resume(upcall);
         true
     }
 
@@ -1298,7 +1314,7 @@ impl Engine {
                     c.phase = Phase::Head;
                     c.stream = None;
                     c.since = Instant::now();
-                    let paced = c.upcall.take();
+                    let paced = c.tick.take();
                     c.pacer = None;
                     c.preroll_since = None;
                     c.rate = None;
@@ -1324,12 +1340,18 @@ impl Engine {
         }
     }
 
-    fn unpace(&mut self, slot: u32, gen: u32, upcall: UpcallId) {
-        if let Some(rt) = &self.rt {
-            let _ = rt.destroy(upcall);
+    fn unpace(&mut self, slot: u32, gen: u32, level: u8) {
+        let id = stream_id(slot, gen);
+        if let Some(t) = self.ticks.get_mut(&level) {
+            t.members.retain(|&m| m != id);
+            if t.members.is_empty() {
+                if let (Some(rt), Some(t)) = (&self.rt, self.ticks.remove(&level)) {
+                    let _ = rt.destroy(t.upcall);
+                }
+            }
         }
         self.paced.retain(|&s| s != slot);
-        self.admission.release(stream_id(slot, gen));
+        self.admission.release(id);
     }
 
     /// Queues reads for the next chunks, up to the window and the read credit.
@@ -2261,7 +2283,7 @@ impl Engine {
         let items = std::mem::take(&mut c.items);
         c.segs.clear();
         c.cursor = None;
-        let upcall = c.upcall.take();
+        let upcall = c.tick.take();
         let gen = c.gen;
         for d in &mut self.drr {
             for r in d.remove_if(|r| r.owner == owner) {
@@ -2362,18 +2384,28 @@ impl Engine {
                     c.read_credit = c.read_credit.saturating_add(1);
                     c.send_credit = c.send_credit.saturating_add(1);
                 }),
-                Command::Slot(id) => {
+                Command::Tick(level) => {
                     // HTTP paced streams and API streams alike: any live connection.
-                    let (slot, gen) = ((id & 0xffff_ffff) as u32, (id >> 32) as u32);
                     let now = self.now_ns();
-                    if let Some(c) = self.conn(slot).filter(|c| c.gen == gen) {
-                        if let Some(p) = &c.pacer {
-                            // The slots due by the pacer's clock, not one per upcall: an
-                            // upcall that ran late or was skipped loses no slot. At most
-                            // a window's worth is released at once.
-                            c.send_credit = p.due(now).min(c.window as u64 + 1);
+                    let members = match self.ticks.get_mut(&level) {
+                        Some(t) => std::mem::take(&mut t.members),
+                        None => Vec::new(),
+                    };
+                    for &id in &members {
+                        let (slot, gen) = ((id & 0xffff_ffff) as u32, (id >> 32) as u32);
+                        if let Some(c) = self.conn(slot).filter(|c| c.gen == gen) {
+                            if let Some(p) = &c.pacer {
+                                // The slots due by the pacer's clock, not one per tick:
+                                // a tick that ran late or was skipped loses no slot, and
+                                // one that comes before a slot is due releases none. At
+                                // most a window's worth is released at once.
+                                c.send_credit = p.due(now).min(c.window as u64 + 1);
+                            }
+                            self.dirty.push(slot);
                         }
-                        self.dirty.push(slot);
+                    }
+                    if let Some(t) = self.ticks.get_mut(&level) {
+                        t.members = members;
                     }
                 }
                 Command::State(ids, reply) => {
@@ -2554,6 +2586,47 @@ fn bytes_acked(sock: &OwnedFd) -> Option<u64> {
     (r == 0 && len as usize >= need).then_some(info.tcpi_bytes_acked)
 }
 
+/// One tick upcall and the paced streams it wakes.
+#[derive(Debug)]
+struct Tick {
+    upcall: UpcallId,
+    members: Vec<u64>,
+}
+
+/// Tick levels: level `k` has the period 1 ms × √2^k.
+pub const TICK_LEVELS: u8 = 32;
+
+/// The tick level that wakes a paced stream of slot period `period`, and its period:
+/// the longest of the ladder's periods (1 ms × √2^k, `k < TICK_LEVELS`) not above
+/// `period` (the shortest, 1 ms, for anything shorter). A stream is thus woken at
+/// least once per slot and at most √2 times per slot (below 46 s), and however many
+/// streams and rates there are, at most [`TICK_LEVELS`] upcalls exist: fewer than the
+/// runtime's limit, so the admission decision keeps its bound.
+pub fn tick_level(period: Duration) -> (u8, Duration) {
+    let at = |k: u8| Duration::from_nanos((1e6 * std::f64::consts::SQRT_2.powi(i32::from(k))) as u64);
+    let mut k = 0;
+    while k + 1 < TICK_LEVELS && at(k + 1) <= period {
+        k += 1;
+    }
+    (k, at(k))
+}
+
+/// What a node may be sent of paced streams (bytes/s), the smallest of its limits: the
+/// real-time share of its measured `capability`; and what its buffer pool admits (each
+/// stream reserves its read-ahead floor, at a rate `r` more than `r × floor` bytes, so
+/// the pool less the spare buffers admits less than `pool × chunk / floor` bytes/s at
+/// any rate whose floor is under `readahead.max_chunks`: 128 MiB/s a stream with the
+/// defaults). The number of streams is not a limit of its own: ticks are shared
+/// ([`tick_level`]) and connections are `max_connections`, far more than either
+/// admits (a count cannot be said in bytes/s; the engine's own admission stays exact).
+pub fn paced_capacity(cfg: &EngineConfig, capability: f64) -> u64 {
+    let share = capability * cfg.rt_reserve;
+    let spare = cfg.rt_buffers + cfg.window;
+    let floor_s = (cfg.readahead.floor_ns as f64 / 1e9).max(1e-9);
+    let pool = cfg.buffers.saturating_sub(spare) as f64 * cfg.buf_size as f64 / floor_s;
+    share.min(pool).max(0.0) as u64
+}
+
 /// A stream's id: slot and generation.
 fn stream_id(slot: u32, gen: u32) -> u64 {
     (u64::from(gen) << 32) | u64::from(slot)
@@ -2675,5 +2748,48 @@ mod tests {
         assert_eq!(EngineConfig { splice: false, splice_pipes: 0, ..d.clone() }.validate(), Ok(()));
         assert_eq!(EngineConfig { rt_reserve: 1.5, ..d.clone() }.validate(), Err(ConfigError::Reserve(1.5)));
         assert!(EngineConfig { rt_reserve: f64::NAN, ..d }.validate().is_err());
+    }
+
+    #[test]
+    fn a_tick_wakes_a_stream_at_least_once_and_at_most_sqrt2_times_a_slot() {
+        let ms = Duration::from_millis;
+        assert_eq!(tick_level(Duration::from_micros(10)), (0, ms(1)), "under the ladder: the shortest");
+        assert_eq!(tick_level(ms(1)), (0, ms(1)));
+        assert_eq!(tick_level(ms(2)), (2, ms(2)));
+        let mut levels = std::collections::BTreeSet::new();
+        // Every period the engine asks for (1 ms to 60 s), in steps of 1 %.
+        let mut p = 1e-3;
+        while p <= 60.0 {
+            let period = Duration::from_secs_f64(p);
+            let (k, tick) = tick_level(period);
+            assert!(k < TICK_LEVELS);
+            assert!(tick <= period, "{period:?}: tick {tick:?} above the period");
+            if k + 1 < TICK_LEVELS {
+                assert!(tick.as_secs_f64() * 1.415 > p, "{period:?}: tick {tick:?} more than √2 below");
+            }
+            levels.insert(k);
+            p *= 1.01;
+        }
+        assert_eq!(levels.len(), usize::from(TICK_LEVELS), "every level is used, none beyond");
+        assert!(usize::from(TICK_LEVELS) < ictus_rt::upcall::DEFAULT_UPCALL_LIMIT, "all ticks fit the runtime's limit");
+    }
+
+    #[test]
+    fn the_capacity_told_is_the_smallest_limit() {
+        let d = EngineConfig::default();
+        // A slow store: its real-time share is the limit.
+        assert_eq!(paced_capacity(&d, 10e6), (10e6 * d.rt_reserve) as u64);
+        // A fast store behind a small pool: the pool is. 64 buffers of 1 MiB, 16 kept
+        // for real-time streams and 4 for a download: 44 MiB of floors of 0.5 s.
+        let small = EngineConfig { buffers: 64, buf_size: 1 << 20, rt_buffers: 16, window: 4, ..d.clone() };
+        assert_eq!(paced_capacity(&small, 10e9), (44.0 * 1048576.0 / 0.5) as u64);
+        // And the pool's bound is above what the engine's own admission lets through:
+        // at several rates, the streams whose floors fit, times their rate.
+        for rate in [64e3, 1e6, 3e6, 16e6, 100e6] {
+            let floor = small.readahead.floor_window(rate, small.buf_size as u64);
+            let streams = (small.buffers - small.rt_buffers - small.window) / floor;
+            assert!((streams as f64 * rate) as u64 <= paced_capacity(&small, 10e9), "{rate}");
+        }
+        assert_eq!(paced_capacity(&d, 0.0), 0);
     }
 }

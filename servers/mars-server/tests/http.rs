@@ -243,6 +243,55 @@ fn a_paced_request_is_admitted_or_refused() {
     r.stop();
 }
 
+/// More paced streams at once than the upcall runtime has upcalls (64): streams share
+/// one tick upcall per period level, so the 65th is not refused. Slow streams of a
+/// small clip; every one is admitted (206) and gets its bytes.
+#[test]
+fn a_node_paces_more_streams_than_the_runtime_has_upcalls() {
+    let dir = TempDir::new("many-paced");
+    let (comps, clip, _) = volume(dir.path());
+    let cfg = EngineConfig { buf_size: 64 << 10, buffers: 512, ..EngineConfig::default() };
+    let r = start(&comps, cfg, false);
+    let addr = r.addr.unwrap();
+    let n = ictus_rt::upcall::DEFAULT_UPCALL_LIMIT + 32;
+    // 192 KiB at 64 kB/s each, three rates (three tick levels): each lasts ~3 s, so
+    // all are open together once their heads are in (a head comes at once).
+    let len = 192usize << 10;
+    let streams: Vec<(usize, TcpStream)> = (0..n)
+        .map(|i| {
+            let rate = [64_000, 72_000, 96_000][i % 3];
+            let start = (i * 4096) % (clip.len() - len);
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            let req = format!(
+                "GET /clip.bin?rate={rate} HTTP/1.1\r\nHost: x\r\nRange: bytes={start}-{}\r\nConnection: close\r\n\r\n",
+                start + len - 1
+            );
+            s.write_all(req.as_bytes()).unwrap();
+            (start, s)
+        })
+        .collect();
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|(start, mut s)| {
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let _ = s.read_to_end(&mut out);
+                (start, out)
+            })
+        })
+        .collect();
+    for (i, t) in readers.into_iter().enumerate() {
+        let (start, out) = t.join().unwrap();
+        let (status, _, body) = split_response(&out);
+        assert_eq!(status, 206, "stream {i} of {n}");
+        assert!(body == clip[start..start + len], "stream {i}: the bytes of its range");
+    }
+    let s = r.handle.as_ref().unwrap().stats().unwrap();
+    assert_eq!((s.rt_streams, s.buffers_free), (0, s.buffers), "every reservation and buffer released");
+    r.stop();
+}
+
 fn raw(r: &ictus_mars_server::Running, bytes: &[u8], half_close: bool) -> Vec<u8> {
     let mut s = TcpStream::connect(r.addr.unwrap()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();

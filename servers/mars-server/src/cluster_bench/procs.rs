@@ -97,8 +97,9 @@ fn node_main(args: &[String]) -> i32 {
     };
     let Some(http) = running.addr else { return 1 };
     let handle = running.handle.clone();
-    // What the director may place here: what the engine admits for paced streams.
-    let admits = (running.capability * opts.engine.rt_reserve) as u64;
+    // What the director may place here: what the engine admits for paced streams (the
+    // smallest of its limits).
+    let admits = crate::engine::paced_capacity(&opts.engine, running.capability);
     // Runs until the experiment stops it (SIGTERM) or kills it (SIGKILL).
     let stop = AtomicBool::new(false);
     ictus_mars_cluster::service::node_agent(
