@@ -1039,7 +1039,20 @@ fn capacity(
     }
     if let (Some(four), Some(one)) = (side(Who::Ours, 4), side(Who::Ours, 1)) {
         let (f, o) = (four.capacity(plan.rate), one.capacity(plan.rate));
-        if o > 0.0 {
+        if one.search.ceiling() {
+            // 1 node held every rung: the denominator is only "at least", so the ratio
+            // is at most what it shows (it would be met by the top's choice, or, with
+            // both at their tops, compare two lower bounds).
+            notes.not_measured(
+                "mars_cluster_scaling_4n",
+                format!(
+                    "1 node held every rung up to its top ({:.0} MB/s; 4 nodes {}{:.0} MB/s): its capacity is above what the search tries, so the ratio is not measured",
+                    o / 1e6,
+                    if four.search.ceiling() { "at least " } else { "" },
+                    f / 1e6
+                ),
+            );
+        } else if o > 0.0 {
             headline.push(
                 Headline::new(
                     "mars_cluster_scaling_4n",
