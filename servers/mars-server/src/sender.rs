@@ -460,9 +460,14 @@ mod tests {
         }
     }
 
+    /// A scratch file of its own per call: tests run in parallel in one process, and a
+    /// shared name let one test truncate (rewrite) and remove the file another test's
+    /// sender was reading (its job then failed: the device ended before the piece).
     fn file(len: usize) -> (Scratch, Vec<u8>) {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
-        let path = std::env::temp_dir().join(format!("ictus-mars-sender-{}-{len}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("ictus-mars-sender-{}-{n}-{len}", std::process::id()));
         std::fs::write(&path, &data).unwrap();
         (Scratch(path), data)
     }
