@@ -1615,22 +1615,7 @@ impl Engine {
             _ => return,
         }
         // The fresh pieces behind it, while their devices have room.
-        let mut pieces = vec![r];
-        let mut extra = vec![0usize; self.inflight.len()];
-        extra[usize::from(r.dev)] += 1;
-        for item in c.items.iter_mut().skip(1) {
-            let Item::Splice { dev, offset, len, filled: 0, drained: 0, ops, queued: false, failed: false } = item
-            else {
-                break;
-            };
-            let d = usize::from(*dev);
-            if pieces.len() >= CHAIN_MAX || *ops > 0 || self.inflight[d] + extra[d] >= limit {
-                break;
-            }
-            *ops = 2;
-            extra[d] += 1;
-            pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..r });
-        }
+        let pieces = fresh_pieces(c.items.iter_mut().skip(1), r, CHAIN_MAX, limit, &self.inflight, 2);
         let class = c.class;
         c.ops += 2 * pieces.len() as u32;
         c.send_busy = true;
@@ -1700,22 +1685,7 @@ impl Engine {
             }
             _ => return,
         }
-        let mut pieces = vec![r];
-        let mut extra = vec![0usize; self.inflight.len()];
-        extra[usize::from(r.dev)] += 1;
-        for item in c.items.iter_mut().skip(first + 1) {
-            let Item::Splice { dev, offset, len, filled: 0, drained: 0, ops, queued: false, failed: false } = item
-            else {
-                break;
-            };
-            let d = usize::from(*dev);
-            if pieces.len() >= most || *ops > 0 || self.inflight[d] + extra[d] >= limit {
-                break;
-            }
-            *ops = 1;
-            extra[d] += 1;
-            pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..r });
-        }
+        let pieces = fresh_pieces(c.items.iter_mut().skip(first + 1), r, most, limit, &self.inflight, 1);
         // The job owns a duplicate of the socket (the connection's descriptor is closed
         // only when its jobs are back, but a duplicate makes that not matter to the
         // thread).
@@ -2712,6 +2682,37 @@ pub fn set_thread_ioprio(class: u8, level: u8) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A spliced download's piece `head` and the fresh pieces queued behind it (from
+/// `behind`, in order, stopping at the first that is not fresh), up to `most` pieces
+/// and while each device stays under `limit` reads in flight (`inflight` plus those
+/// taken here); each taken piece is marked with `ops` operations outstanding. Shared
+/// by the io_uring chain (two operations a piece) and the download thread's job (one).
+fn fresh_pieces<'a>(
+    behind: impl Iterator<Item = &'a mut Item>,
+    head: ReadReq,
+    most: usize,
+    limit: usize,
+    inflight: &[usize],
+    ops_each: u8,
+) -> Vec<ReadReq> {
+    let mut pieces = vec![head];
+    let mut extra = vec![0usize; inflight.len()];
+    extra[usize::from(head.dev)] += 1;
+    for item in behind {
+        let Item::Splice { dev, offset, len, filled: 0, drained: 0, ops, queued: false, failed: false } = item else {
+            break;
+        };
+        let d = usize::from(*dev);
+        if pieces.len() >= most || *ops > 0 || inflight[d] + extra[d] >= limit {
+            break;
+        }
+        *ops = ops_each;
+        extra[d] += 1;
+        pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..head });
+    }
+    pieces
 }
 
 #[cfg(test)]
