@@ -181,6 +181,22 @@ pub struct Played {
     pub error: Option<String>,
 }
 
+impl Played {
+    /// Nothing received yet (or ever: `error` says why), after `elapsed`.
+    fn nothing(elapsed: Duration, error: Option<String>) -> Played {
+        Played {
+            received: Received { status: 0, bytes: 0, marks: Vec::new(), elapsed },
+            wrong: false,
+            nodes: (None, None),
+            resume_ns: Vec::new(),
+            kill_to_resume_ns: Vec::new(),
+            resume_phases: Vec::new(),
+            redirect_ns: Vec::new(),
+            error,
+        }
+    }
+}
+
 /// One resume, from the player's seeing the cut (ns after it): where the time went.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ResumePhases {
@@ -227,16 +243,7 @@ pub struct Stream<'a> {
 pub fn play<'a>(s: &Stream<'a>, resume: Option<&'a KillClock>, node: &Mutex<Option<u32>>, pump: &Pump<'a>) -> Played {
     let t0 = Instant::now();
     let end_by = t0 + s.limit;
-    let mut p = Played {
-        received: Received { status: 0, bytes: 0, marks: Vec::new(), elapsed: Duration::ZERO },
-        wrong: false,
-        nodes: (None, None),
-        resume_ns: Vec::new(),
-        kill_to_resume_ns: Vec::new(),
-        resume_phases: Vec::new(),
-        redirect_ns: Vec::new(),
-        error: None,
-    };
+    let mut p = Played::nothing(Duration::ZERO, None);
     let mut stream_id = None;
     let mut done_after_kill = false;
     let mut resumed_at: Option<Instant> = None;
@@ -299,16 +306,7 @@ pub fn play<'a>(s: &Stream<'a>, resume: Option<&'a KillClock>, node: &Mutex<Opti
         };
         let Some((leg, end)) = pump.carry(leg) else {
             // The pump is gone (it does not end while a handle lives): nothing to do.
-            return Played {
-                received: Received { status: 0, bytes: 0, marks: Vec::new(), elapsed: t0.elapsed() },
-                wrong: false,
-                nodes: (None, None),
-                resume_ns: Vec::new(),
-                kill_to_resume_ns: Vec::new(),
-                resume_phases: Vec::new(),
-                redirect_ns: Vec::new(),
-                error: Some("the players' pump stopped".into()),
-            };
+            return Played::nothing(t0.elapsed(), Some("the players' pump stopped".into()));
         };
         (p, resumed_at) = (leg.p, leg.resumed_at);
         match end {
