@@ -577,7 +577,11 @@ fn run_inner(opts: &RunOptions, settle: bool) -> Result<(Ended, Snapshot), RunEr
         server.wait_connections(std::time::Duration::from_secs(10));
     }
     let snap = snapshot(server.session());
+    // The inotify instance's last close waits for the kernel (see
+    // `sys::keep_until_dropped`): a detached process takes it, after ours.
+    let keeper = server.session().generation.watch().and_then(|w| w.release_elsewhere());
     drop(server);
+    drop(keeper);
     Ok((ended, snap))
 }
 

@@ -118,6 +118,66 @@ pub fn inotify() -> Res<OwnedFd> {
     check(r as libc::c_long).map(|fd| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Let a detached process drop the last reference to `fd` after the caller's own.
+///
+/// Closing an inotify instance that holds watches waits for an SRCU grace period
+/// (`fsnotify_destroy_group` flushes the mark reaper, which runs `synchronize_srcu`):
+/// 7–14 ms on a two-CPU VM, paid by whoever drops the last reference — for a private
+/// server that is `ictus unix run` on its way out, with its caller (a shell, `make`)
+/// waiting for its exit status. Here a grandchild (reparented at once, so nobody has
+/// to reap it) keeps a reference to `fd` and nothing else until the returned pipe
+/// end is dropped; the caller drops it after its own close, and the grace period is
+/// waited in the grandchild's exit instead.
+///
+/// Best effort: where a fork fails nothing is handed off (`None`, or a grandchild
+/// that never came), and the caller's close is the last one, as without this.
+pub fn keep_until_dropped(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let mut p = [0 as libc::c_int; 2];
+    // SAFETY: p has room for two descriptors (pipe2(2)).
+    check(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long).ok()?;
+    // SAFETY: two new descriptors, owned from here on.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let (keep, end) = (fd.as_raw_fd(), r.as_raw_fd());
+    // SAFETY: fork(2) of a multithreaded process: the child and the grandchild make
+    // only async-signal-safe calls (sigprocmask, fork, close_range, read, _exit).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; nothing here returns.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            // No handler of the parent's runs here (SIGKILL and SIGSTOP still apply).
+            libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+            if libc::fork() != 0 {
+                libc::_exit(0);
+            }
+            // Every descriptor but the two goes: a pipe's reader upstream (the caller's
+            // standard output) must not wait for this process.
+            let (lo, hi) = (keep.min(end) as libc::c_uint, keep.max(end) as libc::c_uint);
+            if lo > 0 {
+                libc::syscall(libc::SYS_close_range, 0, lo - 1, 0);
+            }
+            if hi > lo + 1 {
+                libc::syscall(libc::SYS_close_range, lo + 1, hi - 1, 0);
+            }
+            libc::syscall(libc::SYS_close_range, hi + 1, libc::c_uint::MAX, 0);
+            let mut b = 0u8;
+            while libc::read(end, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
+            libc::_exit(0);
+        }
+    }
+    if pid < 0 {
+        return None;
+    }
+    let mut status = 0;
+    // SAFETY: our own child (waitpid(2)); it exits at once.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+    drop(r);
+    Some(w)
+}
+
 /// Watch the directory `dir` (a descriptor, `O_PATH` will do) for `mask`.
 pub fn inotify_watch(inotify: BorrowedFd<'_>, dir: BorrowedFd<'_>, mask: u32) -> Res<()> {
     let c = CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(|_| libc::EINVAL)?;
@@ -871,5 +931,47 @@ mod tests {
             GEN_MISSING_WAYS
         );
         assert_eq!(page.counts().bumps[BUMP_SERVED].load(Ordering::Relaxed), 1);
+    }
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut p = [0 as libc::c_int; 2];
+        // SAFETY: room for two descriptors.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: two new descriptors.
+        unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) }
+    }
+
+    /// One read: at once (`wait` false), or once the pipe is readable, with a
+    /// watchdog of a minute (a keeper that held the end would otherwise hang the test).
+    fn read_one(fd: BorrowedFd<'_>, wait: bool) -> Res<usize> {
+        if wait {
+            let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one pollfd (poll(2)).
+            assert_eq!(unsafe { libc::poll(&mut p, 1, 60_000) }, 1, "watchdog: the pipe never ended");
+        }
+        // SAFETY: plain fcntl(2) on our descriptor.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+        let mut b = [0u8; 1];
+        // SAFETY: b has one writable byte.
+        check(unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 1) } as libc::c_long).map(|n| n as usize)
+    }
+
+    /// The kept descriptor outlives our close until the returned end is dropped, and
+    /// the keeper holds nothing else (a pipe of ours it inherited ends when we close
+    /// our end). No timing: EOF and EAGAIN say who holds a pipe's writing end.
+    #[test]
+    fn a_kept_descriptor_lives_until_the_keeper_is_let_go_and_nothing_else_is_kept() {
+        let (kept_r, kept_w) = pipe();
+        let (other_r, other_w) = pipe();
+        let keeper = keep_until_dropped(kept_w.as_fd()).expect("fork");
+        drop(kept_w);
+        drop(other_w);
+        // Nothing else is kept: the other pipe's only writer is gone.
+        assert_eq!(read_one(other_r.as_fd(), true), Ok(0), "the keeper held a descriptor it was not given");
+        // The kept end is still open (the keeper's): no EOF, no data.
+        assert_eq!(read_one(kept_r.as_fd(), false), Err(libc::EAGAIN));
+        drop(keeper);
+        // Let go: the keeper exits and the last writer goes with it.
+        assert_eq!(read_one(kept_r.as_fd(), true), Ok(0));
     }
 }

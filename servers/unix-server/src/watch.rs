@@ -75,6 +75,13 @@ impl Watch {
         Ok(Watch { fd: sys::inotify()?, known: Mutex::new((0, HashSet::new())) })
     }
 
+    /// Hand this instance's last close to a detached process ([`sys::keep_until_dropped`]):
+    /// drop the returned descriptor after the watch is dropped, and the close's wait
+    /// for the kernel happens there.
+    pub fn release_elsewhere(&self) -> Option<OwnedFd> {
+        sys::keep_until_dropped(self.fd.as_fd())
+    }
+
     /// The inotify descriptor (in the server's epoll).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
