@@ -14,6 +14,10 @@
 //!
 //! Headlines: `unix_getpid_vs_native`, `unix_failed_open_vs_native`,
 //! `unix_compile_vs_native`, `unix_compile_vs_proot`, `unix_andrew_vs_native`.
+//! The compile and Andrew headlines take each round as a window (`Windowed`): ours
+//! and native side by side in it, each side's median across the rounds, every
+//! round's pair and ratio in the rows — a quick run is the full run's measurement
+//! with fewer rounds (4 and 3 against 5 and 3; Andrew's tree 3 directories against 8).
 
 use std::fs;
 use std::path::Path;
@@ -24,6 +28,7 @@ use ictus_bench::conditions::Conditions;
 use ictus_bench::experiment::no_args;
 use ictus_bench::report::{Better, Headline, PaperFigure, Report};
 use ictus_bench::stats::{median, LatencyRecorder};
+use ictus_bench::windows::Windowed;
 use ictus_bench::{BenchError, Experiment, Options, Outcome};
 use serde_json::json;
 
@@ -342,9 +347,12 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
     let compile_modes: Vec<Mode> = modes.iter().copied().chain([Mode::IctusConfined]).collect();
     let script =
         format!("cd {} && for i in 0 1 2 3 4 5 6 7 8; do gcc -O1 -c f$i.c -o f$i.o || exit 1; done", csrc.display());
-    let compile_rounds = if quick { 2 } else { 5 };
+    // Rounds are windows: ours and native side by side in each, the headline the
+    // ratio of the two sides' medians across them (`Windowed`), every round shown.
+    let compile_rounds = if quick { 4 } else { 5 };
     let mut compile: Vec<Vec<f64>> = compile_modes.iter().map(|_| Vec::new()).collect();
-    for round in 0..compile_rounds {
+    let mut compile_rounds_t: Vec<Vec<f64>> = vec![vec![f64::NAN; compile_modes.len()]; compile_rounds];
+    for (round, this_round) in compile_rounds_t.iter_mut().enumerate() {
         for k in 0..compile_modes.len() {
             let m = (k + round) % compile_modes.len();
             if let Some(t) = try_run(
@@ -355,6 +363,7 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
                 &mut report.notes,
             )? {
                 compile[m].push(t.0 as f64);
+                this_round[m] = t.0 as f64;
             }
         }
     }
@@ -395,13 +404,15 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
         w = work.display(),
         src = tree.display()
     );
-    let andrew_rounds = if quick { 1 } else { 3 };
+    let andrew_rounds = 3;
     let phases = ["mkdir", "copy", "stat", "find/grep", "compile"];
     let mut andrew_t: Vec<Vec<[f64; 6]>> = modes.iter().map(|_| Vec::new()).collect();
+    // Each round's total per mode, for the headline's windows.
+    let mut andrew_rounds_total: Vec<Vec<f64>> = vec![vec![f64::NAN; modes.len()]; andrew_rounds];
     // Under ictus, per round: requests served, failed lookups the server walked,
     // generation bumps (every kept failure stale).
     let mut andrew_n: Vec<Vec<[f64; 3]>> = modes.iter().map(|_| Vec::new()).collect();
-    for round in 0..andrew_rounds {
+    for (round, this_round) in andrew_rounds_total.iter_mut().enumerate() {
         for k in 0..modes.len() {
             let m = (k + round) % modes.len();
             let Some((_, snap)) = try_run(
@@ -426,6 +437,7 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
                 }
                 p[5] = (t[5] - t[0]) * 1e9;
                 andrew_t[m].push(p);
+                this_round[m] = p[5];
             }
         }
     }
@@ -471,7 +483,11 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
         )
         .with_target(3.0),
     );
-    let (ci, cn) = (compile_med[idx(Mode::Ictus).unwrap_or(1)], compile_med[idx(Mode::Native).unwrap_or(0)]);
+    let (i, n) = (idx(Mode::Ictus).unwrap_or(1), idx(Mode::Native).unwrap_or(0));
+    let compile_w = Windowed::new(compile_rounds_t.iter().map(|r| (r[i], r[n])))
+        .ok_or_else(|| err("compile test", "no round ran both ictus and native"))?;
+    report.rows.extend(compile_w.rows("compile test (9 files), ictus / native", "ns"));
+    let (ci, cn) = (compile_w.ours, compile_w.peer);
     report
         .headline
         .push(Headline::new("unix_compile_vs_native", ci, cn, "native", "ns", Better::Lower).with_target(1.15));
@@ -481,7 +497,10 @@ fn run_in_dir(quick: bool, work: &Path, report: &mut Report) -> Result<(), Bench
                 .with_target(0.5),
         );
     }
-    let (ai, an) = (andrew_total[idx(Mode::Ictus).unwrap_or(1)], andrew_total[idx(Mode::Native).unwrap_or(0)]);
+    let andrew_w = Windowed::new(andrew_rounds_total.iter().map(|r| (r[i], r[n])))
+        .ok_or_else(|| err("Andrew benchmark", "no round ran both ictus and native"))?;
+    report.rows.extend(andrew_w.rows("modified Andrew benchmark, ictus / native", "ns"));
+    let (ai, an) = (andrew_w.ours, andrew_w.peer);
     report
         .headline
         .push(Headline::new("unix_andrew_vs_native", ai, an, "native", "ns", Better::Lower).with_target(1.2));
