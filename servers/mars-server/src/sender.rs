@@ -215,8 +215,9 @@ struct Active {
 /// past the clip's end (the next clip, or the volume's free space, whose holes the kernel
 /// zeroes page by page: a third of the download thread's CPU in the bench). So:
 ///
-/// - `seq` (`POSIX_FADV_NORMAL`): the kernel's read-ahead, with large folios, for a
-///   piece followed by at least `reach` more bytes of its download on the device;
+/// - `seq` (`POSIX_FADV_SEQUENTIAL`, as the engine's own description: twice the
+///   device's window): the kernel's read-ahead, with large folios, for a piece followed
+///   by at least `reach` more bytes of its download on the device;
 /// - `exact` (`POSIX_FADV_RANDOM`: no heuristic read-ahead) for the rest — a download's
 ///   last `reach` bytes, a short range — whose pieces the thread reads ahead itself,
 ///   exactly, when their job arrives (`POSIX_FADV_WILLNEED`).
@@ -238,7 +239,7 @@ impl Device {
             let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
             let seq = OwnedFd::from(std::fs::File::open(&path)?);
             let exact = OwnedFd::from(std::fs::File::open(&path)?);
-            rustix::fs::fadvise(&seq, 0, None, rustix::fs::Advice::Normal)?;
+            rustix::fs::fadvise(&seq, 0, None, rustix::fs::Advice::Sequential)?;
             rustix::fs::fadvise(&exact, 0, None, rustix::fs::Advice::Random)?;
             Ok((seq, exact))
         };
@@ -246,7 +247,8 @@ impl Device {
             Ok((seq, exact)) => {
                 // Unknown (no block device under it: nothing to read ahead from, or a
                 // file system sysfs does not name): a generous bound.
-                let window = read_ahead_window(&seq).unwrap_or(16 << 20);
+                // `POSIX_FADV_SEQUENTIAL` doubles the device's window.
+                let window = 2 * read_ahead_window(&seq).unwrap_or(16 << 20);
                 Device { seq, exact: Some(exact), reach: 2 * window + (1 << 20) }
             }
             Err(_) => Device { seq: fd, exact: None, reach: 0 },
