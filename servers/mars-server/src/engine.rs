@@ -1686,6 +1686,31 @@ impl Engine {
             _ => return,
         }
         let pieces = fresh_pieces(c.items.iter_mut().skip(first + 1), r, most, limit, &self.inflight, 1);
+        // What of the download follows the job, in order, as far as the thread needs to
+        // know where the kernel's read-ahead may go (the items queued behind the job, then
+        // the rest of the current range as the storage maps it; a multipart boundary
+        // ends it).
+        let ahead = {
+            let job: Vec<(u16, u64, u64)> = pieces.iter().map(|p| (p.dev, p.offset, u64::from(p.len))).collect();
+            let mut rest = Vec::new();
+            let mut whole = true;
+            for item in c.items.iter().skip(first + pieces.len()) {
+                match item {
+                    Item::Splice { dev, offset, len, .. } => rest.push((*dev, *offset, u64::from(*len))),
+                    _ => {
+                        whole = false;
+                        break;
+                    }
+                }
+            }
+            // (Only with the download thread, whose devices are the page cache's: a
+            // volume's plan pins nothing, see `Storage::done`.)
+            if let (true, Some((pos, end)), true) = (whole, c.cursor, self.sender.is_some()) {
+                let span = (end - pos).min(AHEAD_MAX.saturating_mul(self.inflight.len().max(1) as u64));
+                rest.extend(self.storage.plan(pos, span).into_iter().map(|p| (p.component, p.offset, p.len)));
+            }
+            contiguous_ahead(&job, &rest)
+        };
         // The job owns a duplicate of the socket (the connection's descriptor is closed
         // only when its jobs are back, but a duplicate makes that not matter to the
         // thread).
@@ -1721,7 +1746,11 @@ impl Engine {
             c.jobs.push_back(chain);
         }
         if let Some(sender) = self.sender.as_ref() {
-            let pieces = pieces.iter().map(|p| Piece { dev: p.dev, offset: p.offset, len: p.len }).collect();
+            let pieces = pieces
+                .iter()
+                .zip(ahead)
+                .map(|(p, ahead)| Piece { dev: p.dev, offset: p.offset, len: p.len, ahead })
+                .collect();
             sender.submit(Job { key: stream_id(slot, gen), sock, pieces, after });
         }
         // The next piece waits its turn in DRR for the second job.
@@ -2689,6 +2718,39 @@ pub fn set_thread_ioprio(class: u8, level: u8) -> io::Result<()> {
 /// and while each device stays under `limit` reads in flight (`inflight` plus those
 /// taken here); each taken piece is marked with `ops` operations outstanding. Shared
 /// by the io_uring chain (two operations a piece) and the download thread's job (one).
+/// Most bytes of a download looked at behind a piece for [`Piece::ahead`]: more than
+/// twice any read-ahead window the kernel keeps (`read_ahead_kb` is 128 KiB by default,
+/// up to a few MiB on disks that ask for it).
+const AHEAD_MAX: u64 = 64 << 20;
+
+/// For each of a job's pieces (device, offset, length), the bytes of its download that
+/// follow it contiguously on its device — among the job's later pieces and `rest`, what
+/// follows the job in order — up to [`AHEAD_MAX`]. The download thread fills a piece
+/// with the kernel's read-ahead only where this is more than the read-ahead can reach
+/// (`sender::Device`).
+fn contiguous_ahead(job: &[(u16, u64, u64)], rest: &[(u16, u64, u64)]) -> Vec<u64> {
+    job.iter()
+        .enumerate()
+        .map(|(i, &(dev, offset, len))| {
+            let (mut next, mut ahead) = (offset + len, 0u64);
+            for &(d, o, l) in job[i + 1..].iter().chain(rest) {
+                if ahead >= AHEAD_MAX {
+                    break;
+                }
+                if d != dev {
+                    continue;
+                }
+                if o != next {
+                    break;
+                }
+                ahead += l;
+                next += l;
+            }
+            ahead.min(AHEAD_MAX)
+        })
+        .collect()
+}
+
 fn fresh_pieces<'a>(
     behind: impl Iterator<Item = &'a mut Item>,
     head: ReadReq,
@@ -2718,6 +2780,22 @@ fn fresh_pieces<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What follows a piece contiguously on its device: the job's later pieces and
+    /// the rest, other devices' pieces skipped (striping), a gap ending it, capped.
+    #[test]
+    fn contiguous_ahead_counts_what_follows_on_the_device() {
+        const M: u64 = 1 << 20;
+        // Striped over two devices: 0 and 1 alternate, each contiguous on its own.
+        let job = [(0, 0, M), (1, 0, M), (0, M, M)];
+        let rest = [(1, M, M), (0, 2 * M, M), (1, 2 * M, M), (0, 9 * M, M)];
+        assert_eq!(contiguous_ahead(&job, &rest), vec![2 * M, 2 * M, M]);
+        // Nothing behind: the download's end.
+        assert_eq!(contiguous_ahead(&[(0, 5, 10)], &[]), vec![0]);
+        // A long download: capped.
+        let long: Vec<(u16, u64, u64)> = (1..200).map(|i| (0, i * M, M)).collect();
+        assert_eq!(contiguous_ahead(&[(0, 0, M)], &long), vec![AHEAD_MAX]);
+    }
 
     #[test]
     fn the_default_settings_are_valid() {

@@ -34,12 +34,15 @@ use rustix::event::epoll;
 use rustix::io::Errno;
 
 /// One piece of a job: `len` bytes at `offset` of device `dev` (an index into the
-/// descriptors the thread was started with).
+/// descriptors the thread was started with); `ahead`: bytes of the same download that
+/// follow the piece contiguously on its device (as far as the engine looked: see
+/// [`Device`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
     pub dev: u16,
     pub offset: u64,
     pub len: u32,
+    pub ahead: u64,
 }
 
 /// What the engine hands over: its key for the result (one key per connection), the
@@ -129,6 +132,7 @@ impl Sender {
         )?);
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(&ep, &*wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
+        let devices = devices.into_iter().map(Device::new).collect();
         let shared = Arc::new(Shared { inbox: Mutex::new(Vec::new()), stop: AtomicBool::new(false) });
         let (s, w) = (Arc::clone(&shared), Arc::clone(&wake));
         let thread = std::thread::Builder::new().name("ictus-mars-dl".into()).spawn(move || {
@@ -201,6 +205,82 @@ struct Active {
     in_pipe: usize,
 }
 
+/// A device as the thread reads it: two open file descriptions of its own, so that the
+/// kernel's read-ahead never runs past a download into bytes DRR did not dispatch.
+///
+/// Why: the kernel's heuristic read-ahead of a description reads up to two windows
+/// (`read_ahead_kb` each) beyond the position read, bounded only by the end of the
+/// *file* — and a volume's component holds many clips and free space. Measured (doc/mars.md,
+/// the marscpu session): every 256 MiB download through one description read 24–32 MiB
+/// past the clip's end (the next clip, or the volume's free space, whose holes the kernel
+/// zeroes page by page: a third of the download thread's CPU in the bench). So:
+///
+/// - `seq` (`POSIX_FADV_SEQUENTIAL`, as the engine's own description: twice the
+///   device's window): the kernel's read-ahead, with large folios, for a piece followed
+///   by at least `reach` more bytes of its download on the device;
+/// - `exact` (`POSIX_FADV_RANDOM`: no heuristic read-ahead) for the rest — a download's
+///   last `reach` bytes, a short range — whose pieces the thread reads ahead itself,
+///   exactly, when their job arrives (`POSIX_FADV_WILLNEED`).
+///
+/// Where the descriptions cannot be reopened (`/proc` not mounted), there is only the
+/// descriptor given, and nothing is bounded (as before).
+struct Device {
+    seq: OwnedFd,
+    exact: Option<OwnedFd>,
+    /// How far beyond a read the kernel's read-ahead of `seq` may reach: twice the
+    /// device's window, and a piece.
+    reach: u64,
+}
+
+impl Device {
+    fn new(fd: OwnedFd) -> Device {
+        let reopen = || -> io::Result<(OwnedFd, OwnedFd)> {
+            use std::os::fd::AsRawFd;
+            let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            let seq = OwnedFd::from(std::fs::File::open(&path)?);
+            let exact = OwnedFd::from(std::fs::File::open(&path)?);
+            rustix::fs::fadvise(&seq, 0, None, rustix::fs::Advice::Sequential)?;
+            rustix::fs::fadvise(&exact, 0, None, rustix::fs::Advice::Random)?;
+            Ok((seq, exact))
+        };
+        match reopen() {
+            Ok((seq, exact)) => {
+                // Unknown (no block device under it: nothing to read ahead from, or a
+                // file system sysfs does not name): a generous bound.
+                // `POSIX_FADV_SEQUENTIAL` doubles the device's window.
+                let window = 2 * read_ahead_window(&seq).unwrap_or(16 << 20);
+                Device { seq, exact: Some(exact), reach: 2 * window + (1 << 20) }
+            }
+            Err(_) => Device { seq: fd, exact: None, reach: 0 },
+        }
+    }
+
+    /// The description to fill from for `rest` bytes of a download from here on: the
+    /// kernel's read-ahead only where it cannot pass the download's end.
+    fn for_rest(&self, rest: u64) -> &OwnedFd {
+        match &self.exact {
+            Some(exact) if rest < self.reach => exact,
+            _ => &self.seq,
+        }
+    }
+}
+
+/// The kernel's read-ahead window of the block device under `fd` (`read_ahead_kb` in
+/// sysfs, of the device itself or of the disk a partition is on), in bytes.
+fn read_ahead_window(fd: &OwnedFd) -> Option<u64> {
+    let st = rustix::fs::fstat(fd).ok()?;
+    let dev = if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice {
+        st.st_rdev
+    } else {
+        st.st_dev
+    };
+    let (maj, min) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    ["queue/read_ahead_kb", "../queue/read_ahead_kb"].iter().find_map(|q| {
+        let s = std::fs::read_to_string(format!("/sys/dev/block/{maj}:{min}/{q}")).ok()?;
+        s.trim().parse::<u64>().ok().map(|kb| kb << 10)
+    })
+}
+
 struct Pipe {
     r: OwnedFd,
     w: OwnedFd,
@@ -211,7 +291,7 @@ struct Loop {
     ep: OwnedFd,
     wake: Arc<OwnedFd>,
     shared: Arc<Shared>,
-    devices: Vec<OwnedFd>,
+    devices: Vec<Device>,
     park: Duration,
     done: Box<dyn Fn(Vec<Done>) + Send>,
     jobs: HashMap<u64, Active>,
@@ -293,13 +373,32 @@ impl Loop {
         if !job.after {
             // The engine had every earlier job of the key back before it sent this one.
             self.broken.remove(&job.key);
+            self.read_ahead(&job);
             self.begin(job, out);
         } else if self.busy.contains(&job.key) {
+            // Its pieces are read while the job ahead of it is sent.
+            self.read_ahead(&job);
             self.waiting.entry(job.key).or_default().push_back(job);
         } else if self.broken.remove(&job.key) {
             out.push(Done { key: job.key, sent: 0, outcome: Outcome::Skipped });
         } else {
+            self.read_ahead(&job);
             self.begin(job, out);
+        }
+    }
+
+    /// Starts reading the job's pieces that the kernel will not read ahead (those
+    /// filled from a device's `exact` description, see [`Device`]): exactly their bytes,
+    /// submitted and not waited for (`POSIX_FADV_WILLNEED`), when DRR has dispatched
+    /// them.
+    fn read_ahead(&self, job: &Job) {
+        for p in &job.pieces {
+            let Some(dev) = self.devices.get(usize::from(p.dev)) else { continue };
+            let Some(exact) = dev.exact.as_ref() else { continue };
+            let fd = dev.for_rest(u64::from(p.len) + p.ahead);
+            if let (true, Some(len)) = (std::ptr::eq(fd, exact), std::num::NonZeroU64::new(u64::from(p.len))) {
+                let _ = rustix::fs::fadvise(exact, p.offset, Some(len), rustix::fs::Advice::WillNeed);
+            }
         }
     }
 
@@ -359,6 +458,7 @@ impl Loop {
                 continue;
             }
             let Some(dev) = self.devices.get(usize::from(p.dev)) else { break Outcome::Failed };
+            let dev = dev.for_rest(u64::from(rest) + p.ahead);
             let mut offset = p.offset + u64::from(a.at);
             if let Some(pipe) = &a.pipe {
                 // Fill the (empty) pipe from the page cache: references, no copy.
@@ -499,11 +599,15 @@ mod tests {
         // A stalled client: 16 MiB is more than loopback's buffers hold.
         let (stalled_s, stalled_c) = pair();
         rustix::net::sockopt::set_socket_send_buffer_size(&stalled_s, 64 << 10).unwrap();
-        let pieces = vec![Piece { dev: 0, offset: 0, len: 16 << 20 }];
+        let pieces = vec![Piece { dev: 0, offset: 0, len: 16 << 20, ahead: 0 }];
         sender.submit(Job { key: 1, sock: stalled_s.try_clone().unwrap().into(), pieces, after: false });
-        // A reading client, pieces out of file order.
+        // A reading client, pieces out of file order: the first filled with the kernel's
+        // read-ahead (much of its download follows it), the second exactly.
         let (s, mut c) = pair();
-        let pieces = vec![Piece { dev: 0, offset: 2 << 20, len: 100_000 }, Piece { dev: 0, offset: 5, len: 70_000 }];
+        let pieces = vec![
+            Piece { dev: 0, offset: 2 << 20, len: 100_000, ahead: 1 << 40 },
+            Piece { dev: 0, offset: 5, len: 70_000, ahead: 0 },
+        ];
         sender.submit(Job { key: 2, sock: s.try_clone().unwrap().into(), pieces, after: false });
         let mut got = vec![0u8; 170_000];
         c.read_exact(&mut got).unwrap();
@@ -520,7 +624,7 @@ mod tests {
         assert!(!flags.contains(rustix::fs::OFlags::NONBLOCK));
         // A job on a shut-down socket fails.
         stalled_s.shutdown(std::net::Shutdown::Both).unwrap();
-        let pieces = vec![Piece { dev: 0, offset: 0, len: 1 << 20 }];
+        let pieces = vec![Piece { dev: 0, offset: 0, len: 1 << 20, ahead: 0 }];
         sender.submit(Job { key: 3, sock: stalled_s.try_clone().unwrap().into(), pieces, after: false });
         let d = rx.recv_timeout(Duration::from_secs(60)).unwrap();
         assert_eq!((d.key, d.outcome), (3, Outcome::Failed));
@@ -556,8 +660,8 @@ mod tests {
         let (patient, rx) = start(Duration::from_secs(3600));
         let (s, mut c) = pair();
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let first = vec![Piece { dev: 0, offset: 3 << 20, len: 3 << 20 }];
-        let second = vec![Piece { dev: 0, offset: 7, len: 2 << 20 }];
+        let first = vec![Piece { dev: 0, offset: 3 << 20, len: 3 << 20, ahead: 0 }];
+        let second = vec![Piece { dev: 0, offset: 7, len: 2 << 20, ahead: 0 }];
         patient.submit(Job { key: 10, sock: s.try_clone().unwrap().into(), pieces: first, after: false });
         patient.submit(Job { key: 10, sock: s.try_clone().unwrap().into(), pieces: second, after: true });
         let mut got = vec![0u8; 5 << 20];
@@ -574,8 +678,8 @@ mod tests {
         let (s, mut c) = pair();
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         rustix::net::sockopt::set_socket_send_buffer_size(&s, 64 << 10).unwrap();
-        let big = vec![Piece { dev: 0, offset: 0, len: 16 << 20 }];
-        let marker = vec![Piece { dev: 0, offset: 9 << 20, len: 1 << 20 }];
+        let big = vec![Piece { dev: 0, offset: 0, len: 16 << 20, ahead: 0 }];
+        let marker = vec![Piece { dev: 0, offset: 9 << 20, len: 1 << 20, ahead: 0 }];
         sender.submit(Job { key: 11, sock: s.try_clone().unwrap().into(), pieces: big.clone(), after: false });
         sender.submit(Job { key: 11, sock: s.try_clone().unwrap().into(), pieces: marker.clone(), after: true });
         let a = next();
