@@ -18,7 +18,9 @@
 #![deny(unsafe_code)]
 
 pub mod director;
+pub mod key;
 pub mod service;
 pub mod wire;
 
 pub use director::{Config, Director, Moved, NodeId, NodeState, Placement, Refused, StreamId, CACHE_BOUND_PCT};
+pub use key::{ClusterKey, KeyError};

@@ -2,7 +2,9 @@
 //! pure core ([`crate::Director`]) behind two TCP ports.
 //!
 //! - **Nodes' port**: a node keeps one connection open and says, one line each,
-//!   `HELLO <id> <host:port> <capacity bytes/s>` then every beat interval
+//!   after the director's `NONCE`, `HELLO <id> <host:port> <capacity bytes/s> <MAC>`
+//!   (the MAC proves the cluster key: [`crate::wire`]; the director answers `WELCOME`,
+//!   or `REFUSED <why>` and hangs up), then every beat interval
 //!   `BEAT <connections> <clip>…` (the clips its stripe cache holds) and
 //!   `OPEN <stream>…` (the director's streams whose player is connected to it now).
 //!   The connection is
@@ -32,8 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::wire::{self, NodeLine};
-use crate::{Config, Director, NodeId, Refused, StreamId};
+use crate::wire::{self, DirectorLine, NodeLine};
+use crate::{ClusterKey, Config, Director, NodeId, Refused, StreamId};
 
 pub use crate::wire::MAX_LINE;
 /// Longest HTTP request head.
@@ -42,9 +44,19 @@ const MAX_HEAD: usize = 16 << 10;
 /// sends a byte now and then is cut off here, not at each read), else 408.
 const HEAD_DEADLINE: Duration = Duration::from_secs(10);
 /// Most connections of each port served at once (one thread each); past it a client is
-/// answered 503 at once and a node connection is closed, so many idle or slow peers
-/// cost bounded threads and memory.
+/// answered 503 by the refuser and a node connection is closed, so many idle or slow
+/// peers cost bounded threads and memory.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// After its answer, how long a client's connection is drained (its request's rest,
+/// until it hangs up) before it is closed, and how many bytes at most: a socket closed
+/// with bytes unread is reset, and the reset can reach the client before it has read the
+/// answer. A client that neither sends nor hangs up is closed at this bound.
+const LINGER: Duration = Duration::from_secs(2);
+/// Bytes drained after an answer, at most (the head's bound and a body's worth).
+const LINGER_BYTES: usize = MAX_HEAD + (64 << 10);
+/// Clients over the bound being refused at once (by one thread, `refuser`); past
+/// these, one is answered and closed at once, unread (it may see a reset).
+const REFUSING: usize = 256;
 
 /// What the director needs of the store: a clip's length, or none if not there.
 pub trait Catalog: Send + Sync + 'static {
@@ -64,6 +76,9 @@ pub struct DirectorOptions {
     /// How long after a stream is placed or moved its client has to reach its node
     /// before the node's `OPEN` not listing it closes it.
     pub close_grace: Duration,
+    /// The cluster key: only a node that proves it holds it registers
+    /// ([`crate::wire`]'s challenge–response).
+    pub key: ClusterKey,
 }
 
 struct NodeInfo {
@@ -86,6 +101,9 @@ struct State {
     closed: u64,
     placements: u64,
     placement_ns: u64,
+    /// Node connections refused before registering (no HELLO first, or one whose MAC
+    /// was missing or wrong: another key, a forgery, a replay).
+    auth_refused: u64,
 }
 
 struct Shared {
@@ -134,6 +152,8 @@ pub struct Snapshot {
     pub closed: u64,
     /// Placements made, and the time they took in the core (ns, summed).
     pub placements: (u64, u64),
+    /// Node connections refused before registering (a missing or wrong MAC).
+    pub auth_refused: u64,
 }
 
 impl std::fmt::Debug for RunningDirector {
@@ -173,6 +193,7 @@ impl RunningDirector {
                 closed: 0,
                 placements: 0,
                 placement_ns: 0,
+                auth_refused: 0,
             }),
             epoch: Instant::now(),
             catalog,
@@ -183,17 +204,22 @@ impl RunningDirector {
         });
         let (http_addr, nodes_addr) = (http.local_addr()?, nodes.local_addr()?);
         let mut threads = Vec::new();
+        let (refuse_tx, refuse_rx) = std::sync::mpsc::sync_channel(REFUSING);
+        let sh = Arc::clone(&shared);
+        threads
+            .push(std::thread::Builder::new().name("director-refuse".into()).spawn(move || refuser(&sh, &refuse_rx))?);
         let sh = Arc::clone(&shared);
         threads.push(std::thread::Builder::new().name("director-http".into()).spawn(move || {
-            accept_loop(&sh, &http, Port::Clients, |sh, s| {
-                let _ = serve_client(sh, s);
+            accept_loop(&sh, &http, Port::Clients, Some(&refuse_tx), |sh, mut s| {
+                let _ = serve_client(sh, &mut s);
+                linger_close(s);
             })
         })?);
         let sh = Arc::clone(&shared);
         threads.push(
             std::thread::Builder::new()
                 .name("director-nodes".into())
-                .spawn(move || accept_loop(&sh, &nodes, Port::Nodes, serve_node))?,
+                .spawn(move || accept_loop(&sh, &nodes, Port::Nodes, None, serve_node))?,
         );
         let sh = Arc::clone(&shared);
         threads.push(std::thread::Builder::new().name("director-tick".into()).spawn(move || {
@@ -248,6 +274,7 @@ fn snapshot(st: &State) -> Snapshot {
         dropped: st.dropped,
         closed: st.closed,
         placements: (st.placements, st.placement_ns),
+        auth_refused: st.auth_refused,
     }
 }
 
@@ -267,22 +294,34 @@ impl Drop for Serving {
     }
 }
 
-fn accept_loop(sh: &Arc<Shared>, l: &TcpListener, port: Port, f: fn(&Arc<Shared>, TcpStream)) {
+/// Accepts `port`'s connections, each served by `f` on a thread of its own up to the
+/// bound; past it a client goes to the refuser (`refuse`), a node is closed.
+fn accept_loop(
+    sh: &Arc<Shared>,
+    l: &TcpListener,
+    port: Port,
+    refuse: Option<&std::sync::mpsc::SyncSender<TcpStream>>,
+    f: fn(&Arc<Shared>, TcpStream),
+) {
     for s in l.incoming() {
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
-        let Ok(mut s) = s else {
+        let Ok(s) = s else {
             // EMFILE and the like: do not spin.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
         if sh.serving[port as usize].fetch_add(1, Ordering::AcqRel) >= sh.max_connections {
             sh.serving[port as usize].fetch_sub(1, Ordering::AcqRel);
-            if port == Port::Clients {
-                // A few hundred bytes into an empty socket buffer: this does not block.
-                let _ = s.set_nonblocking(true);
-                let _ = respond(&mut s, "503 Service Unavailable", "Retry-After: 1\r\n", "busy\n", false);
+            let _ = s.set_nonblocking(true);
+            if let Some(tx) = refuse {
+                // The refuser reads the request before it answers; if it has all it
+                // can take, answer at once (a few hundred bytes into an empty socket
+                // buffer: this does not block) and close.
+                if let Err(std::sync::mpsc::TrySendError::Full(mut s)) = tx.try_send(s) {
+                    let _ = respond(&mut s, "503 Service Unavailable", "Retry-After: 1\r\n", "busy\n", false);
+                }
             }
             continue;
         }
@@ -292,6 +331,124 @@ fn accept_loop(sh: &Arc<Shared>, l: &TcpListener, port: Port, f: fn(&Arc<Shared>
             drop(guard);
         });
     }
+}
+
+/// After the answer: says the director is done writing (FIN), then reads and drops
+/// what the client still sends until it hangs up, at most [`LINGER`] and
+/// [`LINGER_BYTES`], and closes. Without it, bytes the director did not read (a
+/// request's rest after an early answer, a body) make the close a reset, which can
+/// destroy the answer before the client reads it.
+fn linger_close(s: TcpStream) {
+    let _ = s.shutdown(Shutdown::Write);
+    let until = Instant::now() + LINGER;
+    let mut left = LINGER_BYTES;
+    let mut b = [0u8; 4096];
+    while left > 0 {
+        let wait = until.saturating_duration_since(Instant::now());
+        if wait.is_zero() || s.set_read_timeout(Some(wait)).is_err() {
+            break;
+        }
+        match (&s).read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+/// One client being refused past the bound.
+struct Refusing {
+    s: TcpStream,
+    /// Closed at this time, whatever it does.
+    until: Instant,
+    /// Bytes read.
+    read: usize,
+    /// The last bytes read (to see the head's end across reads).
+    tail: [u8; 3],
+    /// 503 said (then FIN; the rest is drained).
+    answered: bool,
+}
+
+/// The clients over the bound, all on this one thread: each is read (nonblocking, by
+/// `poll`) until its head's end, then answered 503 and drained as [`linger_close`]
+/// does, within [`LINGER`] and [`LINGER_BYTES`] — so a client that sent its request
+/// sees the 503, not a reset, and a hostile one holds neither the acceptor nor more
+/// than its place here.
+fn refuser(sh: &Shared, rx: &std::sync::mpsc::Receiver<TcpStream>) {
+    use rustix::event::{PollFd, PollFlags};
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut cs: Vec<Refusing> = Vec::new();
+    let add = |cs: &mut Vec<Refusing>, s| {
+        cs.push(Refusing { s, until: Instant::now() + LINGER, read: 0, tail: [0; 3], answered: false });
+    };
+    loop {
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if cs.is_empty() {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(s) => add(&mut cs, s),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        while let Ok(s) = rx.try_recv() {
+            add(&mut cs, s);
+        }
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd<'_>> = cs.iter().map(|c| PollFd::new(&c.s, PollFlags::IN)).collect();
+            let t = rustix::event::Timespec { tv_sec: 0, tv_nsec: 20_000_000 };
+            let _ = rustix::event::poll(&mut fds, Some(&t));
+            fds.iter().map(|f| !f.revents().is_empty()).collect()
+        };
+        let now = Instant::now();
+        let mut i = 0;
+        cs.retain_mut(|c| {
+            let r = ready[i];
+            i += 1;
+            refusing_step(c, r, now)
+        });
+    }
+}
+
+/// One round for one refused client; whether to keep it.
+fn refusing_step(c: &mut Refusing, ready: bool, now: Instant) -> bool {
+    let mut ended = false;
+    let mut head_end = false;
+    if ready {
+        let mut b = [0u8; 4096];
+        loop {
+            match (&c.s).read(&mut b) {
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
+                Ok(n) => {
+                    c.read += n;
+                    if !c.answered {
+                        let mut w = c.tail.to_vec();
+                        w.extend_from_slice(&b[..n]);
+                        head_end |= w.windows(4).any(|x| x == b"\r\n\r\n");
+                        let k = w.len();
+                        c.tail.copy_from_slice(&w[k - 3..]);
+                    }
+                    if c.read >= LINGER_BYTES {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return false,
+            }
+        }
+    }
+    let late = now >= c.until;
+    if !c.answered && (head_end || ended || late || c.read >= MAX_HEAD) {
+        // A few hundred bytes into an empty socket buffer: this does not block.
+        let _ = respond(&mut c.s, "503 Service Unavailable", "Retry-After: 1\r\n", "busy\n", false);
+        let _ = c.s.shutdown(Shutdown::Write);
+        c.answered = true;
+    }
+    !(ended || late || c.read >= LINGER_BYTES)
 }
 
 fn tick(sh: &Shared) {
@@ -332,10 +489,17 @@ fn account_moves(st: &mut State, moved: &[crate::Moved], now: u64) {
     st.nodes.retain(|id, _| live.contains(id));
 }
 
-/// One node's connection: HELLO, then BEATs until it ends.
-fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
+/// One node's connection: NONCE, a HELLO whose MAC proves the key, then BEATs until it
+/// ends.
+fn serve_node(sh: &Arc<Shared>, mut s: TcpStream) {
     let timeout = Duration::from_nanos(sh.opts.config.heartbeat_timeout_ns).max(Duration::from_millis(100));
     let _ = s.set_read_timeout(Some(timeout));
+    let _ = s.set_write_timeout(Some(timeout));
+    // A fresh nonce per connection: a HELLO signed for another is a replay.
+    let Ok(nonce) = crate::key::nonce() else { return };
+    if s.write_all(wire::director_line(&DirectorLine::Nonce(nonce)).as_bytes()).is_err() {
+        return;
+    }
     let mut r = BufReader::new(match s.try_clone() {
         Ok(c) => c,
         Err(_) => return,
@@ -350,9 +514,24 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
             break;
         }
         // A malformed line ends the node's connection (wire::parse says what was wrong).
-        let Ok(parsed) = wire::parse(&line[..line.len() - 1]) else { break };
+        let parsed = wire::parse(&line[..line.len() - 1]);
+        if node.is_none() {
+            // Nothing before a HELLO whose MAC is right for this connection's nonce.
+            let why = match &parsed {
+                Ok(h @ NodeLine::Hello { .. }) if wire::verify_hello(&sh.opts.key, &nonce, h) => None,
+                Ok(NodeLine::Hello { .. }) => Some("wrong MAC (not this cluster's key, or not this nonce)".to_string()),
+                Ok(_) => Some("HELLO first".to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = why {
+                sh.lock().auth_refused += 1;
+                let _ = s.write_all(wire::director_line(&DirectorLine::Refused(why)).as_bytes());
+                break;
+            }
+        }
+        let Ok(parsed) = parsed else { break };
         match (parsed, node) {
-            (NodeLine::Hello { id, http, capacity }, None) => {
+            (NodeLine::Hello { id, http, capacity, .. }, None) => {
                 let now = sh.now();
                 let mut st = sh.lock();
                 st.next_gen += 1;
@@ -366,6 +545,10 @@ fn serve_node(sh: &Arc<Shared>, s: TcpStream) {
                 st.core.register(NodeId(id), capacity, Vec::<String>::new(), now);
                 st.nodes.insert(NodeId(id), NodeInfo { http: http.to_string(), connections: 0 });
                 node = Some((NodeId(id), gen));
+                drop(st);
+                if s.write_all(wire::director_line(&DirectorLine::Welcome).as_bytes()).is_err() {
+                    break;
+                }
             }
             (NodeLine::Beat { connections, clips }, Some((id, gen))) => {
                 let clips: Vec<String> = clips.into_iter().map(str::to_string).collect();
@@ -451,7 +634,7 @@ fn refuse(s: &mut TcpStream, head: &[u8], status: u16) -> std::io::Result<()> {
 }
 
 /// One client request (then the connection closes).
-fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
+fn serve_client(sh: &Arc<Shared>, s: &mut TcpStream) -> std::io::Result<()> {
     let deadline = Instant::now() + HEAD_DEADLINE;
     s.set_write_timeout(Some(HEAD_DEADLINE))?;
     let mut buf = Vec::with_capacity(1024);
@@ -459,21 +642,21 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     let req = loop {
         match ictus_mars::http::parse(&buf) {
             ictus_mars::http::Parsed::Request(r, _) => break r,
-            ictus_mars::http::Parsed::Refuse(code) => return refuse(&mut s, &buf, code),
+            ictus_mars::http::Parsed::Refuse(code) => return refuse(s, &buf, code),
             ictus_mars::http::Parsed::Partial => {}
         }
         if buf.len() > MAX_HEAD {
-            return refuse(&mut s, &buf, 431);
+            return refuse(s, &buf, 431);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return refuse(&mut s, &buf, 408);
+            return refuse(s, &buf, 408);
         }
         s.set_read_timeout(Some(left))?;
         let n = match s.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return refuse(&mut s, &buf, 408)
+                return refuse(s, &buf, 408)
             }
             Err(e) => return Err(e),
         };
@@ -489,38 +672,44 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
     if req.path == "_cluster" {
         let snap = snapshot(&sh.lock());
         let mut body = format!(
-            "streams {} moved {} dropped {} closed {} placements {} placement_ns {}\n",
-            snap.streams, snap.moved, snap.dropped, snap.closed, snap.placements.0, snap.placements.1
+            "streams {} moved {} dropped {} closed {} placements {} placement_ns {} nodes_refused {}\n",
+            snap.streams,
+            snap.moved,
+            snap.dropped,
+            snap.closed,
+            snap.placements.0,
+            snap.placements.1,
+            snap.auth_refused
         );
         for (id, http, load, cap, n) in &snap.nodes {
             body.push_str(&format!("node {id} {http} load {load} capacity {cap} streams {n}\n"));
         }
-        return respond(&mut s, "200 OK", "", &body);
+        return respond(s, "200 OK", "", &body);
     }
     let name = req.path.as_str();
     if !ictus_mars::label::valid_name(name) {
-        return respond(&mut s, "404 Not Found", "", "no such clip\n");
+        return respond(s, "404 Not Found", "", "no such clip\n");
     }
     let rate = match query_param(q, "rate") {
         None => sh.opts.default_rate,
         Some(v) => match v.parse::<u64>() {
             Ok(r) if r > 0 && r <= 1 << 40 => r,
-            _ => return respond(&mut s, "400 Bad Request", "", "rate: bytes/s, 1 to 2^40\n"),
+            _ => return respond(s, "400 Bad Request", "", "rate: bytes/s, 1 to 2^40\n"),
         },
     };
     let stream = match query_param(q, "stream") {
         None => None,
         Some(v) => match v.parse::<u64>() {
             Ok(id) => Some(StreamId(id)),
-            Err(_) => return respond(&mut s, "400 Bad Request", "", "stream: a stream id\n"),
+            Err(_) => return respond(s, "400 Bad Request", "", "stream: a stream id\n"),
         },
     };
-    let Some(len) = sh.catalog.len(name) else { return respond(&mut s, "404 Not Found", "", "no such clip\n") };
+    let Some(len) = sh.catalog.len(name) else { return respond(s, "404 Not Found", "", "no such clip\n") };
     let offset = match ictus_mars::range::resolve(req.range.as_deref(), len) {
         ictus_mars::range::Ranges::Whole => 0,
         ictus_mars::range::Ranges::Partial(r) => r.first().map_or(0, |r| r.start),
         ictus_mars::range::Ranges::Unsatisfiable => {
-            return respond(&mut s, "416 Range Not Satisfiable", &format!("Content-Range: bytes */{len}\r\n"), "")
+            return respond(s, "416 Range Not Satisfiable", &format!("Content-Range: bytes */{len}\r\n"), "")
         }
     };
     let now = sh.now();
@@ -544,7 +733,7 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
                     }
                     drop(st);
                     return respond(
-                        &mut s,
+                        s,
                         "302 Found",
                         &format!("Location: {loc}\r\nX-Ictus-Stream: {}\r\nX-Ictus-Node: {}\r\n", id.0, node.0),
                         "",
@@ -570,7 +759,7 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
             drop(st);
             let loc = location(&http, name, q, p.stream);
             respond(
-                &mut s,
+                s,
                 "302 Found",
                 &format!("Location: {loc}\r\nX-Ictus-Stream: {}\r\nX-Ictus-Node: {}\r\n", p.stream.0, p.node.0),
                 "",
@@ -582,7 +771,7 @@ fn serve_client(sh: &Arc<Shared>, mut s: TcpStream) -> std::io::Result<()> {
                 Refused::Bad(_) => "400 Bad Request",
                 _ => "503 Service Unavailable",
             };
-            respond(&mut s, status, "Retry-After: 1\r\n", &format!("{e}\n"))
+            respond(s, status, "Retry-After: 1\r\n", &format!("{e}\n"))
         }
     }
 }
@@ -607,27 +796,68 @@ pub struct Report {
     pub open: Vec<u64>,
 }
 
-/// The node's side: keeps a connection to the director, says HELLO, then every
-/// `every` a BEAT and an OPEN with what `report` says; reconnects (and registers
-/// again, starting empty) if the connection breaks. Runs until `stop`.
-pub fn node_agent(
-    director: SocketAddr,
-    id: u32,
-    http: SocketAddr,
-    capacity: u64,
-    every: Duration,
-    report: impl Fn() -> Report,
-    stop: &AtomicBool,
-) {
+/// How a node registers: where the director is, who the node is, the key.
+#[derive(Clone, Debug)]
+pub struct NodeIdentity {
+    /// The director's nodes' port.
+    pub director: SocketAddr,
+    /// This node's id.
+    pub id: u32,
+    /// Where the director sends players.
+    pub http: SocketAddr,
+    /// Bytes/s the director may place here.
+    pub capacity: u64,
+    /// The cluster key.
+    pub key: ClusterKey,
+}
+
+/// Registers on `s`: reads the director's nonce, says the signed HELLO, reads the
+/// answer. `Err` says why not (a refusal's reason, or what broke).
+fn register(s: &mut TcpStream, me: &NodeIdentity) -> Result<(), String> {
+    // The director's lines are input too: at most MAX_LINE each, within the timeout.
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s.try_clone().map_err(|e| e.to_string())?).take(MAX_LINE as u64);
+    let mut read = |what: &str| -> Result<DirectorLine, String> {
+        let mut line = Vec::new();
+        r.set_limit(MAX_LINE as u64);
+        r.read_until(b'\n', &mut line).map_err(|e| format!("{what}: {e}"))?;
+        let Some(body) = line.strip_suffix(b"\n") else { return Err(format!("{what}: the director hung up")) };
+        wire::parse_director(body).map_err(|e| format!("{what}: {e}"))
+    };
+    let DirectorLine::Nonce(nonce) = read("the nonce")? else { return Err("no nonce first".into()) };
+    s.write_all(wire::hello(&me.key, &nonce, me.id, me.http, me.capacity).as_bytes()).map_err(|e| e.to_string())?;
+    match read("the answer to HELLO")? {
+        DirectorLine::Welcome => Ok(()),
+        DirectorLine::Refused(why) => Err(format!("refused: {why}")),
+        DirectorLine::Nonce(_) => Err("a second nonce".into()),
+    }
+}
+
+/// The node's side: keeps a connection to the director, registers (NONCE, signed
+/// HELLO, WELCOME), then every `every` a BEAT and an OPEN with what `report` says;
+/// reconnects (and registers again, starting empty) if the connection breaks. A
+/// refused registration is said on standard error (once until one succeeds) and tried
+/// again every 2 s. Runs until `stop`.
+pub fn node_agent(me: &NodeIdentity, every: Duration, report: impl Fn() -> Report, stop: &AtomicBool) {
+    let mut said = false;
     while !stop.load(Ordering::Acquire) {
-        let Ok(mut s) = TcpStream::connect_timeout(&director, Duration::from_secs(2)) else {
+        let Ok(mut s) = TcpStream::connect_timeout(&me.director, Duration::from_secs(2)) else {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         };
         let _ = s.set_nodelay(true);
-        if s.write_all(wire::hello(id, http, capacity).as_bytes()).is_err() {
+        if let Err(why) = register(&mut s, me) {
+            if !said {
+                eprintln!(
+                    "ictus mars node {}: registering with the director at {}: {why} (is --cluster-key the director's?); trying again",
+                    me.id, me.director
+                );
+                said = true;
+            }
+            std::thread::sleep(Duration::from_secs(2));
             continue;
         }
+        said = false;
         while !stop.load(Ordering::Acquire) {
             let r = report();
             let mut line = wire::beat(r.connections, &r.clips);
@@ -667,6 +897,7 @@ mod tests {
                 default_rate: 1000,
                 tick: Duration::from_millis(20),
                 close_grace: Duration::from_millis(300),
+                key: key(),
             },
             max_connections,
         )
@@ -696,8 +927,21 @@ mod tests {
         wait("the answered gone", || d.shared.serving[Port::Clients as usize].load(Ordering::Acquire) == 0);
         let idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(d.http).unwrap()).collect();
         wait("four served", || d.shared.serving[Port::Clients as usize].load(Ordering::Acquire) == 4);
-        let r = ask(&d, "");
+        // It sent its whole request (more than a socket's first read) and then reads: it
+        // gets the 503, not a reset (the refuser reads the request before it answers,
+        // and drains the rest before it closes).
+        let big = format!("GET /a.ts HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "p".repeat(12 << 10));
+        let r = ask(&d, &big);
         assert!(r.starts_with("HTTP/1.1 503") && r.contains("Retry-After"), "{r:?}");
+        // A silent client over the bound holds its place in the refuser, not the
+        // acceptor: a client after it is answered while it is still connected, and it
+        // is answered 503 itself at the refuser's bound.
+        let mut silent = TcpStream::connect(d.http).unwrap();
+        let r = ask(&d, "GET /a.ts HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 503"), "{r:?}");
+        let mut out = String::new();
+        silent.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 503"), "{out:?}");
         // One of them dribbles its head a byte at a time: it gets 408 at the deadline,
         // not a fresh timeout per byte.
         let mut slow = idle.into_iter().next().unwrap();
@@ -722,6 +966,48 @@ mod tests {
         d.stop();
     }
 
+    fn key() -> ClusterKey {
+        ClusterKey::from_bytes(b"the test cluster's key, 32 bytes or more").unwrap()
+    }
+
+    /// A node connection: reads the director's nonce, says the HELLO signed with `key`;
+    /// returns the connection and the HELLO said.
+    fn hello(d: &RunningDirector, key: &ClusterKey, id: u32, http: &str) -> (TcpStream, String) {
+        let mut n = TcpStream::connect(d.nodes).unwrap();
+        let line = director_says(&mut n);
+        let DirectorLine::Nonce(nonce) = wire::parse_director(line.trim_end().as_bytes()).unwrap() else {
+            panic!("{line}")
+        };
+        let h = wire::hello(key, &nonce, id, http.parse().unwrap(), 1_000_000);
+        n.write_all(h.as_bytes()).unwrap();
+        (n, h)
+    }
+
+    /// A node that registers with the cluster's key (told WELCOME), then says `lines`.
+    fn join(d: &RunningDirector, id: u32, http: &str, lines: &str) -> TcpStream {
+        let (mut n, _) = hello(d, &key(), id, http);
+        assert_eq!(director_says(&mut n), "WELCOME\n");
+        n.write_all(lines.as_bytes()).unwrap();
+        n
+    }
+
+    /// One line from the director (a byte at a time: nothing after it is taken).
+    fn director_says(n: &mut TcpStream) -> String {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\n") && n.read(&mut b).unwrap_or(0) == 1 {
+            line.push(b[0]);
+        }
+        String::from_utf8(line).unwrap()
+    }
+
+    /// What the director says until it hangs up (a reset counts as hanging up).
+    fn until_hang_up(n: &mut TcpStream) -> String {
+        let mut out = Vec::new();
+        let _ = n.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     fn ask(d: &RunningDirector, req: &str) -> String {
         let mut s = TcpStream::connect(d.http).unwrap();
         s.write_all(req.as_bytes()).unwrap();
@@ -738,6 +1024,74 @@ mod tests {
         }
     }
 
+    /// Early answers read (or drain) what the client sent before closing: a head longer
+    /// than the director takes, and a request with a body, both written whole and then
+    /// read, get their answer, not a reset.
+    #[test]
+    fn early_answers_are_read_not_reset() {
+        let d = director();
+        let long = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(40 << 10));
+        let r = ask(&d, &long);
+        assert!(r.starts_with("HTTP/1.1 414") || r.starts_with("HTTP/1.1 431"), "{r:?}");
+        let body = format!("GET /b.ts HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n{}", "b".repeat(30000));
+        let r = ask(&d, &body);
+        assert!(r.starts_with("HTTP/1.1 400"), "a body is not taken: {r:?}");
+        let pad = format!("GET /a.ts?rate=0 HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "p".repeat(8000));
+        let r = ask(&d, &pad);
+        assert!(r.starts_with("HTTP/1.1 400"), "{r:?}");
+        d.stop();
+    }
+
+    /// Only a node with the cluster's key registers. Without a MAC, with another key,
+    /// or replaying a HELLO captured from another connection, the director says
+    /// REFUSED and hangs up, counts it, and nothing is placed there; an impostor cannot
+    /// take a registered node's id (its address stays the node's).
+    #[test]
+    fn only_nodes_with_the_key_register() {
+        let d = director();
+        let get = "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\n\r\n";
+        // No MAC (a HELLO of the protocol before keys).
+        let mut n = TcpStream::connect(d.nodes).unwrap();
+        assert!(director_says(&mut n).starts_with("NONCE "));
+        n.write_all(b"HELLO 5 127.0.0.1:50 1000000\nBEAT 0 a.ts\n").unwrap();
+        assert!(until_hang_up(&mut n).starts_with("REFUSED a HELLO without a MAC"));
+        // Another key.
+        let other = ClusterKey::from_bytes(b"not the test cluster's key, 32 bytes or more").unwrap();
+        let (mut n, _) = hello(&d, &other, 6, "127.0.0.1:60");
+        assert!(until_hang_up(&mut n).starts_with("REFUSED wrong MAC"));
+        // A line other than HELLO first.
+        let mut n = TcpStream::connect(d.nodes).unwrap();
+        assert!(director_says(&mut n).starts_with("NONCE "));
+        n.write_all(b"BEAT 0 a.ts\n").unwrap();
+        assert!(until_hang_up(&mut n).starts_with("REFUSED HELLO first"));
+        let s = d.snapshot();
+        assert!(s.nodes.is_empty() && s.auth_refused == 3, "{s:?}");
+        assert!(ask(&d, get).starts_with("HTTP/1.1 503"), "nothing placed on a refused node");
+        // Node 1 registers with the key; its HELLO is captured.
+        let (mut n1, captured) = hello(&d, &key(), 1, "127.0.0.1:9");
+        assert_eq!(director_says(&mut n1), "WELCOME\n");
+        n1.write_all(b"BEAT 0 a.ts\n").unwrap();
+        wait("node 1 registered", || d.snapshot().nodes.len() == 1);
+        // The captured HELLO, replayed on a new connection (a new nonce): refused.
+        let mut r = TcpStream::connect(d.nodes).unwrap();
+        assert!(director_says(&mut r).starts_with("NONCE "));
+        r.write_all(captured.as_bytes()).unwrap();
+        assert!(until_hang_up(&mut r).starts_with("REFUSED wrong MAC"));
+        // An impostor claims id 1 at its own address: refused.
+        let (mut imp, _) = hello(&d, &other, 1, "127.0.0.1:666");
+        assert!(until_hang_up(&mut imp).starts_with("REFUSED wrong MAC"));
+        let s = d.snapshot();
+        assert_eq!(s.auth_refused, 5, "{s:?}");
+        assert_eq!((s.nodes.len(), s.nodes[0].0, s.nodes[0].1.as_str()), (1, 1, "127.0.0.1:9"), "{s:?}");
+        // Node 1's connection is still the node's: it beats on, streams go to it.
+        n1.write_all(b"BEAT 0 a.ts\n").unwrap();
+        let r = ask(&d, get);
+        assert!(r.contains("Location: http://127.0.0.1:9/a.ts?rate=5000&stream="), "{r}");
+        assert!(ask(&d, "GET /_cluster HTTP/1.1\r\nHost: x\r\n\r\n").contains("nodes_refused 5"));
+        drop(n1);
+        d.stop();
+    }
+
     #[test]
     fn nodes_register_are_lost_on_hang_up_and_bad_lines_and_clients_are_redirected() {
         let d = director();
@@ -747,8 +1101,7 @@ mod tests {
         assert!(ask(&d, "GET /a.ts?rate=x HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
         assert!(ask(&d, "BREW /a.ts HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 405"));
         // Node 1 registers, beats; a client is sent to it at the byte its range asks.
-        let mut n1 = TcpStream::connect(d.nodes).unwrap();
-        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0 a.ts\n").unwrap();
+        let n1 = join(&d, 1, "127.0.0.1:9", "BEAT 0 a.ts\n");
         wait("node 1 registered", || d.snapshot().nodes.len() == 1);
         let r = ask(&d, "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\nRange: bytes=100-\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 302"), "{r}");
@@ -756,20 +1109,23 @@ mod tests {
         assert!(r.contains("X-Ictus-Node: 1\r\n"), "{r}");
         assert_eq!(d.snapshot().streams, 1);
         // Node 2 sends a line that is not the protocol: it is lost, nothing placed on it.
-        let mut n2 = TcpStream::connect(d.nodes).unwrap();
-        n2.write_all(b"HELLO 2 127.0.0.1:10 1000000\nBEAT lots\n").unwrap();
-        let mut b = [0u8; 1];
-        assert_eq!(n2.read(&mut b).unwrap_or(0), 0, "the director hangs up on a bad line");
+        let mut n2 = join(&d, 2, "127.0.0.1:10", "BEAT lots\n");
+        assert_eq!(until_hang_up(&mut n2), "", "the director hangs up on a bad line");
         wait("node 2 gone", || d.snapshot().nodes.len() == 1);
-        // An over-long line and a non-number capacity are refused the same way.
-        for bad in [format!("HELLO 3 127.0.0.1:11 {}\n", "9".repeat(30)), "HELLO 3 nowhere 5\n".into()] {
+        // An over-long number, a non-address and an over-long line are refused the same
+        // way, before registering: counted with the wrong MACs.
+        let mac = "00".repeat(32);
+        for bad in [format!("HELLO 3 127.0.0.1:11 {} {mac}\n", "9".repeat(30)), format!("HELLO 3 nowhere 5 {mac}\n")] {
             let mut n = TcpStream::connect(d.nodes).unwrap();
+            assert!(director_says(&mut n).starts_with("NONCE "));
             n.write_all(bad.as_bytes()).unwrap();
-            assert_eq!(n.read(&mut b).unwrap_or(0), 0, "{bad:?} accepted");
+            let r = until_hang_up(&mut n);
+            assert!(r.starts_with("REFUSED a malformed HELLO"), "{bad:?}: {r:?}");
         }
         let mut n4 = TcpStream::connect(d.nodes).unwrap();
         let _ = n4.write_all(&vec![b'x'; MAX_LINE + 10]);
-        assert_eq!(n4.read(&mut b).unwrap_or(0), 0, "an over-long line is refused");
+        assert!(!until_hang_up(&mut n4).contains("WELCOME"), "an over-long line is refused");
+        assert_eq!(d.snapshot().auth_refused, 2);
         // Node 1 hangs up (as its kernel does when it is killed): its stream has nowhere
         // to go and is dropped; the next client is refused.
         drop(n1);
@@ -794,8 +1150,7 @@ mod tests {
     #[test]
     fn a_resume_behind_its_schedule_is_told_to_catch_up_at_most_max_lead() {
         let d = director();
-        let mut n1 = TcpStream::connect(d.nodes).unwrap();
-        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0\n").unwrap();
+        let n1 = join(&d, 1, "127.0.0.1:9", "BEAT 0\n");
         wait("node 1 registered", || d.snapshot().nodes.len() == 1);
         let r = ask(&d, "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(lead_of(&r), None, "a new stream has no lead: {r}");
@@ -818,8 +1173,7 @@ mod tests {
     #[test]
     fn streams_the_node_no_longer_reports_open_are_closed() {
         let d = director();
-        let mut n1 = TcpStream::connect(d.nodes).unwrap();
-        n1.write_all(b"HELLO 1 127.0.0.1:9 1000000\nBEAT 0\nOPEN\n").unwrap();
+        let mut n1 = join(&d, 1, "127.0.0.1:9", "BEAT 0\nOPEN\n");
         wait("node 1 registered", || d.snapshot().nodes.len() == 1);
         let get = "GET /a.ts?rate=5000 HTTP/1.1\r\nHost: x\r\n\r\n";
         let (a, b) = (ask(&d, get), ask(&d, get));
@@ -846,8 +1200,7 @@ mod tests {
         assert_ne!(stream_of(&r), a, "a closed stream is not resumed under its old id");
         // An OPEN that is not a list of ids ends the node's connection like any bad line.
         n1.write_all(b"OPEN 1 x\n").unwrap();
-        let mut c = [0u8; 1];
-        assert_eq!(n1.read(&mut c).unwrap_or(0), 0, "the director hangs up on a bad OPEN");
+        assert_eq!(until_hang_up(&mut n1), "", "the director hangs up on a bad OPEN");
         wait("node 1 lost", || d.snapshot().nodes.is_empty());
         d.stop();
     }

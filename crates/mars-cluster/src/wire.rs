@@ -1,5 +1,13 @@
-//! The nodes' line protocol (`HELLO`, `BEAT`, `OPEN`; see [`crate::service`]), read and
-//! written in one place. A node's lines are untrusted input to the director: [`parse`]
+//! The nodes' line protocol (`HELLO`, `BEAT`, `OPEN`; see [`crate::service`]) and the
+//! director's answers to a node (`NONCE`, `WELCOME`, `REFUSED`), read and written in one
+//! place.
+//!
+//! **Registration is a challenge–response**: on a new connection the director says
+//! `NONCE <64 hex>` (32 fresh random bytes); the node's `HELLO` ends with the
+//! HMAC-SHA256, under the cluster key ([`ClusterKey`]), of the nonce and the HELLO's
+//! fields ([`hello_mac`]); the director checks it in constant time ([`verify_hello`]) and
+//! answers `WELCOME` or `REFUSED <why>` and hangs up. A captured HELLO is worth nothing
+//! on another connection: its nonce is another. A node's lines are untrusted input to the director: [`parse`]
 //! takes one line's bytes and gives a checked [`NodeLine`] or says what is wrong with it;
 //! the writers refuse what a reader would misread (a clip name with a space in it would
 //! become two clips). Fuzzed: `fuzz/fuzz_targets/mars_node_line.rs` runs [`fuzz_line`].
@@ -7,7 +15,17 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::key::ClusterKey;
 use crate::StreamId;
+
+/// Bytes of a nonce and of a MAC.
+pub const NONCE_LEN: usize = 32;
+/// What the MAC is over first (the protocol's version: a MAC of another protocol or
+/// version never verifies here).
+const MAC_DOMAIN: &[u8] = b"ictus-mars-node-hello-v1\0";
 
 /// Longest line a node may send, its `\n` included (its cached clips' names).
 pub const MAX_LINE: usize = 64 << 10;
@@ -15,7 +33,8 @@ pub const MAX_LINE: usize = 64 << 10;
 /// One line a node sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeLine<'a> {
-    /// `HELLO <id> <host:port> <capacity bytes/s>`: the node registers (first line only).
+    /// `HELLO <id> <host:port> <capacity bytes/s> <mac hex>`: the node registers (first
+    /// line only); the MAC is [`hello_mac`]'s.
     Hello {
         /// The node's id.
         id: u32,
@@ -23,6 +42,8 @@ pub enum NodeLine<'a> {
         http: SocketAddr,
         /// Bytes/s it can send; never 0.
         capacity: u64,
+        /// HMAC-SHA256 of the director's nonce and the fields above.
+        mac: [u8; NONCE_LEN],
     },
     /// `BEAT <connections> <clip>…`: alive; its connections and the clips it has cached.
     Beat {
@@ -33,6 +54,17 @@ pub enum NodeLine<'a> {
     },
     /// `OPEN <stream>…`: the director's streams it is sending now.
     Open(Vec<StreamId>),
+}
+
+/// One line the director sends a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirectorLine {
+    /// `NONCE <64 hex>`: the first line on every node connection.
+    Nonce([u8; NONCE_LEN]),
+    /// `WELCOME`: the HELLO's MAC was right; the node is registered.
+    Welcome,
+    /// `REFUSED <why>`: the registration was refused; the director hangs up.
+    Refused(String),
 }
 
 /// Why a node's line was refused.
@@ -50,6 +82,97 @@ pub enum LineError {
     /// The verb's words are wrong (missing, extra, not numbers, a bad address).
     #[error("a malformed {0} line")]
     Malformed(&'static str),
+    /// A HELLO without its MAC (a node of an older version, or one without the key).
+    #[error("a HELLO without a MAC")]
+    NoMac,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 64 lowercase hex digits as 32 bytes (what [`hex`] writes; anything else is refused,
+/// so what is accepted is said again the same).
+fn unhex(w: &str) -> Option<[u8; NONCE_LEN]> {
+    let w = w.as_bytes();
+    if w.len() != 2 * NONCE_LEN {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; NONCE_LEN];
+    for (o, pair) in out.iter_mut().zip(w.chunks_exact(2)) {
+        *o = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+/// The MAC a node puts in its HELLO: HMAC-SHA256 under `key` of a domain string, the
+/// director's `nonce`, and the HELLO's fields as [`hello`] writes them (one canonical
+/// text: what the director parsed, said again, is what was signed).
+pub fn hello_mac(
+    key: &ClusterKey,
+    nonce: &[u8; NONCE_LEN],
+    id: u32,
+    http: SocketAddr,
+    capacity: u64,
+) -> [u8; NONCE_LEN] {
+    hello_hmac(key, nonce, id, http, capacity).finalize().into_bytes().into()
+}
+
+fn hello_hmac(key: &ClusterKey, nonce: &[u8; NONCE_LEN], id: u32, http: SocketAddr, capacity: u64) -> Hmac<Sha256> {
+    // HMAC takes a key of any length.
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key.bytes()).expect("HMAC takes any key length");
+    m.update(MAC_DOMAIN);
+    m.update(nonce);
+    m.update(format!("HELLO {id} {http} {capacity}").as_bytes());
+    m
+}
+
+/// Whether a parsed HELLO's MAC is right for `nonce` under `key`, compared in constant
+/// time (`hmac`'s `verify_slice`). Any other line is not a right HELLO.
+pub fn verify_hello(key: &ClusterKey, nonce: &[u8; NONCE_LEN], line: &NodeLine<'_>) -> bool {
+    let NodeLine::Hello { id, http, capacity, mac } = line else { return false };
+    hello_hmac(key, nonce, *id, *http, *capacity).verify_slice(mac).is_ok()
+}
+
+/// Parses one line the director sent, without its `\n`.
+pub fn parse_director(line: &[u8]) -> Result<DirectorLine, LineError> {
+    if line.len() >= MAX_LINE {
+        return Err(LineError::TooLong);
+    }
+    let text = std::str::from_utf8(line).map_err(|_| LineError::NotUtf8)?;
+    if text.contains('\n') {
+        return Err(LineError::Malformed("multi-line"));
+    }
+    match text.split_once(' ').unwrap_or((text, "")) {
+        ("NONCE", w) => unhex(w).map(DirectorLine::Nonce).ok_or(LineError::Malformed("NONCE")),
+        ("WELCOME", "") if text == "WELCOME" => Ok(DirectorLine::Welcome),
+        ("REFUSED", why) if !why.is_empty() => Ok(DirectorLine::Refused(why.to_string())),
+        ("REFUSED", _) => Err(LineError::Malformed("REFUSED")),
+        _ => Err(LineError::Verb),
+    }
+}
+
+/// The director's line, `\n` included (a `REFUSED` reason's line ends become spaces, an
+/// empty one says `refused`).
+pub fn director_line(l: &DirectorLine) -> String {
+    match l {
+        DirectorLine::Nonce(n) => format!("NONCE {}\n", hex(n)),
+        DirectorLine::Welcome => "WELCOME\n".to_string(),
+        DirectorLine::Refused(why) => {
+            let why = if why.is_empty() { "refused".to_string() } else { why.replace('\n', " ") };
+            let mut w = format!("REFUSED {why}");
+            w.truncate(MAX_LINE / 2);
+            while !w.is_char_boundary(w.len()) {
+                w.pop();
+            }
+            w + "\n"
+        }
+    }
 }
 
 /// Whether `name` can be said in a `BEAT` line: not empty, no space, no line end.
@@ -70,7 +193,8 @@ pub fn parse(line: &[u8]) -> Result<NodeLine<'_>, LineError> {
     match words.next() {
         Some("HELLO") => {
             let bad = LineError::Malformed("HELLO");
-            let (Some(id), Some(http), Some(cap), None) = (words.next(), words.next(), words.next(), words.next())
+            let (Some(id), Some(http), Some(cap), mac, None) =
+                (words.next(), words.next(), words.next(), words.next(), words.next())
             else {
                 return Err(bad);
             };
@@ -80,7 +204,8 @@ pub fn parse(line: &[u8]) -> Result<NodeLine<'_>, LineError> {
             if capacity == 0 {
                 return Err(bad);
             }
-            Ok(NodeLine::Hello { id, http, capacity })
+            let mac = unhex(mac.ok_or(LineError::NoMac)?).ok_or(bad)?;
+            Ok(NodeLine::Hello { id, http, capacity, mac })
         }
         Some("BEAT") => {
             let connections = words.next().and_then(|w| w.parse::<u64>().ok()).ok_or(LineError::Malformed("BEAT"))?;
@@ -96,9 +221,17 @@ pub fn parse(line: &[u8]) -> Result<NodeLine<'_>, LineError> {
     }
 }
 
-/// The `HELLO` line, `\n` included (a capacity of 0 is said as 1: the director refuses 0).
-pub fn hello(id: u32, http: SocketAddr, capacity: u64) -> String {
-    format!("HELLO {id} {http} {}\n", capacity.max(1))
+/// The `HELLO` line, `\n` included, signed with `key` for the director's `nonce` (a
+/// capacity of 0 is said as 1: the director refuses 0).
+pub fn hello(key: &ClusterKey, nonce: &[u8; NONCE_LEN], id: u32, http: SocketAddr, capacity: u64) -> String {
+    let capacity = capacity.max(1);
+    hello_with_mac(id, http, capacity, &hello_mac(key, nonce, id, http, capacity))
+}
+
+/// The `HELLO` line with the MAC given (what [`hello`] writes; the fuzz check says again
+/// what it read).
+pub fn hello_with_mac(id: u32, http: SocketAddr, capacity: u64, mac: &[u8; NONCE_LEN]) -> String {
+    format!("HELLO {id} {http} {} {}\n", capacity.max(1), hex(mac))
 }
 
 /// The `BEAT` line, `\n` included, with as many of `clips` as fit in [`MAX_LINE`] in
@@ -128,12 +261,28 @@ pub fn open(streams: &[u64]) -> Option<String> {
 }
 
 /// The fuzz target's check (also replayed on stable by `tests/fuzz_corpus.rs`): any
-/// bytes either refuse or parse into a line that the writers say again, and that reads
-/// back the same.
+/// bytes either refuse or parse into a line (a node's, or the director's) that the
+/// writers say again, and that reads back the same; a HELLO accepted is one whose MAC
+/// verifies only for the nonce and key it was made with.
 pub fn fuzz_line(data: &[u8]) {
+    if let Ok(d) = parse_director(data) {
+        let again = director_line(&d);
+        assert!(again.len() <= MAX_LINE && again.ends_with('\n'));
+        assert_eq!(parse_director(&again.as_bytes()[..again.len() - 1]), Ok(d), "said again, read the same");
+    }
     let Ok(line) = parse(data) else { return };
     let again = match &line {
-        NodeLine::Hello { id, http, capacity } => hello(*id, *http, *capacity),
+        NodeLine::Hello { id, http, capacity, mac } => {
+            // Bytes from the fuzzer carry no right MAC (for this key and nonce, a
+            // forgery); the same fields signed do, and only for their nonce.
+            let key = ClusterKey::from_bytes(&[7u8; 32]).expect("a key");
+            let (n1, n2) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
+            let signed = hello(&key, &n1, *id, *http, *capacity);
+            let s = parse(&signed.as_bytes()[..signed.len() - 1]).expect("a signed HELLO reads");
+            assert!(verify_hello(&key, &n1, &s) && !verify_hello(&key, &n2, &s), "a MAC is for its nonce");
+            assert!(!verify_hello(&key, &n1, &line) || s == line, "a MAC verifies only what was signed");
+            hello_with_mac(*id, *http, *capacity, mac)
+        }
         NodeLine::Beat { connections, clips } => {
             assert!(clips.iter().all(|c| clip_name_ok(c)), "parsed clips are sayable");
             beat(*connections, clips)
@@ -154,7 +303,17 @@ mod tests {
     #[test]
     fn good_lines_parse() {
         let a: SocketAddr = "10.0.0.2:8080".parse().unwrap();
-        assert_eq!(parse(b"HELLO 3 10.0.0.2:8080 1000"), Ok(NodeLine::Hello { id: 3, http: a, capacity: 1000 }));
+        let mac = format!(" {}", "0f".repeat(32));
+        assert_eq!(
+            parse(format!("HELLO 3 10.0.0.2:8080 1000{mac}").as_bytes()),
+            Ok(NodeLine::Hello { id: 3, http: a, capacity: 1000, mac: [0x0f; 32] })
+        );
+        assert_eq!(
+            parse_director(format!("NONCE {}", "a0".repeat(32)).as_bytes()),
+            Ok(DirectorLine::Nonce([0xa0; 32]))
+        );
+        assert_eq!(parse_director(b"WELCOME"), Ok(DirectorLine::Welcome));
+        assert_eq!(parse_director(b"REFUSED bad MAC"), Ok(DirectorLine::Refused("bad MAC".into())));
         assert_eq!(parse(b"BEAT 2 a.ts  b.ts"), Ok(NodeLine::Beat { connections: 2, clips: vec!["a.ts", "b.ts"] }));
         assert_eq!(parse(b"BEAT 0"), Ok(NodeLine::Beat { connections: 0, clips: vec![] }));
         assert_eq!(parse(b"OPEN"), Ok(NodeLine::Open(vec![])));
@@ -163,9 +322,18 @@ mod tests {
 
     #[test]
     fn bad_lines_are_refused_with_why() {
-        assert_eq!(parse(b"HELLO 3 nowhere 5"), Err(LineError::Malformed("HELLO")));
-        assert_eq!(parse(b"HELLO 3 127.0.0.1:1 0"), Err(LineError::Malformed("HELLO")));
-        assert_eq!(parse(b"HELLO 3 127.0.0.1:1 5 extra"), Err(LineError::Malformed("HELLO")));
+        let mac = "0f".repeat(32);
+        assert_eq!(parse(format!("HELLO 3 nowhere 5 {mac}").as_bytes()), Err(LineError::Malformed("HELLO")));
+        assert_eq!(parse(format!("HELLO 3 127.0.0.1:1 0 {mac}").as_bytes()), Err(LineError::Malformed("HELLO")));
+        assert_eq!(parse(format!("HELLO 3 127.0.0.1:1 5 {mac} x").as_bytes()), Err(LineError::Malformed("HELLO")));
+        assert_eq!(parse(b"HELLO 3 127.0.0.1:1 5"), Err(LineError::NoMac));
+        for bad in ["0F".repeat(32), "0f".repeat(31), "0f".repeat(33), "zz".repeat(32), "+f".repeat(32)] {
+            assert_eq!(parse(format!("HELLO 3 127.0.0.1:1 5 {bad}").as_bytes()), Err(LineError::Malformed("HELLO")));
+        }
+        for bad in ["NONCE", "NONCE ", "WELCOME now", "REFUSED", "REFUSED ", "HELLO"] {
+            assert!(parse_director(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_director(format!("NONCE {}", "A0".repeat(32)).as_bytes()), Err(LineError::Malformed("NONCE")));
         assert_eq!(
             parse(format!("HELLO 3 127.0.0.1:1 {}", "9".repeat(30)).as_bytes()),
             Err(LineError::Malformed("HELLO"))
@@ -188,7 +356,10 @@ mod tests {
         assert_eq!(clips, many[..clips.len()].iter().map(String::as_str).collect::<Vec<_>>(), "a prefix, in order");
         assert!(open(&vec![u64::MAX; 4000]).is_none(), "too many streams for one line: none");
         assert_eq!(open(&[]).as_deref(), Some("OPEN\n"));
-        assert_eq!(hello(1, "127.0.0.1:9".parse().unwrap(), 0), "HELLO 1 127.0.0.1:9 1\n");
+        let key = ClusterKey::from_bytes(&[1; 32]).unwrap();
+        assert!(hello(&key, &[0; 32], 1, "127.0.0.1:9".parse().unwrap(), 0).starts_with("HELLO 1 127.0.0.1:9 1 "));
+        assert_eq!(director_line(&DirectorLine::Refused("a\nb".into())), "REFUSED a b\n");
+        assert_eq!(director_line(&DirectorLine::Refused(String::new())), "REFUSED refused\n");
     }
 
     proptest! {
@@ -199,7 +370,8 @@ mod tests {
             streams in proptest::collection::vec(any::<u64>(), 0..50),
         ) {
             let http: SocketAddr = if v6 { format!("[::1]:{port}") } else { format!("127.0.0.1:{port}") }.parse().unwrap();
-            for line in [hello(id, http, cap), beat(conns, &clips), open(&streams).unwrap()] {
+            let key = ClusterKey::from_bytes(&[3; 40]).unwrap();
+            for line in [hello(&key, &[9; 32], id, http, cap), beat(conns, &clips), open(&streams).unwrap()] {
                 fuzz_line(&line.as_bytes()[..line.len() - 1]);
             }
             let b = beat(conns, &clips);
@@ -207,6 +379,30 @@ mod tests {
                 parse(&b.as_bytes()[..b.len() - 1]),
                 Ok(NodeLine::Beat { connections: conns, clips: clips.iter().map(String::as_str).collect() })
             );
+        }
+
+        /// A HELLO's MAC verifies for its key and nonce only, and for its fields only.
+        #[test]
+        fn a_mac_binds_key_nonce_and_fields(
+            id: u32, port: u16, cap in 1u64.., n1: [u8; 32], n2: [u8; 32],
+            k1 in proptest::collection::vec(any::<u8>(), 32..80), k2 in proptest::collection::vec(any::<u8>(), 32..80),
+        ) {
+            let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let (a, b) = (ClusterKey::from_bytes(&k1).unwrap(), ClusterKey::from_bytes(&k2).unwrap());
+            let l = hello(&a, &n1, id, http, cap);
+            let p = parse(&l.as_bytes()[..l.len() - 1]).unwrap();
+            prop_assert!(verify_hello(&a, &n1, &p));
+            prop_assert_eq!(verify_hello(&a, &n2, &p), n1 == n2, "another nonce: a replay");
+            prop_assert_eq!(verify_hello(&b, &n1, &p), k1 == k2, "another key");
+            let NodeLine::Hello { mac, .. } = p else { unreachable!() };
+            let other: SocketAddr = format!("127.0.0.1:{}", port.wrapping_add(1)).parse().unwrap();
+            for forged in [
+                NodeLine::Hello { id: id.wrapping_add(1), http, capacity: cap, mac },
+                NodeLine::Hello { id, http: other, capacity: cap, mac },
+                NodeLine::Hello { id, http, capacity: cap.wrapping_add(1).max(1), mac },
+            ] {
+                prop_assert!(!verify_hello(&a, &n1, &forged), "changed fields keep no MAC: {:?}", forged);
+            }
         }
 
         #[test]

@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 
-use ictus_mars_cluster::wire;
+use ictus_mars_cluster::wire::{self, DirectorLine};
+use ictus_mars_cluster::ClusterKey;
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/mars_node_line")
@@ -13,9 +14,15 @@ fn dir() -> PathBuf {
 
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let line = |s: &str| s.trim_end_matches('\n').as_bytes().to_vec();
+    let key = ClusterKey::from_bytes(&[7u8; 32]).unwrap();
+    let nonce = [1u8; wire::NONCE_LEN];
     vec![
-        ("seed-hello", line(&wire::hello(1, "127.0.0.1:8080".parse().unwrap(), 12_500_000))),
-        ("seed-hello-v6", line(&wire::hello(7, "[fd00::2]:80".parse().unwrap(), 1))),
+        ("seed-hello", line(&wire::hello(&key, &nonce, 1, "127.0.0.1:8080".parse().unwrap(), 12_500_000))),
+        ("seed-hello-v6", line(&wire::hello(&key, &nonce, 7, "[fd00::2]:80".parse().unwrap(), 1))),
+        ("seed-director-nonce", line(&wire::director_line(&DirectorLine::Nonce([0xa5; wire::NONCE_LEN])))),
+        ("seed-director-welcome", line(&wire::director_line(&DirectorLine::Welcome))),
+        ("seed-director-refused", line(&wire::director_line(&DirectorLine::Refused("wrong MAC".into())))),
+        ("seed-bad-hello-no-mac", b"HELLO 3 127.0.0.1:1 5".to_vec()),
         ("seed-beat", line(&wire::beat(3, &["a.ts", "film.m3u8"]))),
         ("seed-beat-empty", line(&wire::beat(0, &[] as &[&str]))),
         ("seed-open", line(&wire::open(&[1, 2, u64::MAX]).unwrap())),
@@ -43,7 +50,9 @@ fn fuzz_corpus_replays() {
 fn the_seeds_pass_the_check_and_only_the_bad_ones_are_refused() {
     for (name, s) in seeds() {
         wire::fuzz_line(&s);
-        assert_eq!(wire::parse(&s).is_err(), name.starts_with("seed-bad"), "{name}");
+        let director = name.starts_with("seed-director");
+        assert_eq!(wire::parse(&s).is_err(), name.starts_with("seed-bad") || director, "{name}");
+        assert_eq!(wire::parse_director(&s).is_ok(), director, "{name}");
     }
 }
 

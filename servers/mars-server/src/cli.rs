@@ -38,6 +38,14 @@ enum MarsCommand {
     /// HTTP and are redirected to the node chosen by cache and load; nodes register on
     /// its nodes' port (`serve --director`); a node that dies has its streams moved.
     Director(DirectorArgs),
+    /// Make a new cluster key (32 random bytes as hex, in a new file of mode 0600) for
+    /// `director --cluster-key` and `serve --cluster-key`: only nodes that hold it can
+    /// register with the director. Copy it to each node's machine, readable only by
+    /// the user that runs ictus there.
+    ClusterKey {
+        /// The new key file (an existing file is not overwritten).
+        file: PathBuf,
+    },
     /// Set a Deficit Round Robin class's quantum (sectors) through the control port;
     /// a new name adds a weighted class.
     Quantum {
@@ -145,6 +153,10 @@ struct PutArgs {
 struct DirectorArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
+    /// The cluster key (`ictus mars cluster-key FILE` makes one): nodes prove they hold
+    /// it to register. The file must be readable by its owner only (mode 0600).
+    #[arg(long, value_name = "FILE", required = true)]
+    cluster_key: PathBuf,
     /// HTTP address clients ask.
     #[arg(long, default_value = "127.0.0.1:8090")]
     listen: String,
@@ -189,8 +201,12 @@ struct ServeArgs {
     #[arg(long, value_name = "BYTES", requires = "cluster", conflicts_with = "volume", value_parser = ictus_args::bytes(1 << 20, 1 << 30))]
     ahead: Option<Bytes>,
     /// Register with the director at this nodes' address (host:port) and report load.
-    #[arg(long, value_name = "ADDR", requires = "node_id")]
+    #[arg(long, value_name = "ADDR", requires_all = ["node_id", "cluster_key"])]
     director: Option<std::net::SocketAddr>,
+    /// The cluster key, the director's (a copy readable by its owner only, mode 0600):
+    /// registering proves the node holds it.
+    #[arg(long, value_name = "FILE", requires = "director")]
+    cluster_key: Option<PathBuf>,
     /// This node's id at the director (1 to 4294967295).
     #[arg(long, value_name = "N", requires = "director", value_parser = ictus_args::count(1, u64::from(u32::MAX)))]
     node_id: Option<Count>,
@@ -262,6 +278,11 @@ pub fn main(args: MarsArgs) -> Result<(), Box<dyn std::error::Error>> {
         MarsCommand::Serve(a) => serve(a),
         MarsCommand::Put(a) => put(a),
         MarsCommand::Director(a) => director(a),
+        MarsCommand::ClusterKey { file } => {
+            ictus_mars_cluster::ClusterKey::create(&file)?;
+            println!("cluster key in {} (mode 0600): copy it to each node, readable by its user only", file.display());
+            Ok(())
+        }
         MarsCommand::Quantum { class, sectors, control_socket } => {
             let sectors = u32::try_from(sectors.get()).unwrap_or(u32::MAX);
             control(control_socket)?.set_quantum(&class, sectors)?;
@@ -322,6 +343,8 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if a.buffer_size.get() % 4096 != 0 {
         return Err(format!("--buffer-size {}: not a multiple of 4096", a.buffer_size.get()).into());
     }
+    // Before anything starts: a key that cannot be used is said at once.
+    let key = a.cluster_key.as_deref().map(ictus_mars_cluster::ClusterKey::load).transpose()?;
     let engine = EngineConfig {
         device_depth: a.depth.as_usize(),
         buffers: a.buffers.as_usize(),
@@ -361,8 +384,8 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         None => (crate::start(&opts)?, None),
     };
     let agent_stop = Arc::new(AtomicBool::new(false));
-    let agent = match (a.director, a.node_id, running.addr) {
-        (Some(dir), Some(id), Some(addr)) => {
+    let agent = match (a.director, a.node_id, running.addr, key) {
+        (Some(dir), Some(id), Some(addr), Some(key)) => {
             let (stop, handle) = (Arc::clone(&agent_stop), running.handle.clone());
             let http = a.advertise.unwrap_or(addr);
             // The director places paced streams: tell it what the engine admits of them
@@ -372,10 +395,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("ictus mars: node {id} reporting to the director at {dir}, clients sent to {http}");
             Some(std::thread::Builder::new().name("ictus-mars-agent".into()).spawn(move || {
                 ictus_mars_cluster::service::node_agent(
-                    dir,
-                    id,
-                    http,
-                    cap,
+                    &ictus_mars_cluster::service::NodeIdentity { director: dir, id, http, capacity: cap, key },
                     std::time::Duration::from_millis(250),
                     || node_report(handle.as_ref(), ceph.as_deref()),
                     &stop,
@@ -477,6 +497,7 @@ impl ictus_mars_cluster::service::Catalog for ClusterCatalog {
 
 fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
     use ictus_mars_cluster::service::{DirectorOptions, RunningDirector};
+    let key = ictus_mars_cluster::ClusterKey::load(&a.cluster_key)?;
     let striper = connect_cluster(&a.cluster)?;
     let http = std::net::TcpListener::bind(&a.listen).map_err(|e| format!("listening on {}: {e}", a.listen))?;
     let nodes =
@@ -492,6 +513,7 @@ fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
         default_rate: a.default_rate.get() as u64,
         tick: std::time::Duration::from_millis(100),
         close_grace: a.close_grace.get(),
+        key,
     };
     let d = RunningDirector::start(http, nodes, Box::new(ClusterCatalog(striper)), opts)?;
     eprintln!("ictus mars director: clients on {}, nodes on {}, pid {}", d.http, d.nodes, std::process::id());
@@ -528,12 +550,27 @@ mod tests {
     }
 
     fn director_args(extra: &[&str]) -> Result<DirectorArgs, clap::Error> {
-        let mut argv = vec!["mars", "director", "--cluster", "/x/ceph.conf"];
+        let mut argv = vec!["mars", "director", "--cluster", "/x/ceph.conf", "--cluster-key", "/x/key"];
         argv.extend_from_slice(extra);
         match Cmd::try_parse_from(argv)?.mars.command {
             MarsCommand::Director(a) => Ok(a),
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_director_and_a_node_need_the_cluster_key() {
+        let argv = ["mars", "director", "--cluster", "/x/ceph.conf"];
+        assert!(Cmd::try_parse_from(argv).is_err(), "a director without --cluster-key");
+        let serve = ["mars", "serve", "--cluster", "/x/ceph.conf", "--director", "127.0.0.1:1", "--node-id", "1"];
+        assert!(Cmd::try_parse_from(serve).is_err(), "a node without --cluster-key");
+        let mut with = serve.to_vec();
+        with.extend(["--cluster-key", "/x/key"]);
+        assert!(Cmd::try_parse_from(with).is_ok());
+        assert!(
+            Cmd::try_parse_from(["mars", "serve", "--volume", "/v", "--cluster-key", "/x/key"]).is_err(),
+            "a key without a director"
+        );
     }
 
     #[test]

@@ -115,8 +115,8 @@ impl Catalog for StripeCatalog {
 /// A stream node in its own process: serves the cluster and reports to the director.
 fn node_role(role: &str) {
     let mut it = role.split(' ');
-    let (Some("node"), Some(id), Some(conf), Some(pool), Some(dir)) =
-        (it.next(), it.next(), it.next(), it.next(), it.next())
+    let (Some("node"), Some(id), Some(conf), Some(pool), Some(dir), Some(key)) =
+        (it.next(), it.next(), it.next(), it.next(), it.next(), it.next())
     else {
         panic!("bad role {role:?}")
     };
@@ -124,11 +124,16 @@ fn node_role(role: &str) {
     let addr = running.addr.expect("HTTP address");
     let handle = running.handle.clone();
     let stop = AtomicBool::new(false);
+    // The node's own copy of the cluster key (node 2's is nobody's, as on its machine).
+    let key = ictus_mars_cluster::ClusterKey::load(std::path::Path::new(key)).expect("the cluster key");
     ictus_mars_cluster::service::node_agent(
-        dir.parse().expect("director address"),
-        id.parse().expect("node id"),
-        addr,
-        running.capability as u64,
+        &ictus_mars_cluster::service::NodeIdentity {
+            director: dir.parse().expect("director address"),
+            id: id.parse().expect("node id"),
+            http: addr,
+            capacity: running.capability as u64,
+            key,
+        },
         Duration::from_millis(100),
         || ictus_mars_server::cli::node_report(handle.as_ref(), None),
         &stop,
@@ -184,7 +189,22 @@ fn nodes_over_a_ceph_cluster() {
         running.stop();
     }
 
-    // 2. The director and two nodes, each its own process.
+    // 2. The director and two nodes, each its own process, each with its own copy of
+    //    the cluster key (mode 0600, owned by the user that reads it).
+    let root = rustix::process::geteuid().is_root();
+    let key_path = |id: u32| std::env::temp_dir().join(format!("ictus-cluster-test-key-{}-{id}", std::process::id()));
+    let key = ictus_mars_cluster::ClusterKey::create(&key_path(0)).expect("a cluster key");
+    for id in 1..=2u32 {
+        use std::os::unix::fs::OpenOptionsExt;
+        let copy = std::fs::read(key_path(0)).expect("the key");
+        let _ = std::fs::remove_file(key_path(id));
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(key_path(id)).expect("copy");
+        f.write_all(&copy).expect("copy the key");
+        if id == 2 && root {
+            std::os::unix::fs::chown(key_path(id), Some(NOBODY), Some(NOBODY)).expect("nobody's key");
+        }
+    }
     let catalog = Box::new(StripeCatalog(st.clone()));
     let opts = DirectorOptions {
         config: ictus_mars_cluster::Config {
@@ -195,6 +215,7 @@ fn nodes_over_a_ceph_cluster() {
         default_rate: 500_000,
         tick: Duration::from_millis(50),
         close_grace: Duration::from_secs(1),
+        key,
     };
     let director = RunningDirector::start(
         TcpListener::bind("127.0.0.1:0").expect("bind"),
@@ -207,10 +228,15 @@ fn nodes_over_a_ceph_cluster() {
     // Node 2 runs unprivileged (as nobody, when the test runs as root): the cluster
     // path needs no privilege — the client library, the stripe cache (a memfd), io_uring,
     // the engine timesharing.
-    let root = rustix::process::geteuid().is_root();
     let mut nodes: Vec<Proc> = (1..=2)
         .map(|id| {
-            let role = format!("node {id} {} {} {}", cluster.conf().display(), cluster.pool(), director.nodes);
+            let role = format!(
+                "node {id} {} {} {} {}",
+                cluster.conf().display(),
+                cluster.pool(),
+                director.nodes,
+                key_path(id).display()
+            );
             let mut cmd = ROLE.command("nodes_over_a_ceph_cluster", &role);
             if id == 2 && root {
                 std::os::unix::process::CommandExt::uid(&mut cmd, NOBODY);
@@ -306,5 +332,8 @@ fn nodes_over_a_ceph_cluster() {
         n.kill9();
     }
     director.stop();
+    for id in 0..=2 {
+        let _ = std::fs::remove_file(key_path(id));
+    }
     cluster.stop().expect("cluster down");
 }

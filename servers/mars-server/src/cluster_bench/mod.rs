@@ -436,6 +436,7 @@ fn start_ours(bed: &Bed<'_>, procs: &mut Procs, n: u32) -> Result<RunningDirecto
 /// [`start_ours`] with each node's capacity (bytes/s) given.
 fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> Result<RunningDirector, BenchError> {
     let bind = || TcpListener::bind((bed.host, 0)).map_err(|e| err("director", e));
+    let key = procs::cluster_key(&bed.dir)?;
     let d = RunningDirector::start(
         bind()?,
         bind()?,
@@ -450,6 +451,7 @@ fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> R
             default_rate: bed.plan.rate,
             tick: Duration::from_millis(50),
             close_grace: Duration::from_secs(1),
+            key,
         },
     )
     .map_err(|e| err("starting the director", e))?;
@@ -494,6 +496,7 @@ fn spec(bed: &Bed<'_>, director: SocketAddr) -> NodeSpec {
         cache: bed.plan.cache,
         ahead: bed.plan.ahead,
         buffers: procs::buffers_for(bed.plan.streams_admitted(bed.plan.capacity()), bed.plan.rate),
+        key: procs::key_file(&bed.dir),
     }
 }
 

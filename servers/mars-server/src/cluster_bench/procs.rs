@@ -21,7 +21,7 @@ use rustix::process::Signal;
 use crate::bench::rig::{err, nap};
 use crate::{EngineConfig, StartOptions};
 
-/// A stream node: `CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD LISTEN_IP`.
+/// A stream node: `CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD BUFFERS LISTEN_IP KEY_FILE`.
 pub static NODE_ROLE: Role = Role { name: "mars-cluster-node", run: node_main };
 
 /// How a node is started.
@@ -43,6 +43,22 @@ pub struct NodeSpec {
     /// The engine's buffers ([`EngineConfig::buffers`]): enough for the read-ahead
     /// floors of the streams its capacity admits ([`buffers_for`]).
     pub buffers: usize,
+    /// The cluster key's file ([`cluster_key`]): the node registers with it.
+    pub key: PathBuf,
+}
+
+/// The experiment's cluster key file in `dir` (its nodes' [`NodeSpec::key`]).
+pub fn key_file(dir: &Path) -> PathBuf {
+    dir.join("cluster.key")
+}
+
+/// A new cluster key in [`key_file`] (mode 0600, as a deployment's would be), for the
+/// director in this process; the nodes read the file.
+pub fn cluster_key(dir: &Path) -> Result<ictus_mars_cluster::ClusterKey, BenchError> {
+    let path = key_file(dir);
+    // A key of an earlier director (or run) in the same directory is not reused.
+    let _ = fs::remove_file(&path);
+    ictus_mars_cluster::ClusterKey::create(&path).map_err(|e| err("cluster key", e))
 }
 
 /// Engine buffers a node needs so that its pool admits `streams` paced streams at
@@ -60,9 +76,16 @@ pub fn buffers_for(streams: usize, rate: u64) -> usize {
 }
 
 fn node_main(args: &[String]) -> i32 {
-    let [conf, pool, director, id, cap, cache, ahead, buffers, listen] = args else {
-        eprintln!("mars-cluster-node: expected CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD BUFFERS LISTEN_IP");
+    let [conf, pool, director, id, cap, cache, ahead, buffers, listen, key] = args else {
+        eprintln!("mars-cluster-node: expected CONF POOL DIRECTOR ID CAPACITY CACHE AHEAD BUFFERS LISTEN_IP KEY_FILE");
         return 2;
+    };
+    let key = match ictus_mars_cluster::ClusterKey::load(Path::new(key)) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("mars-cluster-node: {e}");
+            return 2;
+        }
     };
     let (Ok(director), Ok(id), Ok(cap), Ok(cache), Ok(ahead), Ok(buffers), Ok(listen)) = (
         director.parse::<SocketAddr>(),
@@ -103,10 +126,7 @@ fn node_main(args: &[String]) -> i32 {
     // Runs until the experiment stops it (SIGTERM) or kills it (SIGKILL).
     let stop = AtomicBool::new(false);
     ictus_mars_cluster::service::node_agent(
-        director,
-        id,
-        http,
-        admits,
+        &ictus_mars_cluster::service::NodeIdentity { director, id, http, capacity: admits, key },
         Duration::from_millis(100),
         || crate::cli::node_report(handle.as_ref(), Some(&ceph)),
         &stop,
@@ -138,6 +158,7 @@ impl Procs {
             spec.ahead.to_string(),
             spec.buffers.to_string(),
             place.map_or("127.0.0.1".to_string(), |p| p.1.to_string()),
+            spec.key.display().to_string(),
         ];
         let mut cmd = match place {
             None => ictus_bench::child::child_command(&NODE_ROLE, &args, &[]).map_err(|e| err("node", e))?,
