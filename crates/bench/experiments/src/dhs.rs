@@ -425,6 +425,15 @@ struct Search {
     round: usize,
     breakdown: Option<f64>,
     trials: Vec<Trial>,
+    /// The work unit's cost this search was calibrated with (ns per [`whetstone`]
+    /// block), measured just before it. One calibration for a whole run (until
+    /// 2026-11-26) gave every round of a run the same error: two quick runs minutes
+    /// apart calibrated 640 and 722 ns per block, so the second's work was 11 % short of
+    /// its nominal units and both modes passed higher (PRIO/ON at its 98.9 % ceiling in
+    /// every round) — a shift of the whole run that the median over rounds cannot
+    /// remove. Calibrated per search, an off calibration moves one round, which the
+    /// median does not follow.
+    ns_per_iter: f64,
 }
 
 /// The headline's two modes: `dhs_cl_prio_on_vs_fifo` compares their DHScl searches.
@@ -519,7 +528,6 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
 
     // Set-up: the work unit's cost, measured where the work runs.
     let foreign_before = foreign_rt_threads();
-    let ns_per_iter = calibrate_on(cpu)?;
     let plan = if opts.quick { Plan::QUICK } else { Plan::FULL };
     let Plan { scale, steps, hyper, .. } = plan;
     let unit_ns = 1_000_000.0 / scale as f64;
@@ -534,6 +542,8 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         let _affinity = pin::AffinityGuard::save()?;
         for set in sets.iter().filter(|s| plan.searches_set(s.name)) {
             for (mode, round) in plan.searches(set.name) {
+                // Each search calibrates the work unit for itself ([`Search::ns_per_iter`]).
+                let ns_per_iter = calibrate_on(cpu)?;
                 let mut trials = Vec::new();
                 let breakdown = match breakdown(set, mode_for(mode), cpu, ns_per_iter, steps, hyper, &mut trials) {
                     Ok(u) => u,
@@ -542,7 +552,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                         None
                     }
                 };
-                searches.push(Search { set: set.name, mode, round, breakdown, trials });
+                searches.push(Search { set: set.name, mode, round, breakdown, trials, ns_per_iter });
             }
         }
     }
@@ -560,7 +570,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         format!("clients SCHED_FIFO {:?} (rate monotonic), server SCHED_FIFO {SERVER_PRIO}", CLIENT_PRIOS);
     add_rows_and_figures(&mut report, &sets, &searches);
     add_headline(&mut report, &searches, &mut notes);
-    add_notes(&mut notes, unit_ns, ns_per_iter, cpu, opts.quick, plan);
+    add_notes(&mut notes, unit_ns, calibrations(&searches), cpu, opts.quick, plan);
     notes.push(format!("measured in {:.1} s", started.elapsed().as_secs_f64()));
     report.add_notes(notes);
     for s in &searches {
@@ -577,14 +587,22 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
 }
 
 /// How the numbers were made.
-fn add_notes(notes: &mut Notes, unit_ns: f64, ns_per_iter: f64, cpu: usize, quick: bool, plan: Plan) {
+fn add_notes(
+    notes: &mut Notes,
+    unit_ns: f64,
+    calibrated: Option<(f64, f64, f64)>,
+    cpu: usize,
+    quick: bool,
+    plan: Plan,
+) {
     let Plan { steps, hyper, rounds, .. } = plan;
+    let (lo, mid, hi) = calibrated.unwrap_or((f64::NAN, f64::NAN, f64::NAN));
     notes.push(format!(
-        "work unit: {:.0} µs of a Whetstone-style kernel ({:.1} ns per block, calibrated at SCHED_FIFO on CPU \
-         {cpu}); periods {}; {} hyperperiod(s) per trial, {steps} bisection steps, a miss confirmed by a second trial; utilization is computed from the \
-         calibrated work, as Hartstone does",
+        "work unit: {:.0} µs of a Whetstone-style kernel ({mid:.1} ns per block, {lo:.1}-{hi:.1} over the searches, each \
+         calibrated just before it at SCHED_FIFO on CPU {cpu}); periods {}; {} hyperperiod(s) per trial, {steps} \
+         bisection steps, a miss confirmed by a second trial; utilization is computed from the calibrated work, as \
+         Hartstone does",
         unit_ns / 1000.0,
-        ns_per_iter,
         if quick { "scaled down by 8 (--quick)" } else { "as in Table 1" },
         hyper,
     ));
@@ -609,6 +627,12 @@ fn add_notes(notes: &mut Notes, unit_ns: f64, ns_per_iter: f64, cpu: usize, quic
         "the machine is a shared 2-CPU VM: the other CPU takes other work; these threads are SCHED_FIFO on theirs"
             .to_string(),
     );
+}
+
+/// The smallest, median and largest calibration of the searches (ns per block).
+fn calibrations(searches: &[Search]) -> Option<(f64, f64, f64)> {
+    let each = || searches.iter().map(|s| s.ns_per_iter).filter(|x| x.is_finite());
+    Some((each().reduce(f64::min)?, median(each())?, each().reduce(f64::max)?))
 }
 
 /// [`calibrate`] on `cpu` at the top client priority, where the work runs; the
@@ -660,6 +684,11 @@ fn add_rows_and_figures(report: &mut Report, sets: &[TaskSet], searches: &[Searc
                 "base_pct": (set.base_utilization() * 1000.0).round() / 10.0,
                 "server_work_ms": ours.map(|u| ((u - set.base_utilization()) / set.per_x() / 1e6 * 1000.0).round() / 1000.0),
                 "rounds_pct": rounds.iter().map(|u| u.map(|u| (u * 1000.0).round() / 10.0)).collect::<Vec<_>>(),
+                "rounds_ns_per_block": searches
+                    .iter()
+                    .filter(|s| s.set == set.name && s.mode == mode)
+                    .map(|s| (s.ns_per_iter * 10.0).round() / 10.0)
+                    .collect::<Vec<_>>(),
                 "trials": searches.iter().filter(|s| s.set == set.name && s.mode == mode).map(|s| s.trials.len()).sum::<usize>(),
                 "jobs_per_trial": search.trials.first().map_or(0, |t| t.jobs),
             }));
@@ -773,7 +802,7 @@ mod tests {
     }
 
     fn search(mode: &'static str, round: usize, breakdown: Option<f64>) -> Search {
-        Search { set: "DHScl", mode, round, breakdown, trials: Vec::new() }
+        Search { set: "DHScl", mode, round, breakdown, trials: Vec::new(), ns_per_iter: 640.0 }
     }
 
     #[test]
@@ -805,6 +834,18 @@ mod tests {
         assert_eq!(report.rows.len(), 4, "a row per round, then the median");
         assert!(notes.notes.iter().any(|n| n.contains("only 3 of 4 rounds")), "{:?}", notes.notes);
         assert!(headline_windows(&searches[..1]).is_none());
+    }
+
+    #[test]
+    fn each_search_keeps_its_own_calibration() {
+        let mut searches =
+            [search("FIFO/OFF", 0, Some(0.6)), search("PRIO/ON", 0, Some(0.9)), search("PRIO/ON", 1, None)];
+        searches[1].ns_per_iter = 722.0;
+        searches[2].ns_per_iter = 655.0;
+        assert_eq!(calibrations(&searches), Some((640.0, 655.0, 722.0)));
+        searches[0].ns_per_iter = f64::NAN;
+        assert_eq!(calibrations(&searches[..1]), None);
+        assert_eq!(calibrations(&[]), None);
     }
 
     #[test]

@@ -64,6 +64,32 @@ impl Windowed {
         Some((lo, hi))
     }
 
+    /// The window whose ratio is the median of the windows' ratios, as its `(ours,
+    /// peer)` pair; with an even number of windows, the mean of the two middle windows'
+    /// ours and of their peers. Windows with no ratio (peer 0) are left out; `None` if
+    /// none is left.
+    ///
+    /// For a statistic whose windows fall into two states that both sides share (a round
+    /// trip on a CPU that another process sometimes also wants: every batch is either
+    /// all fast or all slow), each side's own median ([`Windowed::ratio`]) takes whichever
+    /// state that side happened to be in for most of its windows, which need not be the
+    /// same state for both; the windows where both sides met the same state give the
+    /// ratio that holds in either, and the median window is one of them as long as
+    /// they are the majority.
+    pub fn median_window(&self) -> Option<(f64, f64)> {
+        let mut w: Vec<(f64, f64)> = self.windows.iter().copied().filter(|&(_, p)| p != 0.0).collect();
+        w.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+        let n = w.len();
+        match n {
+            0 => None,
+            _ if n % 2 == 1 => Some(w[n / 2]),
+            _ => {
+                let (a, b) = (w[n / 2 - 1], w[n / 2]);
+                Some(((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0))
+            }
+        }
+    }
+
     /// A report row per window (`case` = `"{what}: window k of n"`, 1-based) with ours,
     /// the peer and their ratio in `unit`, then one row `"{what}: median of n windows"`.
     pub fn rows(&self, what: &str, unit: &str) -> Vec<Value> {
@@ -154,6 +180,23 @@ mod tests {
         assert_eq!(w.ratio(), None);
         assert_eq!(w.ratios(), [None, Some(2.0), None]);
         assert_eq!(w.ratio_range(), Some((2.0, 2.0)));
+    }
+
+    #[test]
+    fn the_median_window_is_a_measured_pair_from_the_middle_ratio() {
+        // Each side's batches are fast (5) or slow (8); windows 1, 3 and 6 met a slow
+        // state on one side only. Ours was slow in 3 of 6 windows, the peer in 2.
+        let w = Windowed::new([(5.0, 8.0), (5.5, 5.0), (8.3, 4.7), (8.0, 7.4), (5.2, 4.8), (8.4, 4.8)]).unwrap();
+        // Sorted ratios: 0.625, 1.081, 1.083, 1.1, 1.75, 1.766: the middle two are
+        // (5.2, 4.8) and (5.5, 5.0), both sides fast in both.
+        let (o, p) = w.median_window().unwrap();
+        assert!((o - 5.35).abs() < 1e-12 && (p - 4.9).abs() < 1e-12, "{o} {p}");
+        assert!(w.ratio().unwrap() > 1.3, "each side's own median mixes the states: {:?}", w.ratio());
+        let odd = Windowed::new([(5.0, 8.0), (5.5, 5.0), (8.3, 4.7)]).unwrap();
+        assert_eq!(odd.median_window(), Some((5.5, 5.0)));
+        let zero = Windowed::new([(1.0, 0.0), (2.0, 1.0)]).unwrap();
+        assert_eq!(zero.median_window(), Some((2.0, 1.0)));
+        assert_eq!(Windowed::new([(1.0, 0.0)]).unwrap().median_window(), None);
     }
 
     #[test]
