@@ -13,8 +13,10 @@
 //!   doubling from 1 per node, a failed rung run once more, then halving the gap) until
 //!   a side no longer holds every one of them (from the players' view: the whole window,
 //!   every byte right, no slot later than a player's startup buffer); a side's capacity
-//!   is the aggregate of the most streams it held. Sides: ours and nginx at 4 nodes, ours
-//!   at 1 node, their rungs interleaved. Headlines `mars_cluster_vs_nginx` (ours / nginx
+//!   is the aggregate of the most streams it held. Sides: ours at 1 node first, then ours
+//!   and nginx at 4 nodes (their rungs interleaved) up to twice the 1-node capacity per
+//!   node. Each node's link has a fixed rate (its NIC, [`LINK_BITS`]), so one node's
+//!   capacity is its link; one unshaped rung says what the machine gives. Headlines `mars_cluster_vs_nginx` (ours / nginx
 //!   at 4 nodes, goal ≥ 1.0) and `mars_cluster_scaling_4n` (ours at 4 nodes / 4 × ours
 //!   at 1 node, goal ≥ 0.9).
 //! - **Failover**: two nodes, a few streams; the node of the first stream is killed with
@@ -25,8 +27,9 @@
 //! - **Placement**: the director's redirect as the player sees it (HDR), and the core's
 //!   time per placement.
 //!
-//! What stands in for machines: every node, the Ceph daemons, nginx and the players
-//! share this machine's cores and loopback. Our nodes are separate processes (each
+//! What stands in for machines: a network namespace and a shaped veth per node (its
+//! network stack and NIC); every node, the Ceph daemons, nginx and the players share
+//! this machine's cores and disk. Our nodes are separate processes (each
 //! with its own engine, stripe cache and cluster connection); a node's capacity is its
 //! admission limit, told to the director.
 //!
@@ -55,6 +58,14 @@ use crate::bench::client::judge;
 use crate::bench::rig::{self, check_stop, err, nap};
 use play::{KillClock, Played, Stream, Via};
 use procs::{NodeSpec, Place, Procs, NODE_ROLE};
+
+/// Each node's link, bits/s each way (its NIC; [`netns::Net::shape`]). 320 Mbit/s
+/// (40 MB/s, ~19 paced streams of 2 MB/s): 4 links are 160 MB/s, under a third of what
+/// this 2-core machine delivered to 4 unshaped nodes at low load (≥ 512 MB/s, the
+/// search's top) and at most what it delivered on the loaded runs of earlier sessions
+/// (128–192 MB/s at load 10–30), so that the links and not the shared cores bound
+/// each node; doc/mars-cluster.md "Per-node links".
+const LINK_BITS: u64 = 320_000_000;
 
 /// `ictus bench mars-cluster`.
 pub static MARS_CLUSTER: Experiment = Experiment {
@@ -290,10 +301,21 @@ fn measure(
         }
     }
     let host = net.as_ref().map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host);
-    if net.is_some() {
+    if let Some(n) = net.as_mut() {
         notes.push(format!(
             "network: each node (ours, and nginx's) in its own network namespace, a veth pair to a bridge at {host} in the host's namespace, where the Ceph daemons, the director and nginx's front listen and the players run"
         ));
+        match n.shape(Some(LINK_BITS)) {
+            Ok(()) => notes.push(format!(
+                "links: each node's veth (ours and nginx's alike) shaped to {} Mbit/s each way, its NIC (tc tbf as the root qdisc of both ends: {}); so one node's capacity is its link, as on separate machines, and 4 × the link is well within what this machine delivers unshaped (the capacity's unshaped check). Separate CPUs and disks are not simulated: every node, the OSD and the players share this machine's cores",
+                LINK_BITS / 1_000_000,
+                netns::tbf_args(LINK_BITS).join(" ")
+            )),
+            Err(why) => notes.not_measured(
+                "per-node links",
+                format!("{why}: the nodes' veths are unshaped (as fast as memory), so one node can use the whole machine and mars_cluster_scaling_4n measures how two cores split among 4 nodes, not the design"),
+            ),
+        }
     }
     let scratch = Scratch(base.join(format!("{}{}-cluster", rig::PREFIX, std::process::id())));
     std::fs::create_dir_all(&scratch.0).map_err(|e| err("scratch directory", e))?;
@@ -342,7 +364,7 @@ fn measure(
         }
         let whos: &[Who] = if have_nginx { &[Who::Ours, Who::Nginx] } else { &[Who::Ours] };
         let r = scaling(opts, &bed, &mut procs, whos, notes, rows, plots)
-            .and_then(|()| capacity(opts, &bed, &mut procs, whos, notes, rows, headline, plots))
+            .and_then(|()| capacity(opts, &bed, &mut procs, whos, notes, rows, headline, plots, &mut net))
             .and_then(|()| failover(opts, &bed, &mut procs, whos, notes, rows, headline, plots));
         let said = node_warnings(&bed);
         if !said.is_empty() {
@@ -868,10 +890,13 @@ impl Side {
 /// side no longer holds every stream — a stream is held if it got the whole window,
 /// every byte right, and no 64 KiB slot later than the player's startup buffer past its
 /// schedule. A side's capacity is the offered aggregate of the most streams it held
-/// entirely. Sides: ours and nginx at 4 nodes (`mars_cluster_vs_nginx` = ours / nginx's),
-/// and ours at 1 node (`mars_cluster_scaling_4n` = ours at 4 nodes / 4 × ours at 1 node);
-/// at each step every side not done runs its next rung, the order rotating by step, so a
-/// change of the machine's load falls on all of them. Our nodes are told a capacity
+/// entirely. Sides: ours at 1 node, searched first; then ours and nginx at 4 nodes
+/// (`mars_cluster_vs_nginx` = ours / nginx's; `mars_cluster_scaling_4n` = ours at 4
+/// nodes / 4 × ours at 1 node) with a top per node of twice the 1-node capacity, so that
+/// a 4-node side at its top is exceptional; at each step both 4-node sides run their
+/// next rung, the order rotating by step, so a change of the machine's load falls on
+/// both. Then, with the links shaped, one rung of ours at 4 nodes unshaped: what the
+/// machine gives without them. Our nodes are told a capacity
 /// above the top rung, so the director's admission refuses nothing here: delivery is
 /// what is measured.
 #[allow(clippy::too_many_arguments)]
@@ -884,106 +909,63 @@ fn capacity(
     rows: &mut Vec<Value>,
     headline: &mut Vec<Headline>,
     plots: &mut Vec<(&'static str, String)>,
+    net: &mut Option<netns::Net>,
 ) -> Result<(), BenchError> {
     let plan = bed.plan;
-    let buffer = plan.buffer.as_nanos() as u64;
-    let mut sides: Vec<Side> = whos
-        .iter()
-        .map(|&who| Side { who, nodes: 4, search: Search::new(plan.top, plan.fine), rungs: Vec::new() })
-        .collect();
-    // One node's search goes as far as four nodes' top: a node that held that much alone
-    // would scale by 1 at most.
-    sides.push(Side { who: Who::Ours, nodes: 1, search: Search::new(4 * plan.top, plan.fine), rungs: Vec::new() });
+    let link = net.as_ref().and_then(|n| n.rate());
+    // The 1-node side first: its capacity sets the 4-node sides' top, so that a 4-node
+    // side at its top is exceptional (it held more than 4 × one node's streams).
+    let mut sides =
+        vec![Side { who: Who::Ours, nodes: 1, search: Search::new(4 * plan.top, plan.fine), rungs: Vec::new() }];
     let mut step = 0usize;
-    while sides.iter().any(|s| s.search.next().is_some()) {
-        let order: Vec<usize> = (0..sides.len()).map(|k| (k + step) % sides.len()).collect();
-        for i in order {
+    while let Some(per_node) = sides[0].search.next() {
+        run_side_rung(opts, bed, procs, &mut sides[0], per_node, step, link, rows)?;
+        step += 1;
+    }
+    // The 4-node sides' top per node: the doubling's rung above one node's capacity
+    // (4 nodes at it offer twice 4 × one node's), and at least the search's first
+    // failed rung; one node that held its top (or nothing) gives the plan's.
+    let one = &sides[0].search;
+    let top4 = if one.ceiling() || one.held == 0 { plan.top } else { (2 * one.held).max(one.failed.unwrap_or(0)) };
+    sides.extend(whos.iter().map(|&who| Side {
+        who,
+        nodes: 4,
+        search: Search::new(top4, plan.fine),
+        rungs: Vec::new(),
+    }));
+    while sides[1..].iter().any(|s| s.search.next().is_some()) {
+        let k = sides.len() - 1;
+        for j in 0..k {
+            let i = 1 + (j + step) % k;
             let Some(per_node) = sides[i].search.next() else { continue };
-            let (who, nodes) = (sides[i].who, sides[i].nodes);
-            let streams = per_node * nodes;
-            let top = sides[i].search.top;
-            check_stop()?;
-            opts.say(format!("mars-cluster: capacity, {streams} streams on {nodes} node(s), {}", who.name()));
-            let seed = 1000 + streams as u64 + step as u64;
-            // CPU the servers used while the streams played (ns): nodes, and nginx's front.
-            let mut cpu = (0u64, 0u64);
-            // Retransmitted segments in the nodes' and the host's namespaces (the nodes
-            // of both sides share namespace i, and only one side plays at a time), and
-            // packets dropped from the kernel's input backlogs.
-            let net0 = (procs.tcp_retransmits("nginx"), procs::backlog_drops());
-            // CPU of the OSD, of this process (the players and the director), and of
-            // the whole machine (other helpers' work included) while the rung ran.
-            let osd_cpu = || bed.osd.as_deref().map_or(0, procs::cpu_ns_of);
-            let others0 = (osd_cpu(), procs::cpu_ns_of("self"), procs::machine_busy_ns(), Instant::now());
-            let pump0 = play::pump_cpu_ns();
-            let played = match who {
-                Who::Ours => {
-                    let d = start_ours_with(bed, procs, nodes as u32, plan.capacity_for(top))?;
-                    let c0 = procs.cpu_ns("node ");
-                    let res = play_all(bed, Via::Director(d.http), streams, seed, false, None, |_| Ok(()));
-                    cpu.0 = procs.cpu_ns("node ").saturating_sub(c0);
-                    for id in 1..=nodes {
-                        procs.stop(&format!("node {id}"));
-                    }
-                    d.stop();
-                    res?
-                }
-                Who::Nginx => {
-                    let front = start_front(bed, procs, nodes)?;
-                    let c0 = (procs.cpu_ns("nginx"), procs.cpu_ns("front"));
-                    let res = play_all(bed, Via::Front(front), streams, seed, false, None, |_| Ok(()));
-                    cpu = (procs.cpu_ns("nginx").saturating_sub(c0.0), procs.cpu_ns("front").saturating_sub(c0.1));
-                    procs.stop("front");
-                    res?
-                }
-            };
-            let others = (
-                osd_cpu().saturating_sub(others0.0),
-                procs::cpu_ns_of("self").saturating_sub(others0.1),
-                procs::machine_busy_ns().saturating_sub(others0.2),
-                others0.3.elapsed(),
-            );
-            let net =
-                (procs.tcp_retransmits("nginx").saturating_sub(net0.0), procs::backlog_drops().saturating_sub(net0.1));
-            let mut rung = Rung { streams, ..Rung::default() };
-            let delivered: u64 = played.iter().map(|p| p.received.bytes).sum();
-            let mut on_node = [0usize; 4];
-            for p in &played {
-                if let Some(n) = p.nodes.0.filter(|&n| (1..=4).contains(&n)) {
-                    on_node[n as usize - 1] += 1;
-                }
-            }
-            for p in &played {
-                let j = judge(&p.received, plan.rate as f64, plan.chunk, plan.window);
-                let ok = p.received.status / 100 == 2;
-                rung.refused += usize::from(!ok);
-                rung.held += usize::from(ok && !p.wrong && p.received.bytes >= plan.window && j.worst <= buffer);
-                rung.aggregate += j.achieved.min(2.0 * plan.rate as f64) * (p.received.bytes.min(plan.window) as f64)
-                    / plan.window as f64;
-                rung.worst = rung.worst.max(j.worst);
-            }
-            let retry = sides[i].search.retry == Some(per_node);
-            sides[i].search.record(per_node, rung.held == rung.streams);
-            sides[i].rungs.push(rung);
-            rows.push(json!({
-                "case": format!("capacity, {streams} streams on {nodes} node(s){}: {}", if retry { " (again)" } else { "" }, who.name()),
-                "part": "capacity", "implementation": who.name(), "nodes": nodes, "streams": streams,
-                "second_try": retry,
-                "offered_mb_s": (streams as u64 * plan.rate) as f64 / 1e6,
-                "aggregate_mb_s": rung.aggregate / 1e6,
-                "held": rung.held, "refused": rung.refused,
-                "worst_lateness_ns": rung.worst,
-                "nodes_cpu_s": cpu.0 as f64 / 1e9, "front_cpu_s": cpu.1 as f64 / 1e9,
-                "osd_cpu_s": others.0 as f64 / 1e9, "players_director_cpu_s": others.1 as f64 / 1e9,
-                // Of which the players' body reads and checks (their epoll loop's thread).
-                "players_pump_cpu_s": play::pump_cpu_ns().saturating_sub(pump0) as f64 / 1e9,
-                "machine_busy_cores": others.2 as f64 / 1e9 / others.3.as_secs_f64().max(1e-3),
-                "delivered_mb": delivered as f64 / 1e6,
-                "streams_per_node": &on_node[..nodes],
-                "tcp_retransmits": net.0, "backlog_drops": net.1,
-            }));
+            run_side_rung(opts, bed, procs, &mut sides[i], per_node, step, link, rows)?;
         }
         step += 1;
+    }
+    // What the machine gives without the links: ours at 4 nodes, unshaped, at the
+    // 4-node side's first failed rung (or its top). Held, the links were the bound and
+    // not the machine's cores.
+    if let Some(n) = net.as_mut().filter(|n| n.rate().is_some()) {
+        let four = &sides[1].search;
+        let per_node = four.failed.unwrap_or(four.top).max(1);
+        let rate = n.rate();
+        n.shape(None).map_err(|e| err("unshaping the links", e))?;
+        let mut check = Side { who: Who::Ours, nodes: 4, search: Search::new(per_node, 1), rungs: Vec::new() };
+        let r = run_side_rung(opts, bed, procs, &mut check, per_node, step, None, rows);
+        n.shape(rate).map_err(|e| err("shaping the links", e))?;
+        let r = r?;
+        notes.push(format!(
+            "capacity, unshaped check (what the machine gives): ours at 4 nodes without the links' bound held {} of {} streams ({:.0} MB/s offered) where the shaped 4 nodes {} it; {}",
+            r.held,
+            r.streams,
+            (r.streams as u64 * plan.rate) as f64 / 1e6,
+            if four.failed.is_some() { "failed" } else { "held (their top)" },
+            if r.held == r.streams {
+                "the links, not the machine's cores, bound the shaped sides"
+            } else {
+                "the machine itself is near its limit there, so the links are not the only bound"
+            }
+        ));
     }
     for s in &sides {
         rows.push(json!({
@@ -1042,6 +1024,13 @@ fn capacity(
     }
     if let (Some(four), Some(one)) = (side(Who::Ours, 4), side(Who::Ours, 1)) {
         let (f, o) = (four.capacity(plan.rate), one.capacity(plan.rate));
+        let scaling_text = match link {
+            Some(r) => format!(
+                "4 × the capacity of 1 node (the most paced streams every one of which was held), same run, each node on its own {} Mbit/s link (tc tbf on its veth, ours and nginx's alike: one node's capacity is its link, as on separate machines with their NICs); what scaling adds or loses here is the design's: placement's evenness (the rows' streams_per_node), the director, each node filling its cache from the one Ceph cluster; not simulated: separate CPUs and disks (the nodes, the OSD and the players share this machine's cores)",
+                r / 1_000_000
+            ),
+            None => "4 × the capacity of 1 node (the most paced streams every one of which was held), same run, links unshaped (no CAP_NET_ADMIN or no tc: nodes as fast as memory); the 4 nodes, the one OSD and the players share this machine's cores (the rows' machine_busy_cores), so this says how one machine's CPU splits among 4 nodes, not what 4 machines would carry; with fewer clips than nodes the unbounded cache-first placement leaves a node idle (the rows' streams_per_node)".to_string(),
+        };
         if one.search.ceiling() {
             // 1 node held every rung: the denominator is only "at least", so the ratio
             // is at most what it shows (it would be met by the top's choice, or, with
@@ -1057,15 +1046,8 @@ fn capacity(
             );
         } else if o > 0.0 {
             headline.push(
-                Headline::new(
-                    "mars_cluster_scaling_4n",
-                    f / 1e6,
-                    4.0 * o / 1e6,
-                    "4 × the capacity of 1 node (the most paced streams every one of which was held), same run; the 4 nodes, the one OSD and the players share this machine's cores (the rows' machine_busy_cores), so this says how one machine's CPU splits among 4 nodes, not what 4 machines would carry: both cores are busy in every rung from 1 stream up, one node alone can use the whole machine, and with fewer clips than nodes the unbounded cache-first placement leaves a node idle (the rows' streams_per_node); a bound above the top rung on either side makes this a bound too",
-                    "MB/s",
-                    Better::Higher,
-                )
-                .with_target(0.9),
+                Headline::new("mars_cluster_scaling_4n", f / 1e6, 4.0 * o / 1e6, &scaling_text, "MB/s", Better::Higher)
+                    .with_target(0.9),
             );
         } else {
             notes.not_measured(
@@ -1075,7 +1057,7 @@ fn capacity(
         }
     }
     notes.push(format!(
-        "capacity: ours and nginx at 4 nodes, ours at 1 node; paced streams at {:.1} MB/s ({:.1} s each), started at most 20 ms and at most 0.5 s in all apart; streams per node double from 1 until a rung is not held (a rung not held is run once more, the better counts), then the gap to the first failed rung is halved down to 1/{} of the held one; at each step every side runs its next rung, the order rotating; fresh nodes (and front) each rung; a stream is held if it got its whole window, every byte right, and no {} KiB slot later than {:.1} s (a player's startup buffer) past its schedule from its first byte; capacity = the offered aggregate of the most streams held entirely; our nodes are told a capacity above the top rung (the director refuses nothing: delivery is measured, not admission); every node, Ceph, nginx and the players share this machine's cores, so 4 nodes cannot have 4 machines' capacity here and mars_cluster_scaling_4n measures how much of the machine 1 node can use as much as the design",
+        "capacity: ours and nginx at 4 nodes, ours at 1 node; paced streams at {:.1} MB/s ({:.1} s each), started at most 20 ms and at most 0.5 s in all apart; streams per node double from 1 until a rung is not held (a rung not held is run once more, the better counts), then the gap to the first failed rung is halved down to 1/{} of the held one; at each step every side runs its next rung, the order rotating; fresh nodes (and front) each rung; a stream is held if it got its whole window, every byte right, and no {} KiB slot later than {:.1} s (a player's startup buffer) past its schedule from its first byte; capacity = the offered aggregate of the most streams held entirely; our nodes are told a capacity above the top rung (the director refuses nothing: delivery is measured, not admission); the 1-node side is searched first, then the 4-node sides (ours and nginx's, interleaved) with a top per node of twice the 1-node capacity (so a 4-node side at its top held more than 4 × one node: exceptional, and its headline is then not measured); every node, Ceph, nginx and the players share this machine's cores: with the links shaped one node's capacity is its link, unshaped 4 nodes cannot have 4 machines' capacity here",
         plan.rate as f64 / 1e6,
         plan.window as f64 / plan.rate as f64,
         plan.fine,
@@ -1108,6 +1090,112 @@ fn capacity(
         .render(),
     ));
     Ok(())
+}
+
+/// Runs one rung of `side` (`per_node` streams on each of its nodes), records it in its
+/// search and in the rows; what its players saw.
+#[allow(clippy::too_many_arguments)]
+fn run_side_rung(
+    opts: &Options,
+    bed: &Bed<'_>,
+    procs: &mut Procs,
+    side: &mut Side,
+    per_node: usize,
+    step: usize,
+    link: Option<u64>,
+    rows: &mut Vec<Value>,
+) -> Result<Rung, BenchError> {
+    let plan = bed.plan;
+    let buffer = plan.buffer.as_nanos() as u64;
+    let (who, nodes) = (side.who, side.nodes);
+    let streams = per_node * nodes;
+    let top = side.search.top;
+    check_stop()?;
+    opts.say(format!("mars-cluster: capacity, {streams} streams on {nodes} node(s), {}", who.name()));
+    let seed = 1000 + streams as u64 + step as u64;
+    // CPU the servers used while the streams played (ns): nodes, and nginx's front.
+    let mut cpu = (0u64, 0u64);
+    // Retransmitted segments in the nodes' and the host's namespaces (the nodes
+    // of both sides share namespace i, and only one side plays at a time), and
+    // packets dropped from the kernel's input backlogs.
+    let net0 = (procs.tcp_retransmits("nginx"), procs::backlog_drops());
+    // CPU of the OSD, of this process (the players and the director), and of
+    // the whole machine (other helpers' work included) while the rung ran.
+    let osd_cpu = || bed.osd.as_deref().map_or(0, procs::cpu_ns_of);
+    let others0 = (osd_cpu(), procs::cpu_ns_of("self"), procs::machine_busy_ns(), Instant::now());
+    let pump0 = play::pump_cpu_ns();
+    let played = match who {
+        Who::Ours => {
+            let d = start_ours_with(bed, procs, nodes as u32, plan.capacity_for(top))?;
+            let c0 = procs.cpu_ns("node ");
+            let res = play_all(bed, Via::Director(d.http), streams, seed, false, None, |_| Ok(()));
+            cpu.0 = procs.cpu_ns("node ").saturating_sub(c0);
+            for id in 1..=nodes {
+                procs.stop(&format!("node {id}"));
+            }
+            d.stop();
+            res?
+        }
+        Who::Nginx => {
+            let front = start_front(bed, procs, nodes)?;
+            let c0 = (procs.cpu_ns("nginx"), procs.cpu_ns("front"));
+            let res = play_all(bed, Via::Front(front), streams, seed, false, None, |_| Ok(()));
+            cpu = (procs.cpu_ns("nginx").saturating_sub(c0.0), procs.cpu_ns("front").saturating_sub(c0.1));
+            procs.stop("front");
+            res?
+        }
+    };
+    let others = (
+        osd_cpu().saturating_sub(others0.0),
+        procs::cpu_ns_of("self").saturating_sub(others0.1),
+        procs::machine_busy_ns().saturating_sub(others0.2),
+        others0.3.elapsed(),
+    );
+    let net = (procs.tcp_retransmits("nginx").saturating_sub(net0.0), procs::backlog_drops().saturating_sub(net0.1));
+    let mut rung = Rung { streams, ..Rung::default() };
+    let delivered: u64 = played.iter().map(|p| p.received.bytes).sum();
+    let mut on_node = [0usize; 4];
+    for p in &played {
+        if let Some(n) = p.nodes.0.filter(|&n| (1..=4).contains(&n)) {
+            on_node[n as usize - 1] += 1;
+        }
+    }
+    for p in &played {
+        let j = judge(&p.received, plan.rate as f64, plan.chunk, plan.window);
+        let ok = p.received.status / 100 == 2;
+        rung.refused += usize::from(!ok);
+        rung.held += usize::from(ok && !p.wrong && p.received.bytes >= plan.window && j.worst <= buffer);
+        rung.aggregate +=
+            j.achieved.min(2.0 * plan.rate as f64) * (p.received.bytes.min(plan.window) as f64) / plan.window as f64;
+        rung.worst = rung.worst.max(j.worst);
+    }
+    let retry = side.search.retry == Some(per_node);
+    side.search.record(per_node, rung.held == rung.streams);
+    side.rungs.push(rung);
+    rows.push(json!({
+        "case": format!(
+            "capacity, {streams} streams on {nodes} node(s){}{}: {}",
+            if retry { " (again)" } else { "" },
+            link.map_or_else(|| ", links unshaped".to_string(), |r| format!(", links {} Mbit/s", r / 1_000_000)),
+            who.name()
+        ),
+        "link_bits_s": link,
+        "part": "capacity", "implementation": who.name(), "nodes": nodes, "streams": streams,
+        "second_try": retry,
+        "offered_mb_s": (streams as u64 * plan.rate) as f64 / 1e6,
+        "aggregate_mb_s": rung.aggregate / 1e6,
+        "held": rung.held, "refused": rung.refused,
+        "worst_lateness_ns": rung.worst,
+        "nodes_cpu_s": cpu.0 as f64 / 1e9, "front_cpu_s": cpu.1 as f64 / 1e9,
+        "osd_cpu_s": others.0 as f64 / 1e9, "players_director_cpu_s": others.1 as f64 / 1e9,
+        // Of which the players' body reads and checks (their epoll loop's thread).
+        "players_pump_cpu_s": play::pump_cpu_ns().saturating_sub(pump0) as f64 / 1e9,
+        "machine_busy_cores": others.2 as f64 / 1e9 / others.3.as_secs_f64().max(1e-3),
+        "delivered_mb": delivered as f64 / 1e6,
+        "streams_per_node": &on_node[..nodes],
+        "tcp_retransmits": net.0, "backlog_drops": net.1,
+    }));
+    Ok(rung)
 }
 
 /// Where resumes' time went, from the players' cuts: the director's answer (ours), the

@@ -10,6 +10,15 @@
 //! on the loopback. Torn down on drop (deleting a namespace deletes its veth pair);
 //! names carry the pid, so a run killed with SIGKILL is swept by the next
 //! ([`sweep_stale`]).
+//!
+//! **Links** ([`Net::shape`]): each node's veth gets a fixed rate in both directions, its
+//! NIC — a token bucket (`tc` `tbf`) as the root qdisc of each end (the node's end
+//! shapes what the node sends, the bridge's end what it receives: Ceph's reads, the
+//! requests). `tbf` and not `htb`: a link is one rate with no classes to share it, which
+//! is what the classless `tbf` is; `htb` would be the same bucket under a class tree.
+//! The qdiscs belong to the veth's two ends, so they go with the pair when the
+//! namespace is deleted — by [`Drop`], or by the next run's [`sweep_stale`] after a
+//! SIGKILL: nothing of them outlives the namespaces.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -22,7 +31,43 @@ pub struct Net {
     /// The bridge's address (the host's side).
     pub host: Ipv4Addr,
     namespaces: Vec<String>,
+    /// Each node's veth: (namespace, the bridge's end, the node's end).
+    veths: Vec<(String, String, String)>,
     prefix: [u8; 3],
+    /// The links' rate (bits/s) if shaped.
+    rate: Option<u64>,
+}
+
+/// A link's token bucket: `tc qdisc replace` arguments for `rate` bits/s. The burst
+/// holds 4 ms at the rate and at least two 64 KiB segments (veths pass GSO segments of
+/// up to 64 KiB whole; a bucket smaller than one would split each); the queue holds
+/// 50 ms at the rate beyond the burst (TCP's small-queue limit keeps each socket's
+/// share of it small, as a NIC's ring does).
+pub fn tbf_args(rate: u64) -> Vec<String> {
+    let burst = (rate / 8 / 250).max(128 << 10);
+    vec![
+        "root".into(),
+        "tbf".into(),
+        "rate".into(),
+        format!("{rate}bit"),
+        "burst".into(),
+        format!("{burst}b"),
+        "latency".into(),
+        "50ms".into(),
+    ]
+}
+
+fn tc(netns: Option<&str>, args: &[&str]) -> Result<(), String> {
+    let mut cmd = Command::new("tc");
+    if let Some(ns) = netns {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.args(args).output().map_err(|e| format!("tc: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("tc {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
 }
 
 const NS_PREFIX: &str = "ictus-mc-";
@@ -59,7 +104,9 @@ impl Net {
             bridge: format!("{BR_PREFIX}{pid}"),
             host: Ipv4Addr::new(10, 213, third, 1),
             namespaces: Vec::new(),
+            veths: Vec::new(),
             prefix,
+            rate: None,
         };
         ip(&["link", "add", &net.bridge, "type", "bridge"])?;
         ip(&["addr", "add", &format!("{}/24", net.host), "dev", &net.bridge])?;
@@ -94,7 +141,46 @@ impl Net {
             let _ = ip(&["link", "del", &outer]);
             return Err(e);
         }
+        self.veths.push((name.clone(), outer, inner));
+        if let Some(rate) = self.rate {
+            self.shape_one(self.veths.len() - 1, Some(rate))?;
+        }
         Ok((name, addr))
+    }
+
+    /// Every node's link (made so far, and those made later) at `rate` bits/s each way,
+    /// or unshaped (`None`: as fast as the veth, i.e. memory); or why not (no `tc`, no
+    /// `tbf` in the kernel).
+    pub fn shape(&mut self, rate: Option<u64>) -> Result<(), String> {
+        for i in 0..self.veths.len() {
+            self.shape_one(i, rate)?;
+        }
+        self.rate = rate;
+        Ok(())
+    }
+
+    /// The links' rate (bits/s), if shaped.
+    pub fn rate(&self) -> Option<u64> {
+        self.rate
+    }
+
+    fn shape_one(&self, i: usize, rate: Option<u64>) -> Result<(), String> {
+        let (ns, outer, inner) = &self.veths[i];
+        match rate {
+            Some(r) => {
+                let q = tbf_args(r);
+                let q: Vec<&str> = q.iter().map(String::as_str).collect();
+                tc(None, &[&["qdisc", "replace", "dev", outer.as_str()], &q[..]].concat())?;
+                tc(Some(ns), &[&["qdisc", "replace", "dev", inner.as_str()], &q[..]].concat())
+            }
+            None => {
+                // Back to the veth's default (no queue): deleting a root qdisc that is
+                // the default already fails, which is the state wanted.
+                let _ = tc(None, &["qdisc", "del", "dev", outer, "root"]);
+                let _ = tc(Some(ns), &["qdisc", "del", "dev", inner, "root"]);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -147,4 +233,25 @@ pub fn leftovers() -> Vec<String> {
         out.push(format!("{BR_PREFIX}{pid}"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tbf_args;
+
+    fn burst(rate: u64) -> u64 {
+        let a = tbf_args(rate);
+        let i = a.iter().position(|x| x == "burst").unwrap();
+        a[i + 1].trim_end_matches('b').parse().unwrap()
+    }
+
+    #[test]
+    fn a_links_bucket_holds_two_segments_and_4_ms() {
+        for rate in [10_000_000u64, 320_000_000, 1_000_000_000, 10_000_000_000] {
+            let b = burst(rate);
+            assert!(b >= 2 * (64 << 10), "{rate}: {b}");
+            assert!(b * 8 * 250 >= rate, "{rate}: {b}");
+            assert!(tbf_args(rate).contains(&format!("{rate}bit")));
+        }
+    }
 }
