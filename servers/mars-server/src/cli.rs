@@ -178,8 +178,9 @@ struct DirectorArgs {
     close_grace: Seconds,
     /// Bounded-load placement: a node caching the clip is preferred only while its load
     /// after placing is at most this percentage of the cluster's average load fraction
-    /// (100 to 10000). Unset: the caching node first, unbounded (more streams per node on
-    /// a shared store; a bound spreads the streams, each node reads every clip; see
+    /// (100 to 10000; default 125: a caching node takes a clip's streams until it is 25 %
+    /// busier than the average, so no node idles while another fills; 10000 is in effect
+    /// the caching node first, unbounded — fewer reads from the store, uneven nodes; see
     /// doc/mars-cluster.md).
     #[arg(long, value_name = "PERCENT", value_parser = ictus_args::count(100, 10_000))]
     cache_bound: Option<Count>,
@@ -508,7 +509,10 @@ fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
             store_capacity: a.store_capacity.get() as u64,
             // Unset: cache first, unbounded (measured better than the 125 % bound on one
             // shared machine; doc/mars-cluster.md has the trade-off).
-            cache_bound_pct: a.cache_bound.map(|c| u32::try_from(c.get()).unwrap_or(u32::MAX)),
+            cache_bound_pct: Some(
+                a.cache_bound
+                    .map_or(ictus_mars_cluster::CACHE_BOUND_PCT, |c| u32::try_from(c.get()).unwrap_or(u32::MAX)),
+            ),
         },
         default_rate: a.default_rate.get() as u64,
         tick: std::time::Duration::from_millis(100),
@@ -574,7 +578,7 @@ mod tests {
     }
 
     #[test]
-    fn cache_bound_is_off_unless_given_and_checked() {
+    fn cache_bound_is_checked_and_defaults_in_the_config() {
         assert!(director_args(&[]).unwrap().cache_bound.is_none());
         assert_eq!(director_args(&["--cache-bound", "125"]).unwrap().cache_bound.map(|c| c.get()), Some(125));
         for bad in ["99", "0", "-5", "12.5", "10001", "x", ""] {

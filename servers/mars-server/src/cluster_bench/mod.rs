@@ -468,7 +468,7 @@ fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> R
                 heartbeat_timeout_ns: 2_000_000_000,
                 store_capacity: 1 << 40,
                 // What `ictus mars director` uses (doc/mars-cluster.md: the bound measured).
-                cache_bound_pct: None,
+                cache_bound_pct: Some(ictus_mars_cluster::CACHE_BOUND_PCT),
             },
             default_rate: bed.plan.rate,
             tick: Duration::from_millis(50),
