@@ -1411,3 +1411,25 @@ fn a_kept_failure_outlives_the_seconds_when_nothing_changes() {
     // One first ask; a margin of one for a name of another test's colliding bucket.
     assert!(with.saturating_sub(without) <= 2, "{with} served with the lookups, {without} without");
 }
+
+/// The session's first program (no connection handed by an exec) whose first
+/// served call is its `vfork` child's exec, three times: each child execs, none
+/// borrows a connection a sibling left in the table they share (it was "lost the
+/// connection to the Unix server", exit 127, from the second child on). Static: no
+/// lookup of the dynamic loader's comes first.
+#[test]
+fn a_first_program_whose_first_call_is_a_vfork_childs_exec() {
+    let d = scratch();
+    let prog = c_program(&d, "vfirst", true);
+    let out = d.join("out.txt");
+    let argv = [prog.to_str().unwrap(), "/bin/true"];
+    let opts = RunOptions {
+        policy: None,
+        argv: argv.iter().map(Into::into).collect(),
+        quiet: true,
+        stdout: Some(out.clone()),
+    };
+    let (ended, _) = run_session(&opts).expect("starting the session");
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "exits 0 0 0 \n");
+}
