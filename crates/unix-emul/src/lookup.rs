@@ -301,11 +301,24 @@ pub unsafe fn try_native(n: u32, a: [u64; 6], path_nul: &[u8]) -> Option<i64> {
     if let (Some((key, generation)), true) = (not_link, r == -(errno::EINVAL as i64)) {
         crate::cache::remember_missing(crate::cache::not_link(key), generation);
     }
-    // A failure is the kernel's answer too, and final: it is not kept (only the
-    // server's failures are, since it knows whether the walk went through a link),
-    // nor asked again of the server to be kept. Asking cost a round trip and a walk
-    // with a watch per component for each missing name (179 of a compile round's 242
-    // served requests), to spare later processes a failing lookup of ~1 µs each.
+    // A failure is the kernel's answer too: it is not kept here (only the server's
+    // failures are, since it knows whether the walk went through a link). Asked
+    // again of the server to be kept only when this image meets it a second time:
+    // asking cost a round trip and a walk with a watch per component for each
+    // missing name (179 of a compile round's 242 served requests, nearly all asked
+    // once per image), to spare later lookups a failing one of ~1 µs each.
+    if r == -(errno::ENOENT as i64) && (absolute || dirfd == AT_FDCWD) {
+        let once = crate::handler::cached_lookup(n, a)
+            .and_then(|(_, _, follow)| crate::cache::key(path, follow))
+            .zip(crate::cache::generation_for(path));
+        if let Some((key, generation)) = once {
+            let mark = crate::cache::failed_once(key);
+            if crate::cache::known_missing(mark, generation) {
+                return None;
+            }
+            crate::cache::remember_missing(mark, generation);
+        }
+    }
     // SAFETY: the count page is mapped for the life of the image; kind < COUNT_KINDS.
     unsafe { (*counts.add(kind as usize)).fetch_add(1, Ordering::Relaxed) };
     Some(r)
