@@ -18,9 +18,10 @@
 //! from a working directory or directory descriptor on a procfs, and a result that
 //! turns out to be on a procfs or to be the loader (`/proc/self/exe` reached through
 //! a link: the server names the program). A lookup that fails is answered by the
-//! kernel's failure too and not kept: the failed-lookup cache (and the session's
-//! shared table) only ever hold the server's answers, which exist where lookups are
-//! served (a confining view), and a native answer is never kept.
+//! kernel's failure too, and asked of the server (which keeps and publishes it) only
+//! when the same image meets it a second time: the failed-lookup cache (and the
+//! session's shared table) only ever hold the server's answers, and a native answer
+//! is never kept.
 //!
 //! Each native lookup is counted on the session's count page ([`COUNT_FD`]), so the
 //! server's counts stay whole; without that page the library does none.
