@@ -306,6 +306,13 @@ pub fn not_link(key: u64) -> u64 {
     (key ^ 0x6e6f_745f_6c69_6e6b).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
 }
 
+/// The key under which this image marks a path that failed once natively (the
+/// next failure of it in the image is asked of the server, to be kept), derived
+/// from its lookup key. Only ever decides whether to ask: it answers nothing.
+pub fn failed_once(key: u64) -> u64 {
+    (key ^ 0x6f6e_6365_5f66_6169).wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 1
+}
+
 /// Remember that `key` was missing under `generation` (read before asking).
 pub fn remember_missing(key: u64, generation: u64) {
     let e = slot(key);

@@ -441,8 +441,14 @@ fn acquire(may_borrow: bool) -> Result<Conn, CallError> {
     let pid = crate::state::answer(sys::SYS_GETPID) as i32;
     let owner = OWNER.load(Ordering::Acquire);
     if owner != pid {
-        if owner != 0 && shares_parent_memory() {
-            if may_borrow {
+        // A `vfork` child shares the table but not the descriptors: it borrows a
+        // connection of the table's owner or makes one of its own for the call, never
+        // one in the table — also when the parent has none yet (its first served call
+        // is its child's exec): a connection the child put in the table would name a
+        // descriptor only the child had, gone with its exec, for the parent's next
+        // `vfork` child to borrow (`EBADF`: "lost the connection").
+        if shares_parent_memory() {
+            if owner != 0 && may_borrow {
                 if let Some(c) = borrow(owner, pid) {
                     return Ok(c);
                 }

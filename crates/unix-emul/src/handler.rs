@@ -927,7 +927,7 @@ fn known_missing(n: u32, a: [u64; 6]) -> Option<i64> {
 
 /// The lookups the failed-lookup cache keeps: (path pointer, directory descriptor,
 /// whether a final link is followed).
-fn cached_lookup(n: u32, a: [u64; 6]) -> Option<(u64, u64, bool)> {
+pub(crate) fn cached_lookup(n: u32, a: [u64; 6]) -> Option<(u64, u64, bool)> {
     const O_CREAT_OR_TMPFILE: u64 = 0o100 | 0o20000000;
     const NOFOLLOW: u64 = 0x100;
     Some(match n {

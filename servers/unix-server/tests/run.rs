@@ -80,6 +80,26 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| format!("<{}: {e}>", p.display()))
 }
 
+/// Make `p` a program that exits 0 (a script without `#!`: `sh` runs it on
+/// `ENOEXEC`), in one step (made under another name, then renamed): a probe that
+/// executes it sees it missing or runnable, never half made.
+fn make_runnable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = p.with_extension("making");
+    std::fs::write(&tmp, "exit 0\n").unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, p).unwrap();
+}
+
+/// A view that confines paths (one unused directory of `dir` hidden), so that every
+/// lookup is served and failures are kept: under a view that confines nothing the
+/// library looks up natively and a failure is the kernel's, never kept.
+fn confining(dir: &Path) -> String {
+    let unused = dir.join("unused-hidden");
+    std::fs::create_dir_all(&unused).unwrap();
+    format!("hide {}\n", unused.display())
+}
+
 #[test]
 fn raw_syscalls_in_dynamic_and_static_programs_match_native() {
     let d = scratch();
@@ -677,7 +697,7 @@ fn cached_failures_follow_every_change() {
         )
     };
     assert_eq!(native(&script(&n, "out")), 0);
-    let (ended, _) = sh_under(None, &d, &script(&i, "out-i"));
+    let (ended, _) = sh_under(Some(&confining(&d)), &d, &script(&i, "out-i"));
     assert_eq!(ended, Ended::Code(0));
     let (want, got) = (read(&d.join("out")), read(&d.join("out-i")));
     assert_eq!(want, got);
@@ -1251,8 +1271,9 @@ fn missing_programs_are_remembered_until_they_are_made() {
 }
 
 /// A failure the session keeps ends when another process — outside the session —
-/// makes the name: the program spins on a kept `[ -e F ]` (answered by the library
-/// alone) until the server's watch of the directory sees the create. Nothing else
+/// makes the name: the program spins on a kept exec of `F` (answered by the library
+/// alone: an exec is served in every view, so its failure is the server's to keep)
+/// until the server's watch of the directory sees the name made. Nothing else
 /// would end it (the failures are no longer dropped by a timer): without the watch
 /// the loop runs until the `timeout` inside the session fails the test.
 #[test]
@@ -1263,8 +1284,8 @@ fn a_kept_failure_ends_when_another_process_makes_the_name() {
     let (f, go, out) = (sub.join("later.h"), d.join("go"), d.join("out.txt"));
     assert!(Command::new("mkfifo").arg(&go).status().unwrap().success());
     let script = format!(
-        "[ -e {f} ] || echo missing > {o}; [ -e {f} ] || echo still >> {o}; read x < {g}; \
-         until [ -e {f} ]; do :; done; echo found >> {o}",
+        "{f} 2>/dev/null || echo missing > {o}; {f} 2>/dev/null || echo still >> {o}; read x < {g}; \
+         until {f} 2>/dev/null; do :; done; echo found >> {o}",
         f = f.display(),
         o = out.display(),
         g = go.display()
@@ -1274,7 +1295,7 @@ fn a_kept_failure_ends_when_another_process_makes_the_name() {
     ictus_testkit::wait_until("the program's second look", || read(&out).contains("still"));
     assert_eq!(read(&out), "missing\nstill\n");
     // Another process makes it, then lets the program go on.
-    assert!(Command::new("touch").arg(&f).status().unwrap().success());
+    make_runnable(&f);
     std::fs::write(&go, "go\n").unwrap();
     let (ended, _) = session.join().unwrap();
     assert_eq!(ended, Ended::Code(0));
@@ -1292,11 +1313,12 @@ fn relative_failures_are_shared_by_the_processes_of_one_directory() {
     for sub in ["a/inc", "b/inc"] {
         std::fs::create_dir_all(d.join(sub)).unwrap();
     }
-    std::fs::write(d.join("b/inc/x.h"), "").unwrap();
+    make_runnable(&d.join("b/inc/x.h"));
     // Five processes (each its own `sh`) look up inc/x.h, or each another name.
     let served = |names: [&str; 5]| {
-        let looks: Vec<String> = names.iter().map(|n| format!("sh -c '[ -e inc/{n} ] && exit 3; exit 0'")).collect();
-        let script = format!("cd {}/a && {} && cd ../b && [ -e inc/x.h ]", d.display(), looks.join(" && "));
+        let looks: Vec<String> =
+            names.iter().map(|n| format!("sh -c 'inc/{n} 2>/dev/null && exit 3; exit 0'")).collect();
+        let script = format!("cd {}/a && {} && cd ../b && inc/x.h", d.display(), looks.join(" && "));
         let (ended, snap) = sh_under(None, &d, &script);
         assert_eq!(ended, Ended::Code(0), "{script}");
         snap.served
@@ -1315,14 +1337,14 @@ fn a_kept_relative_failure_ends_when_the_name_or_the_directory_changes() {
     let d = scratch_in(Path::new(env!("CARGO_TARGET_TMPDIR")));
     std::fs::create_dir_all(d.join("w/inc")).unwrap();
     std::fs::create_dir_all(d.join("other/inc")).unwrap();
-    std::fs::write(d.join("other/inc/y.h"), "").unwrap();
+    make_runnable(&d.join("other/inc/y.h"));
     let (go, out) = (d.join("go"), d.join("out.txt"));
     assert!(Command::new("mkfifo").arg(&go).status().unwrap().success());
     // In w: x.h and y.h missing (kept); then another process makes x.h, and swaps
     // w for a directory that has y.h; new processes in the working directory's path
     // find both.
     let script = format!(
-        "cd {w} && sh -c '[ -e inc/x.h ] || [ -e inc/y.h ] || echo missing > {o}';          sh -c '[ -e inc/x.h ] || [ -e inc/y.h ] || echo still >> {o}'; read x < {g};          until sh -c '[ -e inc/x.h ]'; do :; done; echo x >> {o};          cd {w} && until sh -c '[ -e inc/y.h ]'; do :; done; echo y >> {o}",
+        "cd {w} && sh -c 'inc/x.h 2>/dev/null || inc/y.h 2>/dev/null || echo missing > {o}';          sh -c 'inc/x.h 2>/dev/null || inc/y.h 2>/dev/null || echo still >> {o}'; read x < {g};          until sh -c 'inc/x.h 2>/dev/null'; do :; done; echo x >> {o};          cd {w} && until sh -c 'inc/y.h 2>/dev/null'; do :; done; echo y >> {o}",
         w = d.join("w").display(),
         o = out.display(),
         g = go.display()
@@ -1331,12 +1353,12 @@ fn a_kept_relative_failure_ends_when_the_name_or_the_directory_changes() {
     let session = std::thread::spawn(move || sh_under(None, &dd, &script));
     ictus_testkit::wait_until("the program's second look", || read(&out).contains("still"));
     assert_eq!(read(&out), "missing\nstill\n");
-    std::fs::write(d.join("w/inc/x.h"), "").unwrap();
+    make_runnable(&d.join("w/inc/x.h"));
     // The old w (the program's working directory still) moves away; the other takes
     // its path, with y.h (a `cd` again enters it).
     std::fs::rename(d.join("w"), d.join("w.old")).unwrap();
     std::fs::rename(d.join("other"), d.join("w")).unwrap();
-    std::fs::write(d.join("w/inc/x.h"), "").unwrap();
+    make_runnable(&d.join("w/inc/x.h"));
     std::fs::write(&go, "go\n").unwrap();
     let (ended, _) = session.join().unwrap();
     assert_eq!(ended, Ended::Code(0));
@@ -1390,8 +1412,10 @@ fn a_process_whose_main_thread_exited_still_lends_descriptors() {
 }
 
 /// A kept failure outlives the seconds that pass while nothing changes (it used to
-/// be dropped by a timer every second and asked again): four lookups of a missing
-/// file a second apart are asked of the server about once, not four times.
+/// be dropped by a timer every second and asked again): four execs of a missing
+/// program a second apart are asked of the server about once, not four times (an
+/// exec is served in every view; a lookup of a missing file, where the view
+/// confines nothing, is the library's own and kept by nobody).
 #[test]
 fn a_kept_failure_outlives_the_seconds_when_nothing_changes() {
     // Not under /tmp: the other tests of this binary make names there all the time (gcc's
@@ -1401,8 +1425,8 @@ fn a_kept_failure_outlives_the_seconds_when_nothing_changes() {
     let d = scratch_in(Path::new(env!("CARGO_TARGET_TMPDIR")));
     let f = d.join("never.h");
     let served = |look: bool| {
-        let check = if look { format!("[ -e {} ] && exit 3; ", f.display()) } else { String::new() };
-        let script = format!("for i in 1 2 3 4; do {check}sleep 1.1; done; exit 0");
+        let check = if look { format!("{} && exit 3; ", f.display()) } else { String::new() };
+        let script = format!("exec 2>/dev/null; for i in 1 2 3 4; do {check}sleep 1.1; done; exit 0");
         let (ended, snap) = sh_under(None, &d, &script);
         assert_eq!(ended, Ended::Code(0));
         snap.served
@@ -1410,4 +1434,54 @@ fn a_kept_failure_outlives_the_seconds_when_nothing_changes() {
     let (without, with) = (served(false), served(true));
     // One first ask; a margin of one for a name of another test's colliding bucket.
     assert!(with.saturating_sub(without) <= 2, "{with} served with the lookups, {without} without");
+}
+
+/// Under a view that confines nothing, a lookup of a missing name is the library's
+/// own call and its failure the kernel's answer: twenty missing names cost no served
+/// request (each was asked again of the server, to be kept for the session), and a
+/// later process looks them up natively again. A name that fails twice in one image
+/// is asked of the server the second time, and kept.
+#[test]
+fn failed_lookups_are_native_where_the_view_confines_nothing() {
+    let d = scratch_in(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let run = |look: Option<&str>| {
+        let check = look.map_or(String::new(), |n| format!("[ -e {}/{n} ] && exit 3; ", d.display()));
+        let script =
+            format!("for i in $(seq 1 20); do {check}:; done; sh -c '[ -e {}/gone1 ] && exit 3; exit 0'", d.display());
+        let (ended, snap) = sh_under(None, &d, &script);
+        assert_eq!(ended, Ended::Code(0));
+        snap
+    };
+    let (without, with) = (run(None), run(Some("gone$i")));
+    // A margin of two for what another test's traffic may make differ.
+    assert!(with.served <= without.served + 2, "{with:?} with the lookups, {without:?} without");
+    assert!(with.native_total() >= without.native_total() + 20, "{with:?} with the lookups, {without:?} without");
+    // One name twenty times in one process: its second failure is asked of the
+    // server, which keeps it (the rest are answered from the cache, no call at all).
+    let again = run(Some("gone"));
+    let asked = again.served.saturating_sub(without.served);
+    assert!((1..=3).contains(&asked), "{asked} asked: {again:?} with one name, {without:?} without");
+    assert!(again.native_total() < with.native_total(), "{again:?} with one name, {with:?} with twenty");
+}
+
+/// The session's first program (no connection handed by an exec) whose first
+/// served call is its `vfork` child's exec, three times: `sh` (its lookups at
+/// start are the library's own, so it has made no connection yet). Each child
+/// execs; none borrows a connection a sibling left in the table they share — it
+/// was "lost the connection to the Unix server", exit 127, from the second child
+/// on (the first child's descriptor went with its exec).
+#[test]
+fn a_first_program_whose_first_call_is_a_vfork_childs_exec() {
+    let d = scratch();
+    let out = d.join("out.txt");
+    let script = "/bin/true && /bin/true && /bin/true && echo all ran";
+    let opts = RunOptions {
+        policy: None,
+        argv: ["sh", "-c", script].iter().map(Into::into).collect(),
+        quiet: true,
+        stdout: Some(out.clone()),
+    };
+    let (ended, _) = run_session(&opts).expect("starting the session");
+    assert_eq!(ended, Ended::Code(0));
+    assert_eq!(read(&out), "all ran\n");
 }
