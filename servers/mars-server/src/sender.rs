@@ -258,10 +258,13 @@ impl Device {
     /// The description to fill from for `rest` bytes of a download from here on: the
     /// kernel's read-ahead only where it cannot pass the download's end.
     fn for_rest(&self, rest: u64) -> &OwnedFd {
-        match &self.exact {
-            Some(exact) if rest < self.reach => exact,
-            _ => &self.seq,
-        }
+        self.exact_for(rest).unwrap_or(&self.seq)
+    }
+
+    /// The `exact` description, where `rest` bytes of a download are filled from it
+    /// (the thread reads those ahead itself).
+    fn exact_for(&self, rest: u64) -> Option<&OwnedFd> {
+        self.exact.as_ref().filter(|_| rest < self.reach)
     }
 }
 
@@ -394,9 +397,8 @@ impl Loop {
     fn read_ahead(&self, job: &Job) {
         for p in &job.pieces {
             let Some(dev) = self.devices.get(usize::from(p.dev)) else { continue };
-            let Some(exact) = dev.exact.as_ref() else { continue };
-            let fd = dev.for_rest(u64::from(p.len) + p.ahead);
-            if let (true, Some(len)) = (std::ptr::eq(fd, exact), std::num::NonZeroU64::new(u64::from(p.len))) {
+            let exact = dev.exact_for(u64::from(p.len) + p.ahead);
+            if let (Some(exact), Some(len)) = (exact, std::num::NonZeroU64::new(u64::from(p.len))) {
                 let _ = rustix::fs::fadvise(exact, p.offset, Some(len), rustix::fs::Advice::WillNeed);
             }
         }
