@@ -500,15 +500,15 @@ fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
     use ictus_mars_cluster::service::{DirectorOptions, RunningDirector};
     let key = ictus_mars_cluster::ClusterKey::load(&a.cluster_key)?;
     let striper = connect_cluster(&a.cluster)?;
-    let http = std::net::TcpListener::bind(&a.listen).map_err(|e| format!("listening on {}: {e}", a.listen))?;
+    let http = crate::listen_tcp(&a.listen).map_err(|e| format!("listening on {}: {e}", a.listen))?;
     let nodes =
-        std::net::TcpListener::bind(&a.nodes_listen).map_err(|e| format!("listening on {}: {e}", a.nodes_listen))?;
+        crate::listen_tcp(&a.nodes_listen).map_err(|e| format!("listening on {}: {e}", a.nodes_listen))?;
     let opts = DirectorOptions {
         config: ictus_mars_cluster::Config {
             heartbeat_timeout_ns: u64::try_from(a.heartbeat_timeout.get().as_nanos()).unwrap_or(u64::MAX),
             store_capacity: a.store_capacity.get() as u64,
-            // Unset: cache first, unbounded (measured better than the 125 % bound on one
-            // shared machine; doc/mars-cluster.md has the trade-off).
+            // Unset: bounded-load placement at CACHE_BOUND_PCT (125 %); cache first,
+            // unbounded, left a node idle (doc/mars-cluster.md has the trade-off).
             cache_bound_pct: Some(
                 a.cache_bound
                     .map_or(ictus_mars_cluster::CACHE_BOUND_PCT, |c| u32::try_from(c.get()).unwrap_or(u32::MAX)),

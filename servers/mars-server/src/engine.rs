@@ -41,7 +41,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -2566,6 +2566,13 @@ impl Drop for Engine {
 
 /// The bytes the peer of a TCP socket has acknowledged (`TCP_INFO`, tcp(7)).
 fn bytes_acked(sock: &OwnedFd) -> Option<u64> {
+    // Kernels older than the field give a shorter struct: no answer then.
+    let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + std::mem::size_of::<u64>();
+    tcp_info(sock.as_fd()).filter(|&(_, len)| len >= need).map(|(info, _)| info.tcpi_bytes_acked)
+}
+
+/// `TCP_INFO` of a socket, and how many bytes of it the kernel filled.
+pub(crate) fn tcp_info(sock: std::os::fd::BorrowedFd<'_>) -> Option<(libc::tcp_info, usize)> {
     // SAFETY: tcp_info is plain integers, for which all zeroes is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -2580,9 +2587,7 @@ fn bytes_acked(sock: &OwnedFd) -> Option<u64> {
             &mut len,
         )
     };
-    // Kernels older than the field give a shorter struct: no answer then.
-    let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + std::mem::size_of::<u64>();
-    (r == 0 && len as usize >= need).then_some(info.tcpi_bytes_acked)
+    (r == 0).then_some((info, len as usize))
 }
 
 /// One tick upcall and the paced streams it wakes.

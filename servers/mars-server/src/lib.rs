@@ -142,6 +142,20 @@ pub fn start_cluster(
     Ok((running, storage))
 }
 
+/// A TCP listener on `addr` whose accept queue is as deep as the host allows.
+///
+/// The standard library listens with a backlog of 128. A client that opens connections
+/// in a burst while the engine thread waits for a CPU (a two-core VM, a loaded machine)
+/// fills 128 in a few milliseconds; the next SYN is dropped and that client waits for
+/// its retransmission, 1 s later, then 3 s… (10,000 idle connections took minutes and
+/// met the idle timeout). Listening again on a listening socket only changes the backlog;
+/// the kernel caps it at `net.core.somaxconn` (4096 by default).
+pub fn listen_tcp<A: std::net::ToSocketAddrs>(addr: A) -> std::io::Result<TcpListener> {
+    let l = TcpListener::bind(addr)?;
+    rustix::net::listen(&l, i32::MAX)?;
+    Ok(l)
+}
+
 /// Starts a server over `storage` on its own threads (`opts.volume` is not used).
 pub fn start_on(storage: Arc<dyn Storage>, opts: &StartOptions) -> Result<Running, StartError> {
     // Before anything: settings that cannot work are refused, never served by the
@@ -149,7 +163,7 @@ pub fn start_on(storage: Arc<dyn Storage>, opts: &StartOptions) -> Result<Runnin
     opts.engine.validate()?;
     let direct = storage.direct();
     let listener = match &opts.listen {
-        Some(a) => Some(TcpListener::bind(a).map_err(|e| StartError::Listen(a.clone(), e))?),
+        Some(a) => Some(listen_tcp(a).map_err(|e| StartError::Listen(a.clone(), e))?),
         None => None,
     };
     let addr = listener.as_ref().and_then(|l| l.local_addr().ok());
@@ -233,5 +247,27 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    /// The accept queue is the host's maximum, not the standard library's 128: for a
+    /// listening socket, `TCP_INFO`'s `tcpi_sacked` is the queue's limit.
+    #[test]
+    fn listener_queue_is_as_deep_as_the_host_allows() {
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .expect("somaxconn")
+            .trim()
+            .parse()
+            .expect("a number");
+        let l = super::listen_tcp("127.0.0.1:0").expect("listening");
+        let (info, _) = crate::engine::tcp_info(l.as_fd()).expect("TCP_INFO");
+        assert_eq!(info.tcpi_sacked, somaxconn);
+        let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (info, _) = crate::engine::tcp_info(std.as_fd()).unwrap();
+        assert_eq!(info.tcpi_sacked, 128.min(somaxconn), "what the standard library asks for");
     }
 }

@@ -41,7 +41,7 @@ pub mod netns;
 pub mod play;
 pub mod procs;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -457,7 +457,7 @@ fn start_ours(bed: &Bed<'_>, procs: &mut Procs, n: u32) -> Result<RunningDirecto
 
 /// [`start_ours`] with each node's capacity (bytes/s) given.
 fn start_ours_with(bed: &Bed<'_>, procs: &mut Procs, n: u32, capacity: u64) -> Result<RunningDirector, BenchError> {
-    let bind = || TcpListener::bind((bed.host, 0)).map_err(|e| err("director", e));
+    let bind = || crate::listen_tcp((bed.host, 0)).map_err(|e| err("director", e));
     let key = procs::cluster_key(&bed.dir)?;
     let d = RunningDirector::start(
         bind()?,
