@@ -501,8 +501,7 @@ fn director(a: DirectorArgs) -> Result<(), Box<dyn std::error::Error>> {
     let key = ictus_mars_cluster::ClusterKey::load(&a.cluster_key)?;
     let striper = connect_cluster(&a.cluster)?;
     let http = crate::listen_tcp(&a.listen).map_err(|e| format!("listening on {}: {e}", a.listen))?;
-    let nodes =
-        crate::listen_tcp(&a.nodes_listen).map_err(|e| format!("listening on {}: {e}", a.nodes_listen))?;
+    let nodes = crate::listen_tcp(&a.nodes_listen).map_err(|e| format!("listening on {}: {e}", a.nodes_listen))?;
     let opts = DirectorOptions {
         config: ictus_mars_cluster::Config {
             heartbeat_timeout_ns: u64::try_from(a.heartbeat_timeout.get().as_nanos()).unwrap_or(u64::MAX),
