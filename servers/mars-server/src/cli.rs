@@ -248,6 +248,11 @@ struct ServeArgs {
     /// buffers, as paced streams do, instead of being spliced from the page cache.
     #[arg(long)]
     no_splice: bool,
+    /// Splice every download from the page cache, cold ones too (by default a download
+    /// whose range is mostly not cached is read with O_DIRECT into the registered
+    /// buffers, leaving the page cache to what is asked for again).
+    #[arg(long, conflicts_with = "no_splice")]
+    page_cache_always: bool,
     /// Page-cache downloads spliced by io_uring (IORING_OP_SPLICE through a pipe, in
     /// its worker threads) instead of sent by sendfile(2) on the download thread.
     #[arg(long, conflicts_with = "no_splice")]
@@ -355,6 +360,7 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         fifo: (!a.timesharing).then(|| a.fifo.get()),
         splice: !a.no_splice,
         sendfile: !a.io_uring_splice,
+        cold_direct: !a.page_cache_always,
         readahead: ictus_mars::readahead::ReadAhead {
             floor_ns: u64::try_from(a.min_readahead.get().as_nanos()).unwrap_or(u64::MAX),
             ..ictus_mars::readahead::ReadAhead::default()

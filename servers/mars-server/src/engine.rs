@@ -107,6 +107,13 @@ pub struct EngineConfig {
     /// download thread driven by `epoll` (`crate::sender`) instead of io_uring's
     /// `IORING_OP_SPLICE` through a pipe; DRR decides when each piece goes either way.
     pub sendfile: bool,
+    /// A download whose range is mostly not in the page cache (asked of the kernel with
+    /// `cachestat(2)`, Linux 6.5) takes the registered-buffer path even where `splice`
+    /// is on: read once from the disk straight into the buffers that send it, queued by
+    /// DRR, without filling the page cache for a download nobody may ask for again (the
+    /// paper's mmbuf); a range mostly in the page cache is spliced from there. Only where
+    /// reads are `O_DIRECT`; where `cachestat` is refused, every download is spliced.
+    pub cold_direct: bool,
 }
 
 impl Default for EngineConfig {
@@ -130,6 +137,7 @@ impl Default for EngineConfig {
             splice: true,
             splice_pipes: 64,
             sendfile: true,
+            cold_direct: true,
         }
     }
 }
@@ -245,6 +253,9 @@ pub struct EngineStats {
     /// Requests held while the backend looked their clip up afar
     /// ([`Storage::lookup_ready`] said no): the engine's thread did not wait for it.
     pub lookup_waits: u64,
+    /// Downloads whose range was mostly out of the page cache, sent from the registered
+    /// buffers (`O_DIRECT`) though splicing was on ([`EngineConfig::cold_direct`]).
+    pub cold_downloads: u64,
 }
 
 impl std::ops::Deref for EngineStats {
@@ -640,6 +651,7 @@ static WARN_REGISTER: AtomicBool = AtomicBool::new(false);
 static WARN_ZC: AtomicBool = AtomicBool::new(false);
 static WARN_SPLICE: AtomicBool = AtomicBool::new(false);
 static WARN_SENDER: AtomicBool = AtomicBool::new(false);
+static WARN_CACHESTAT: AtomicBool = AtomicBool::new(false);
 
 impl Engine {
     /// An engine over `storage`, accepting HTTP on `listener` if given. `capability`
@@ -1195,7 +1207,15 @@ impl Engine {
             && info.is_some()
             && !self.cached.is_empty()
             && plan.body.iter().any(|s| matches!(s, Segment::Data { .. }));
-        let pipe = if spliced { self.take_pipe() } else { None };
+        // Unless it is cold: then from the disk into the registered buffers.
+        let cold = spliced
+            && self.cfg.cold_direct
+            && self.storage.direct()
+            && info.as_ref().is_some_and(|i| self.mostly_uncached(i.start, &plan.body));
+        if cold {
+            self.stats.cold_downloads += 1;
+        }
+        let pipe = if spliced && !cold { self.take_pipe() } else { None };
         let Some(c) = self.conn(slot) else { return };
         c.pipe = pipe;
         c.phase = Phase::Sending;
@@ -1996,6 +2016,39 @@ impl Engine {
         self.dirty.push(slot);
     }
 
+    /// Whether less than half of the first [`COLD_PROBE`] bytes of `body`'s data (a
+    /// stream's, from `start` in the backend) is in the page cache of the cached
+    /// descriptors; false if the kernel cannot say.
+    fn mostly_uncached(&self, start: u64, body: &[Segment]) -> bool {
+        // A contiguous stream range lies in one contiguous range of each component
+        // (stripes go round the components in order), so one question per component.
+        let mut spans: Vec<Option<(u64, u64)>> = vec![None; self.cached.len()];
+        let mut left = COLD_PROBE;
+        for seg in body {
+            let Segment::Data { offset, len } = *seg else { continue };
+            let len = len.min(left);
+            left -= len;
+            for p in self.storage.plan(start.saturating_add(offset), len) {
+                let Some(span) = spans.get_mut(usize::from(p.component)) else { return false };
+                let (a, b) = span.unwrap_or((p.offset, p.offset));
+                *span = Some((a.min(p.offset), b.max(p.offset.saturating_add(p.len))));
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        let (mut cached, mut pages) = (0u64, 0u64);
+        for (fd, span) in self.cached.iter().zip(&spans) {
+            let Some((a, b)) = *span else { continue };
+            match cachestat(*fd, a, b - a) {
+                Some(n) => cached += n,
+                None => return false,
+            }
+            pages += (b - a).div_ceil(4096);
+        }
+        pages > 0 && cached.saturating_mul(2) < pages
+    }
+
     /// A pipe for a spliced download: a free one, or a new one while fewer than
     /// `splice_pipes` exist.
     fn take_pipe(&mut self) -> Option<Pipe> {
@@ -2565,6 +2618,47 @@ impl Drop for Engine {
 }
 
 /// The bytes the peer of a TCP socket has acknowledged (`TCP_INFO`, tcp(7)).
+/// How much of a download [`Engine::mostly_uncached`] looks at.
+const COLD_PROBE: u64 = 64 << 20;
+
+/// `cachestat(2)`'s number (Linux 6.5; the same on every architecture, from the
+/// common table); the libc crate does not name it for x86-64.
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Pages of `[off, off + len)` of `fd` in the page cache (`cachestat(2)`); `None` (said
+/// once) where the kernel refuses.
+fn cachestat(fd: RawFd, off: u64, len: u64) -> Option<u64> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    let range = Range { off, len };
+    let mut st = Stat::default();
+    // SAFETY: cachestat(2) reads `range` and writes one `struct cachestat` (five u64s,
+    // `Stat`'s layout) to `st`; both live across the call; flags must be 0.
+    let r =
+        unsafe { libc::syscall(SYS_CACHESTAT, fd, &range as *const Range, &mut st as *mut Stat, 0 as libc::c_uint) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        warn_once(
+            &WARN_CACHESTAT,
+            &format!("cachestat(2) refused ({e}): every download is spliced from the page cache, cold ones too"),
+        );
+        return None;
+    }
+    Some(st.nr_cache)
+}
+
 fn bytes_acked(sock: &OwnedFd) -> Option<u64> {
     // Kernels older than the field give a shorter struct: no answer then.
     let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + std::mem::size_of::<u64>();

@@ -95,7 +95,11 @@ fn ranges_byte_for_byte_spliced_and_not() {
     let dir = TempDir::new("splice");
     let (comps, clip, _) = volume(dir.path());
     for splice in [true, false] {
-        let r = start(&comps, EngineConfig { splice, splice_pipes: 2, ..EngineConfig::default() }, false);
+        let r = start(
+            &comps,
+            EngineConfig { splice, splice_pipes: 2, cold_direct: false, ..EngineConfig::default() },
+            false,
+        );
         check_ranges(&r, &clip);
         let stats = r.handle.as_ref().unwrap().stats().unwrap();
         assert_eq!(stats.buffers_free, stats.buffers, "every buffer back after the responses");
@@ -394,8 +398,13 @@ fn stalled_and_slow(sendfile: bool) {
     std::fs::write(dir.path().join("big.src"), &big).unwrap();
     v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
     drop(v);
-    let cfg =
-        EngineConfig { send_timeout: Duration::from_secs(5), splice_pipes: 1, sendfile, ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        send_timeout: Duration::from_secs(5),
+        splice_pipes: 1,
+        sendfile,
+        cold_direct: false,
+        ..EngineConfig::default()
+    };
     let r = start(&comps, cfg, false);
     let h = r.handle.clone().unwrap();
     assert!(!h.stats().unwrap().sendfile || sendfile);
@@ -474,7 +483,11 @@ fn ranges_byte_for_byte_sendfile_and_uring_splice() {
     let dir = TempDir::new("sendfile");
     let (comps, clip, _) = volume(dir.path());
     for sendfile in [true, false] {
-        let r = start(&comps, EngineConfig { sendfile, splice_pipes: 2, ..EngineConfig::default() }, false);
+        let r = start(
+            &comps,
+            EngineConfig { sendfile, splice_pipes: 2, cold_direct: false, ..EngineConfig::default() },
+            false,
+        );
         let before = r.handle.as_ref().unwrap().stats().unwrap();
         check_ranges(&r, &clip);
         let stats = r.handle.as_ref().unwrap().stats().unwrap();
@@ -507,7 +520,12 @@ fn a_client_that_stops_reading_stalls_no_other_download() {
     v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
     drop(v);
     // A send timeout far beyond the test: nothing is freed by closing the stalled ones.
-    let cfg = EngineConfig { send_timeout: Duration::from_secs(3600), buf_size: 64 << 10, ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        send_timeout: Duration::from_secs(3600),
+        buf_size: 64 << 10,
+        cold_direct: false,
+        ..EngineConfig::default()
+    };
     let r = start(&comps, cfg, false);
     let h = r.handle.clone().unwrap();
     if !h.stats().unwrap().sendfile {
@@ -550,7 +568,12 @@ fn a_pausing_client_gets_every_byte_in_order_with_two_jobs_in_flight() {
     std::fs::write(dir.path().join("big.src"), &big).unwrap();
     v.add_file("big.bin", &dir.path().join("big.src"), 4.0).unwrap();
     drop(v);
-    let cfg = EngineConfig { send_timeout: Duration::from_secs(3600), device_depth: 8, ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        send_timeout: Duration::from_secs(3600),
+        device_depth: 8,
+        cold_direct: false,
+        ..EngineConfig::default()
+    };
     let r = start(&comps, cfg, false);
     let h = r.handle.clone().unwrap();
     if !h.stats().unwrap().sendfile {
@@ -590,5 +613,52 @@ fn a_pausing_client_gets_every_byte_in_order_with_two_jobs_in_flight() {
     let st = h.stats().unwrap();
     assert_eq!(st.buffers_free, st.buffers);
     eprintln!("pausing client: {st:?}");
+    r.stop();
+}
+
+/// A download whose range is out of the page cache goes from the disk into the
+/// registered buffers (`O_DIRECT`, no page cache filled); once the range is cached, the
+/// next download of it is spliced from the page cache. Both byte for byte.
+#[test]
+fn a_cold_download_takes_the_buffers_and_a_cached_one_is_spliced() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("cold");
+    let (comps, clip, _) = volume(dir.path());
+    let r = start(&comps, EngineConfig { splice_pipes: 2, ..EngineConfig::default() }, false);
+    let h = r.handle.clone().unwrap();
+    let s0 = h.stats().unwrap();
+    if !s0.splice || !s0.direct {
+        eprintln!("skipped: no splice path or no O_DIRECT here ({s0:?})");
+        r.stop();
+        return;
+    }
+    let drop_cache = || {
+        for c in &comps {
+            let f = std::fs::File::open(c).unwrap();
+            f.sync_all().unwrap();
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        }
+    };
+    drop_cache();
+    let (status, _, body) = curl(&[&url(&r, "clip.bin")]);
+    assert_eq!(status, 200);
+    assert!(body == clip, "the cold download, byte for byte");
+    let s1 = h.stats().unwrap();
+    assert_eq!(s1.cold_downloads, s0.cold_downloads + 1, "{s1:?}");
+    assert_eq!(s1.bytes_spliced, s0.bytes_spliced, "nothing of it spliced: {s1:?}");
+    assert!(s1.bytes_zero_copy + s1.bytes_copied >= s0.bytes_zero_copy + s0.bytes_copied + clip.len() as u64);
+    // The page cache holds the volume again (read through it), so the next is spliced.
+    for c in &comps {
+        std::fs::read(c).unwrap();
+    }
+    let (status, _, body) = curl(&[&url(&r, "clip.bin")]);
+    assert_eq!(status, 200);
+    assert!(body == clip, "the cached download, byte for byte");
+    let s2 = h.stats().unwrap();
+    assert_eq!(s2.cold_downloads, s1.cold_downloads, "{s2:?}");
+    assert!(s2.bytes_spliced >= s1.bytes_spliced + clip.len() as u64, "{s2:?}");
+    assert!(eventually(Duration::from_secs(30), || h.stats().unwrap().buffers_free == s2.buffers));
     r.stop();
 }
