@@ -226,10 +226,17 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
     // (warm) → ours' splits
     let mut splits: Vec<(bool, Split)> = Vec::new();
     for round in 0..rounds {
+        // Ours and nginx one right after the other, which of them first alternating
+        // by round (the VM's disk changes speed from one download to the next: a pair
+        // close in time meets the same disk); the other senders after them, rotating.
+        let mut order =
+            if round % 2 == 0 { vec![Sender::Ours, Sender::Nginx] } else { vec![Sender::Nginx, Sender::Ours] };
+        let mut rest: Vec<Sender> = senders.iter().copied().filter(|s| !order.contains(s)).collect();
+        let others = rest.len();
+        rest.rotate_left(round % others);
+        order.extend(rest);
         for warm in [false, true] {
-            let n = senders.len();
-            for i in (0..n).map(|i| (i + round) % n) {
-                let who = senders[i];
+            for &who in &order {
                 if warm && matches!(who, Sender::OursDirect | Sender::OursThread) {
                     // O_DIRECT: no page cache to be warm in; the download thread warm is
                     // what ours does warm.
@@ -401,7 +408,7 @@ pub fn http(rig: &mut Rig, quick: bool, out: &mut Out) -> Result<(), BenchError>
         }
     }
     out.notes.push(format!(
-        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds rotating the order; cold = the file's pages dropped before each download (all read the VM's disk, same file system), warm = the file read once before; sender CPU = getrusage of this process for ours (io_uring's workers included) and the splice thread (curl is another process), schedstat of nginx's one process; ours: a download whose range is mostly out of the page cache (cachestat(2)) is read O_DIRECT into 1 MiB registered buffers, 8 in flight, queued by DRR and sent zero-copy, one mostly cached goes to the download thread; ours download thread (the same server with that choice off, every download through the page cache): splice(2) volume file → its own 1 MiB pipe → non-blocking socket on the download thread (epoll), each piece (up to 1 MiB, up to 4 per job: half the device queue of 8) when DRR dispatches it, a second job of the connection in flight behind the first (the thread starts it when the first ends whole); the engine, the download thread, nginx and the splice loop all timesharing (serve runs its engine at SCHED_FIFO 50: see doc/mars.md); ours io_uring splice: IORING_OP_SPLICE volume file → 1 MiB pipe → socket, linked chains, queued by DRR; ours O_DIRECT buffers: 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
+        "HTTP: curl downloads {} MiB over loopback, one at a time, {rounds} rounds, in each ours and nginx one right after the other (which first alternating), then the others in a rotating order; cold = the file's pages dropped before each download (all read the VM's disk, same file system), warm = the file read once before; sender CPU = getrusage of this process for ours (io_uring's workers included) and the splice thread (curl is another process), schedstat of nginx's one process; ours: a download whose range is mostly out of the page cache (cachestat(2)) is read O_DIRECT into 1 MiB registered buffers, 8 in flight, queued by DRR and sent zero-copy, one mostly cached goes to the download thread; ours download thread (the same server with that choice off, every download through the page cache): splice(2) volume file → its own 1 MiB pipe → non-blocking socket on the download thread (epoll), each piece (up to 1 MiB, up to 4 per job: half the device queue of 8) when DRR dispatches it, a second job of the connection in flight behind the first (the thread starts it when the first ends whole); the engine, the download thread, nginx and the splice loop all timesharing (serve runs its engine at SCHED_FIFO 50: see doc/mars.md); ours io_uring splice: IORING_OP_SPLICE volume file → 1 MiB pipe → socket, linked chains, queued by DRR; ours O_DIRECT buffers: 1 MiB reads into registered buffers, 8 in flight, zero-copy send (which the kernel copies at delivery over loopback)",
         len >> 20
     ));
     let ours_runs = get(Sender::Ours, false).len() + get(Sender::Ours, true).len();
