@@ -2044,7 +2044,7 @@ impl Engine {
                 Some(n) => cached += n,
                 None => return false,
             }
-            pages += (b - a).div_ceil(4096);
+            pages += (b - a).div_ceil(rustix::param::page_size() as u64);
         }
         pages > 0 && cached.saturating_mul(2) < pages
     }
@@ -2617,7 +2617,6 @@ impl Drop for Engine {
     }
 }
 
-/// The bytes the peer of a TCP socket has acknowledged (`TCP_INFO`, tcp(7)).
 /// How much of a download [`Engine::mostly_uncached`] looks at.
 const COLD_PROBE: u64 = 64 << 20;
 
@@ -2659,6 +2658,7 @@ fn cachestat(fd: RawFd, off: u64, len: u64) -> Option<u64> {
     Some(st.nr_cache)
 }
 
+/// The bytes the peer of a TCP socket has acknowledged (`TCP_INFO`, tcp(7)).
 fn bytes_acked(sock: &OwnedFd) -> Option<u64> {
     // Kernels older than the field give a shorter struct: no answer then.
     let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + std::mem::size_of::<u64>();
