@@ -13,7 +13,8 @@
 //! - [`Proc`]: a child process, killed and reaped on drop; `kill -9`, `SIGTERM`, waits
 //!   within the watchdog, its standard error in a log file, its tagged lines.
 //! - [`Role`]: this test binary run again as a child in a named role (`--exact TEST`),
-//!   dying with its parent (`PR_SET_PDEATHSIG`).
+//!   dying with its parent (`PR_SET_PDEATHSIG`); [`Role::alone`] for a test that counts
+//!   the whole process's descriptors or mappings.
 //! - Servers on threads of the test: [`NameServer`] (on a socket in its own private
 //!   directory), [`ClockServer`] and [`MidiServer`] (registered with a `NameServer`,
 //!   again after it restarts).
@@ -241,7 +242,12 @@ impl Proc {
 
     /// Wait for it to exit, within the watchdog.
     pub fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + WATCHDOG;
+        self.wait_within(WATCHDOG)
+    }
+
+    /// Wait for it to exit, within `limit`.
+    pub fn wait_within(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(st) = self.try_wait() {
                 return st;
@@ -319,6 +325,9 @@ pub struct Role {
     pub env: &'static str,
 }
 
+/// The role of a test run by [`Role::alone`].
+pub const ALONE: &str = "alone";
+
 /// Carries the parent's pid to a role, which checks it after asking to die with it.
 const PARENT_ENV: &str = "ICTUS_TESTKIT_PARENT";
 
@@ -334,6 +343,26 @@ impl Role {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         cmd
+    }
+
+    /// For a test that counts what the whole process holds (descriptors, mappings):
+    /// whether to run its body here. A normal test run starts the test again in a child
+    /// process of its own (role [`ALONE`]), where no other test of the binary runs beside
+    /// it, waits for it (five watchdogs) and fails if it failed — beside other tests the
+    /// counts move under it, and a process-wide resource another test happens to start
+    /// first after the count (a watcher thread, a shared space's notifier) never goes
+    /// away. In that child: true. In a child of another role: false.
+    pub fn alone(&self, test: &str) -> bool {
+        if let Some(role) = self.current() {
+            return role == ALONE;
+        }
+        let mut cmd = self.command(test, ALONE);
+        cmd.stdout(Stdio::inherit());
+        let what = format!("{test}, alone in its own process");
+        let mut child = Proc::spawn(&what, &mut cmd);
+        let st = child.wait_within(WATCHDOG * 5);
+        assert!(st.success(), "{what} failed: {st} (its output is above)");
+        false
     }
 
     /// In a child started by [`Role::command`]: its role (after arranging to be killed
