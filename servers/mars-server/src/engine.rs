@@ -67,6 +67,9 @@ pub struct EngineConfig {
     pub buffers: usize,
     /// Bytes per buffer (one chunk of a stream).
     pub buf_size: usize,
+    /// Buffers of the pool on transparent huge pages (`None`: half of them), taken first
+    /// by downloads; paced streams take the others first ([`BufPool::alloc`] says why).
+    pub huge_buffers: Option<usize>,
     /// Device reads in the kernel at once, per device.
     pub device_depth: usize,
     /// Chunks read ahead per download.
@@ -121,6 +124,7 @@ impl Default for EngineConfig {
         EngineConfig {
             buffers: 256,
             buf_size: 256 << 10,
+            huge_buffers: None,
             device_depth: 4,
             window: 4,
             readahead: ReadAhead::default(),
@@ -686,7 +690,9 @@ impl Engine {
             }
         };
         let max_read = storage.max_read().min(cfg.buf_size as u64);
-        let pool = BufPool::new(cfg.buffers, cfg.buf_size).map_err(EngineError::Pool)?;
+        let pool =
+            BufPool::new(cfg.buffers, cfg.buf_size, cfg.huge_buffers.unwrap_or(cfg.buffers / 2).min(cfg.buffers))
+                .map_err(EngineError::Pool)?;
         let iovecs = pool.iovecs();
         // SAFETY: the iovecs cover the pool's mapping, which lives as long as the engine
         // and is unmapped only after the ring is dropped (the ring field is declared
@@ -1477,7 +1483,7 @@ impl Engine {
                 return;
             }
             let owner = (slot, c.gen);
-            let Some(buf) = self.pool.alloc(owner) else {
+            let Some(buf) = self.pool.alloc(owner, c.class != rt_class) else {
                 self.starved.push(slot);
                 return;
             };

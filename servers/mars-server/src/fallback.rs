@@ -57,7 +57,7 @@ fn connection(storage: &dyn Storage, mut sock: TcpStream, stop: &AtomicBool, buf
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     sock.set_write_timeout(Some(Duration::from_secs(30)))?;
     let _ = sock.set_nodelay(true);
-    let mut pool = BufPool::new(1, buf_size)?;
+    let mut pool = BufPool::new(1, buf_size, 0)?;
     let devices = storage.devices();
     let align = storage.align().max(1);
     let mut head: Vec<u8> = Vec::new();

@@ -23,7 +23,7 @@ pub fn capability(storage: &dyn Storage, depth: usize, window: Duration) -> io::
     let span = (end - start).next_multiple_of(unit).max(unit);
     let depth = depth.max(1);
     let slots = depth * devices.len();
-    let pool = BufPool::new(slots, unit as usize)?;
+    let pool = BufPool::new(slots, unit as usize, 0)?;
     let mut ring = IoUring::new((slots as u32).next_power_of_two().max(8))?;
     let mut next = 0u64;
     let mut bytes = 0u64;

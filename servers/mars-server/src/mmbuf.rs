@@ -47,7 +47,10 @@ pub struct BufPool {
     _map: ictus_sys::mm::Mapping,
     size: usize,
     meta: Vec<Meta>,
-    free: Vec<u16>,
+    /// Buffers `split..` are the huge-page part.
+    split: u16,
+    /// Free buffers of the small-page part (`[0]`) and of the huge-page part (`[1]`).
+    free: [Vec<u16>; 2],
 }
 
 // SAFETY: the pool owns its mapping exclusively; the raw pointer is only an address into
@@ -57,25 +60,37 @@ pub struct BufPool {
 unsafe impl Send for BufPool {}
 
 impl BufPool {
-    /// `count` buffers of `size` bytes (a multiple of the page size), in one mapping.
-    pub fn new(count: usize, size: usize) -> io::Result<BufPool> {
-        if count == 0 || count > usize::from(u16::MAX) || size == 0 || size % 4096 != 0 {
+    /// `count` buffers of `size` bytes (a multiple of the page size), in one mapping;
+    /// the last `huge` of them advised for transparent huge pages (see [`BufPool::alloc`]).
+    pub fn new(count: usize, size: usize, huge: usize) -> io::Result<BufPool> {
+        if count == 0 || count > usize::from(u16::MAX) || size == 0 || size % 4096 != 0 || huge > count {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "buffer pool: 1..65535 buffers of 4 KiB multiples",
+                "buffer pool: 1..65535 buffers of 4 KiB multiples, at most all of them on huge pages",
             ));
         }
         let map_len =
             count.checked_mul(size).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pool too large"))?;
         let map = ictus_sys::mm::Mapping::anonymous(map_len)?;
         let base = NonNull::new(map.as_ptr()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        // Not advised for huge pages: with MADV_HUGEPAGE the sender CPU per GB of cold
-        // downloads halved, but a paced stream beside downloads through DRR stalled
-        // 140-190 ms (late slots in Table 2, held without it in every run); see
-        // doc/mars.md.
+        let split = count - huge;
+        if huge > 0 {
+            // Huge pages where the kernel has them to give (transparent huge pages in
+            // `madvise` mode, Debian's default): a 1 MiB read into 4 KiB pages is 256
+            // segments to pin and describe to the device, and a zero-copy send 256
+            // fragments; in huge pages it is one. Advice only: refused, the pool works.
+            // SAFETY: advice over a range of the mapping just made, which nothing uses yet.
+            let _ = unsafe {
+                rustix::mm::madvise(
+                    map.as_ptr().add(split * size).cast(),
+                    huge * size,
+                    rustix::mm::Advice::LinuxHugepage,
+                )
+            };
+        }
         let meta = vec![Meta { state: BufState::Empty, owner: None, refs: 0 }; count];
-        let free = (0..count as u16).rev().collect();
-        Ok(BufPool { base, _map: map, size, meta, free })
+        let free = [(0..split as u16).rev().collect(), (split as u16..count as u16).rev().collect()];
+        Ok(BufPool { base, _map: map, size, meta, split: split as u16, free })
     }
 
     /// Bytes per buffer.
@@ -90,7 +105,12 @@ impl BufPool {
 
     /// Buffers on the free list.
     pub fn free_count(&self) -> usize {
-        self.free.len()
+        self.free[0].len() + self.free[1].len()
+    }
+
+    /// Whether buffer `id` is in the huge-page part.
+    pub fn is_huge(&self, id: u16) -> bool {
+        id >= self.split
     }
 
     /// The iovecs to register with io_uring, one per buffer.
@@ -105,9 +125,20 @@ impl BufPool {
         unsafe { self.base.as_ptr().add(usize::from(id) * self.size) }
     }
 
-    /// Takes a buffer for `owner`, in state [`BufState::Reading`].
-    pub fn alloc(&mut self, owner: Owner) -> Option<u16> {
-        let id = self.free.pop()?;
+    /// Takes a buffer for `owner`, in state [`BufState::Reading`]: from the huge-page
+    /// part if `huge` (downloads), from the small-page part if not (paced streams),
+    /// from the other part when that one has none left.
+    ///
+    /// Paced streams keep to small pages because a zero-copy send from a huge page
+    /// made a local player's receive queue overflow its budget: the kernel pruned it
+    /// (`TcpExtPruneCalled`, never seen with small pages), the advertised window fell
+    /// to a few KiB and the stream stalled 140–190 ms beside downloads (doc/mars.md).
+    pub fn alloc(&mut self, owner: Owner, huge: bool) -> Option<u16> {
+        let first = usize::from(huge);
+        let id = match self.free[first].pop() {
+            Some(id) => id,
+            None => self.free[1 - first].pop()?,
+        };
         self.meta[usize::from(id)] = Meta { state: BufState::Reading, owner: Some(owner), refs: 0 };
         Some(id)
     }
@@ -150,7 +181,7 @@ impl BufPool {
         let m = &mut self.meta[usize::from(id)];
         if m.owner.is_none() && m.refs == 0 && m.state != BufState::Empty {
             m.state = BufState::Empty;
-            self.free.push(id);
+            self.free[usize::from(id >= self.split)].push(id);
             return true;
         }
         false
@@ -185,16 +216,72 @@ mod tests {
 
     #[test]
     fn a_buffer_is_freed_when_owner_and_kernel_are_done() {
-        let mut p = BufPool::new(2, 4096).unwrap();
-        let a = p.alloc((1, 0)).unwrap();
-        let b = p.alloc((1, 0)).unwrap();
-        assert!(p.alloc((1, 0)).is_none());
+        let mut p = BufPool::new(2, 4096, 0).unwrap();
+        let a = p.alloc((1, 0), false).unwrap();
+        let b = p.alloc((1, 0), true).unwrap();
+        assert!(p.alloc((1, 0), false).is_none());
         p.hold(a);
         assert!(!p.release(a), "the kernel still uses it");
         assert!(p.unhold(a));
         assert!(p.release(b));
         assert_eq!(p.free_count(), 2);
         assert_eq!(p.census(), [2, 0, 0, 0]);
-        assert!(BufPool::new(1, 100).is_err());
+        assert!(BufPool::new(1, 100, 0).is_err());
+        assert!(BufPool::new(2, 4096, 3).is_err());
+    }
+
+    /// Each kind of owner takes its own part first, the other part when its own is
+    /// empty, and a freed buffer goes back to the part it came from.
+    #[test]
+    fn downloads_take_the_huge_part_and_streams_the_small_one_first() {
+        let mut p = BufPool::new(4, 4096, 2).unwrap();
+        let h = p.alloc((1, 0), true).unwrap();
+        assert!(p.is_huge(h));
+        let s = p.alloc((2, 0), false).unwrap();
+        assert!(!p.is_huge(s));
+        let h2 = p.alloc((1, 0), true).unwrap();
+        assert!(p.is_huge(h2));
+        let spill = p.alloc((1, 0), true).unwrap();
+        assert!(!p.is_huge(spill), "the huge part is used up: the small one lends");
+        assert!(p.alloc((2, 0), false).is_none());
+        assert!(p.release(h));
+        let again = p.alloc((2, 0), false).unwrap();
+        assert_eq!(again, h, "the small part is used up: the huge one lends");
+        assert_eq!(p.free_count(), 0);
+    }
+
+    /// The huge-page part's mapping is advised (`hg` in its VMA's flags) and the small
+    /// part's is not, where the kernel has transparent huge pages at all.
+    #[test]
+    fn only_the_huge_part_asks_for_huge_pages() {
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            eprintln!("skipped: this kernel has no transparent huge pages");
+            return;
+        }
+        let pool = BufPool::new(16, 1 << 20, 8).unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let flags_at = |at: usize| {
+            let mut inside = false;
+            for line in smaps.lines() {
+                if let Some((range, _)) = line.split_once(' ') {
+                    if let Some((a, b)) = range.split_once('-') {
+                        if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                            inside = (a..b).contains(&at);
+                            continue;
+                        }
+                    }
+                }
+                if inside {
+                    if let Some(f) = line.strip_prefix("VmFlags:") {
+                        return f.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+                    }
+                }
+            }
+            panic!("no mapping at {at:#x} in smaps");
+        };
+        let small = flags_at(pool.ptr(0) as usize);
+        let huge = flags_at(pool.ptr(15) as usize);
+        assert!(!small.iter().any(|f| f == "hg"), "small part: {small:?}");
+        assert!(huge.iter().any(|f| f == "hg"), "huge part: {huge:?}");
     }
 }
