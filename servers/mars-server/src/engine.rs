@@ -2242,8 +2242,14 @@ impl Engine {
                 self.pool.set_state(buf, BufState::Sending);
                 self.pool.hold(buf);
                 if zero_copy {
+                    // A huge-page buffer goes by its address, not its registered index:
+                    // from a registered huge page the kernel builds fragments that span
+                    // the folio and charges the receiver for the span (a local
+                    // receiver's window then stays a few KiB); by address it takes
+                    // page by page, charged by the bytes.
+                    let fixed = registered && !self.pool.is_huge(buf);
                     opcode::SendZc::new(fd, ptr, n)
-                        .buf_index(registered.then_some(buf))
+                        .buf_index(fixed.then_some(buf))
                         .flags(libc::MSG_NOSIGNAL)
                         .build()
                         .user_data(ud(OP_SEND_BUF, slot, u32::from(buf)))

@@ -129,10 +129,12 @@ impl BufPool {
     /// part if `huge` (downloads), from the small-page part if not (paced streams),
     /// from the other part when that one has none left.
     ///
-    /// Paced streams keep to small pages because a zero-copy send from a huge page
-    /// made a local player's receive queue overflow its budget: the kernel pruned it
-    /// (`TcpExtPruneCalled`, never seen with small pages), the advertised window fell
-    /// to a few KiB and the stream stalled 140–190 ms beside downloads (doc/mars.md).
+    /// The engine sends a huge-page buffer by its address, not its registered index:
+    /// sent from registered huge pages, a local receiver was charged for whole folio
+    /// spans (`TcpExtPruneCalled` 33–42 per quick Table 2 run, 0 on small pages), its
+    /// window stayed at a few KiB, a paced stream stalled 140–190 ms and a striped
+    /// download lost a fifth of its rate (doc/mars.md). Paced streams keep small pages
+    /// and registered sends, which pin nothing per send.
     pub fn alloc(&mut self, owner: Owner, huge: bool) -> Option<u16> {
         let first = usize::from(huge);
         let id = match self.free[first].pop() {

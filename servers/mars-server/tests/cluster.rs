@@ -54,19 +54,23 @@ impl Response {
 
 /// Sends a GET and reads the head (and what came with it).
 fn get(addr: &str, path: &str, range: Option<u64>) -> std::io::Result<Response> {
-    let mut sock = TcpStream::connect(addr)?;
+    // Each step's failure says which step and what had come (for a failure seen once).
+    let ctx = |what: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("{what} ({path}): {e}"));
+    let mut sock = TcpStream::connect(addr).map_err(|e| ctx("connect", e))?;
     sock.set_read_timeout(Some(Duration::from_secs(60)))?;
     let range = range.map_or(String::new(), |r| format!("Range: bytes={r}-\r\n"));
-    write!(sock, "GET {path} HTTP/1.1\r\nHost: x\r\n{range}Connection: close\r\n\r\n")?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{range}Connection: close\r\n\r\n");
+    sock.write_all(request.as_bytes()).map_err(|e| ctx("send the request", e))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
-        let n = sock.read(&mut chunk)?;
+        let got = String::from_utf8_lossy(&buf).into_owned();
+        let n = sock.read(&mut chunk).map_err(|e| ctx(&format!("read the answer after {got:?}"), e))?;
         if n == 0 {
-            return Err(std::io::Error::other("closed before the head ended"));
+            return Err(std::io::Error::other(format!("{path}: closed before the head ended, after {got:?}")));
         }
         buf.extend_from_slice(&chunk[..n]);
     };
