@@ -461,6 +461,8 @@ enum Phase {
 struct Conn {
     gen: u32,
     sock: OwnedFd,
+    /// The peer is on this host (a zero-copy send to it is copied at delivery anyway).
+    local: bool,
     http: bool,
     phase: Phase,
     head: Vec<u8>,
@@ -513,9 +515,11 @@ const UNLIMITED: u64 = u64::MAX;
 
 impl Conn {
     fn new(gen: u32, sock: OwnedFd, http: bool, now: Instant, class: ClassId, window: usize) -> Conn {
+        let local = peer_is_local(&sock);
         Conn {
             gen,
             sock,
+            local,
             http,
             phase: Phase::Head,
             head: Vec::new(),
@@ -2241,7 +2245,10 @@ impl Engine {
                 let n = len - sent;
                 self.pool.set_state(buf, BufState::Sending);
                 self.pool.hold(buf);
-                if zero_copy {
+                // To a peer on this host from a huge-page buffer (a download): a copying
+                // send. The kernel copies a zero-copy send to a local socket at delivery
+                // anyway; copying at the send spares the pinning and the notification.
+                if zero_copy && !(c.local && self.pool.is_huge(buf)) {
                     // A huge-page buffer goes by its address, not its registered index:
                     // from a registered huge page the kernel builds fragments that span
                     // the folio and charges the receiver for the span (a local
@@ -2310,7 +2317,7 @@ impl Engine {
             Some(Item::Chunk { buf, len, sent, .. }) if chunk => {
                 *sent += n;
                 c.sent += u64::from(n);
-                if zero_copy {
+                if zero_copy && !(c.local && self.pool.is_huge(*buf)) {
                     self.stats.bytes_zero_copy += u64::from(n);
                 } else {
                     self.stats.bytes_copied += u64::from(n);
@@ -2888,9 +2895,35 @@ fn fresh_pieces<'a>(
     pieces
 }
 
+/// Whether the socket's peer is on this host: a loopback address, or the socket's own
+/// address (a connection between two addresses of this host).
+fn peer_is_local(sock: &OwnedFd) -> bool {
+    use std::net::SocketAddr;
+    let addr = |a: Option<rustix::net::SocketAddrAny>| -> Option<std::net::IpAddr> {
+        SocketAddr::try_from(a?).ok().map(|a| a.ip().to_canonical())
+    };
+    let (Some(peer), Some(me)) =
+        (addr(rustix::net::getpeername(sock).ok().flatten()), addr(rustix::net::getsockname(sock).ok()))
+    else {
+        return false;
+    };
+    peer.is_loopback() || peer == me
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback connection's peer is local; a socket with no IP peer is not.
+    #[test]
+    fn a_loopback_peer_is_local_and_a_unix_peer_is_not() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        assert!(peer_is_local(&OwnedFd::from(s)));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!peer_is_local(&OwnedFd::from(a)));
+    }
 
     /// What follows a piece contiguously on its device: the job's later pieces and
     /// the rest, other devices' pieces skipped (striping), a gap ending it, capped.
