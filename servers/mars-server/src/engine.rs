@@ -2245,10 +2245,7 @@ impl Engine {
                 let n = len - sent;
                 self.pool.set_state(buf, BufState::Sending);
                 self.pool.hold(buf);
-                // To a peer on this host from a huge-page buffer (a download): a copying
-                // send. The kernel copies a zero-copy send to a local socket at delivery
-                // anyway; copying at the send spares the pinning and the notification.
-                if zero_copy && !(c.local && self.pool.is_huge(buf)) {
+                if zero_copy && !copies_to(&self.pool, c.local, buf) {
                     // A huge-page buffer goes by its address, not its registered index:
                     // from a registered huge page the kernel builds fragments that span
                     // the folio and charges the receiver for the span (a local
@@ -2317,7 +2314,7 @@ impl Engine {
             Some(Item::Chunk { buf, len, sent, .. }) if chunk => {
                 *sent += n;
                 c.sent += u64::from(n);
-                if zero_copy && !(c.local && self.pool.is_huge(*buf)) {
+                if zero_copy && !copies_to(&self.pool, c.local, *buf) {
                     self.stats.bytes_zero_copy += u64::from(n);
                 } else {
                     self.stats.bytes_copied += u64::from(n);
@@ -2893,6 +2890,14 @@ fn fresh_pieces<'a>(
         pieces.push(ReadReq { offset: *offset, len: *len, dev: *dev, ..head });
     }
     pieces
+}
+
+/// Whether buffer `buf` goes to a peer by a copying send although zero-copy sends are
+/// on: a huge-page buffer (a download) to a peer on this host. The kernel copies a
+/// zero-copy send to a local socket at delivery anyway; copying at the send spares the
+/// pinning and the notification. (The send and its byte count both ask this.)
+fn copies_to(pool: &BufPool, local: bool, buf: u16) -> bool {
+    local && pool.is_huge(buf)
 }
 
 /// Whether the socket's peer is on this host: a loopback address, or the socket's own

@@ -76,9 +76,10 @@ impl BufPool {
         let split = count - huge;
         if huge > 0 {
             // Huge pages where the kernel has them to give (transparent huge pages in
-            // `madvise` mode, Debian's default): a 1 MiB read into 4 KiB pages is 256
-            // segments to pin and describe to the device, and a zero-copy send 256
-            // fragments; in huge pages it is one. Advice only: refused, the pool works.
+            // `madvise` mode, Debian's default): a 1 MiB `O_DIRECT` read into 4 KiB
+            // pages is 256 segments to pin and describe to the device; in huge pages it
+            // is one (how they are sent: [`BufPool::alloc`]). Advice only: refused, the
+            // pool works.
             // SAFETY: advice over a range of the mapping just made, which nothing uses yet.
             let _ = unsafe {
                 rustix::mm::madvise(
@@ -129,7 +130,8 @@ impl BufPool {
     /// part if `huge` (downloads), from the small-page part if not (paced streams),
     /// from the other part when that one has none left.
     ///
-    /// The engine sends a huge-page buffer by its address, not its registered index:
+    /// The engine never sends a huge-page buffer by its registered index (to a peer on
+    /// this host it copies, to others it sends zero-copy by address):
     /// sent from registered huge pages, a local receiver was charged for whole folio
     /// spans (`TcpExtPruneCalled` 33–42 per quick Table 2 run, 0 on small pages), its
     /// window stayed at a few KiB, a paced stream stalled 140–190 ms and a striped
