@@ -294,6 +294,16 @@ pub fn set_scheduler(dev: &str, sched: &str) -> Result<(), BenchError> {
         .map_err(|e| err(&format!("{dev} scheduler {sched}"), e))
 }
 
+/// Sets BFQ's `strict_guarantees` on a device whose scheduler is BFQ. Asked of every
+/// BFQ condition, on or off: choosing `bfq` again where it already is keeps the
+/// instance and its tunables, so one condition's setting would otherwise carry over to
+/// the next.
+pub fn set_bfq_strict(dev: &str, on: bool) -> Result<(), BenchError> {
+    let name = dev.trim_start_matches("/dev/");
+    fs::write(format!("/sys/block/{name}/queue/iosched/strict_guarantees"), if on { "1" } else { "0" })
+        .map_err(|e| err(&format!("{dev} BFQ strict_guarantees"), e))
+}
+
 /// Throttled "disks" (an upper loop device, where the scheduler runs, over a lower
 /// loop device over a file, whose reads are throttled) in the rig's cgroup.
 #[derive(Debug)]
