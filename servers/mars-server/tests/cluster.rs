@@ -67,10 +67,10 @@ fn get(addr: &str, path: &str, range: Option<u64>) -> std::io::Result<Response> 
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
-        let got = String::from_utf8_lossy(&buf).into_owned();
-        let n = sock.read(&mut chunk).map_err(|e| ctx(&format!("read the answer after {got:?}"), e))?;
+        let got = || String::from_utf8_lossy(&buf).into_owned();
+        let n = sock.read(&mut chunk).map_err(|e| ctx(&format!("read the answer after {:?}", got()), e))?;
         if n == 0 {
-            return Err(std::io::Error::other(format!("{path}: closed before the head ended, after {got:?}")));
+            return Err(std::io::Error::other(format!("{path}: closed before the head ended, after {:?}", got())));
         }
         buf.extend_from_slice(&chunk[..n]);
     };

@@ -405,6 +405,25 @@ fn next_cells(comparable: impl Fn(f64) -> bool, run: &[f64], confirmed: &[f64], 
 /// `ionice -c1` in both.
 const BFQ_PEERS: [Who; 2] = [Who::NginxBfqRt, Who::NginxBfqStrict];
 
+/// The background `who`'s cell at share `f` under `k` readers left, if the cell counts
+/// ([`Cell::credited`]).
+fn credited_at(cells: &[Cell], who: Who, k: usize, f: f64) -> Option<f64> {
+    cells.iter().find(|c| c.who == who && c.k == k && c.frac == f).and_then(Cell::credited)
+}
+
+/// The peer's better configuration among those whose cell at share `f` counts, with
+/// the background it left.
+fn peer_best(cells: &[Cell], k: usize, f: f64) -> Option<(Who, f64)> {
+    BFQ_PEERS.iter().filter_map(|&w| credited_at(cells, w, k, f).map(|b| (w, b))).max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// Whether the background comparison can be made at share `f`: ours through DRR and
+/// the peer in either configuration held the stream there (in at least half their
+/// runs).
+fn compares(cells: &[Cell], k: usize, f: f64) -> bool {
+    credited_at(cells, Who::OursDrr, k, f).is_some() && peer_best(cells, k, f).is_some()
+}
+
 /// Table 2: one real-time stream at 40 % of a disk under 0–4 background readers, and at
 /// 75 % under the most readers.
 ///
@@ -610,10 +629,7 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
             // each side's background is a median over runs (the peer's varies from
             // run to run: nginx + BFQ + RT left the readers 13.6-32.0 MB/s beside the
             // same 20 % stream in six quick runs).
-            let held = |w: Who, f: f64| {
-                cells.iter().any(|c| c.who == w && c.k == kmax && c.frac == f && c.credited().is_some())
-            };
-            let comparable = |f: f64| held(Who::OursDrr, f) && BFQ_PEERS.iter().any(|&w| held(w, f));
+            let comparable = |f: f64| compares(&cells, kmax, f);
             let run: Vec<f64> = plan.iter().map(|p| p.0).collect();
             match next_cells(comparable, &run, &confirmed, rounds < CONFIRMED_RUNS) {
                 Some(Next::Rung(f)) => plan.push((f, kmax, &MID_WHO[..], rounds)),
@@ -626,8 +642,7 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
         }
     }
     for &f in &confirmed {
-        let held = |w: Who| cells.iter().any(|c| c.who == w && c.k == kmax && c.frac == f && c.credited().is_some());
-        let still = held(Who::OursDrr) && BFQ_PEERS.iter().any(|&w| held(w));
+        let still = compares(&cells, kmax, f);
         out.notes.push(format!(
             "Table 2: {:.0} % was the highest share where ours through DRR and nginx + BFQ + ionice -c1 (in one of BFQ's two configurations at least) held the stream, so the three conditions ran there {CONFIRMED_RUNS} times in all; {}",
             f * 100.0,
@@ -723,12 +738,12 @@ pub fn table2(rig: &mut Rig, l: &Layout, quick: bool, out: &mut Out) -> Result<(
     // runs that held (a run that broke the stream's guarantee earns nothing: a peer
     // must not look better for breaking it); the peer's figure is the better of its
     // configurations that held there.
-    let credited = |w: Who, f: f64| find_at(w, f).and_then(Cell::credited);
-    let bfq_best =
-        |f: f64| BFQ_PEERS.iter().filter_map(|&w| credited(w, f).map(|b| (w, b))).max_by(|a, b| a.1.total_cmp(&b.1));
-    let both = SHARES_BG.iter().copied().find(|&f| credited(Who::OursDrr, f).is_some() && bfq_best(f).is_some());
+    let credited = |w: Who, f: f64| credited_at(&cells, w, kmax, f);
+    let both = SHARES_BG.iter().copied().find(|&f| compares(&cells, kmax, f));
     let (ours_bg, (peer, peer_bg), at) = match both {
-        Some(f) => (credited(Who::OursDrr, f).unwrap_or(0.0), bfq_best(f).unwrap_or((Who::NginxBfqRt, 0.0)), f),
+        Some(f) => {
+            (credited(Who::OursDrr, f).unwrap_or(0.0), peer_best(&cells, kmax, f).unwrap_or((Who::NginxBfqRt, 0.0)), f)
+        }
         // Nowhere comparable: ours at the highest share, the peer's credited 0, so the
         // ratio is undefined (NaN) and the target not met.
         None => (credited(Who::OursDrr, HIGH).unwrap_or(0.0), (Who::NginxBfqRt, 0.0), HIGH),
